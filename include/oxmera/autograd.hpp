@@ -1,0 +1,49 @@
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "oxmera/tensor.hpp"
+
+namespace oxmera {
+
+// Whether operations record the autograd tape on this thread.
+bool grad_enabled() noexcept;
+void set_grad_enabled(bool enabled) noexcept;
+
+// Disables tape recording on this thread for its lifetime.
+class NoGradGuard {
+ public:
+  NoGradGuard() noexcept : prev_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+struct GradcheckOptions {
+  double eps = 1e-6;    // central-difference step
+  double atol = 1e-5;   // |analytic - numeric| <= atol + rtol * |numeric|
+  double rtol = 1e-3;
+  int projections = 2;  // random output projections checked (vector-Jacobian products)
+  uint64_t seed = 1234;
+};
+
+struct GradcheckResult {
+  bool ok = true;
+  double max_abs_error = 0.0;
+  int worst_input = -1;
+  int64_t worst_index = -1;  // flat index into that input
+  double analytic = 0.0;
+  double numeric = 0.0;
+  std::string message;  // human-readable summary of the worst element
+};
+
+// Compares the tape's gradient of f against central finite differences. Inputs should be F64 leaves; the
+// ones that require grad are checked. f must be a pure function of its inputs.
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                          const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
+
+}  // namespace oxmera

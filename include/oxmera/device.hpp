@@ -1,0 +1,37 @@
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace oxmera {
+
+enum class DeviceKind : uint8_t { CPU = 0, CUDA = 1, Metal = 2 };
+inline constexpr int kNumDeviceKinds = 3;
+
+// A device names where storage lives. Naming a device always compiles; using one whose backend is not
+// built or not present is a BackendUnavailable error at run time.
+class Device {
+ public:
+  constexpr Device() = default;
+  constexpr Device(DeviceKind kind, int index) : kind_(kind), index_(index) {}
+  static constexpr Device cpu() { return Device(DeviceKind::CPU, 0); }
+  static constexpr Device cuda(int index = 0) { return Device(DeviceKind::CUDA, index); }
+  constexpr DeviceKind kind() const { return kind_; }
+  constexpr int index() const { return index_; }
+  constexpr bool is_cpu() const { return kind_ == DeviceKind::CPU; }
+  constexpr bool is_cuda() const { return kind_ == DeviceKind::CUDA; }
+  constexpr bool operator==(const Device&) const = default;
+  std::string str() const;  // "cpu", "cuda:0"
+
+ private:
+  DeviceKind kind_ = DeviceKind::CPU;
+  int index_ = 0;
+};
+std::ostream& operator<<(std::ostream& os, const Device& d);
+
+// Whether a backend for this device is built and usable in this process (never throws).
+bool device_available(Device d) noexcept;
+// Registers optional (GPU) backends. Idempotent; the CPU backend needs no call.
+void init();
+
+}  // namespace oxmera

@@ -1,0 +1,226 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "oxmera/device.hpp"
+#include "oxmera/dtype.hpp"
+#include "oxmera/error.hpp"
+#include "oxmera/shape.hpp"
+
+namespace oxmera {
+
+namespace detail {
+struct TensorImpl;
+void retain(TensorImpl* p) noexcept;
+void release(TensorImpl* p) noexcept;
+}  // namespace detail
+
+class Generator;
+
+// A Tensor is a ref-counted handle to a strided view of ref-counted storage on a device. Copying a Tensor
+// copies the handle (shares data), as in libtorch.
+class Tensor {
+ public:
+  Tensor() noexcept = default;
+  explicit Tensor(detail::TensorImpl* impl) noexcept : impl_(impl) {}  // takes ownership of one reference
+  Tensor(const Tensor& o) noexcept : impl_(o.impl_) {
+    if (impl_) detail::retain(impl_);
+  }
+  Tensor(Tensor&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)) {}
+  Tensor& operator=(const Tensor& o) noexcept {
+    if (o.impl_) detail::retain(o.impl_);
+    if (impl_) detail::release(impl_);
+    impl_ = o.impl_;
+    return *this;
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this != &o) {
+      if (impl_) detail::release(impl_);
+      impl_ = std::exchange(o.impl_, nullptr);
+    }
+    return *this;
+  }
+  ~Tensor() {
+    if (impl_) detail::release(impl_);
+  }
+
+  bool defined() const noexcept { return impl_ != nullptr; }
+  detail::TensorImpl* impl() const noexcept { return impl_; }
+  bool is_same(const Tensor& o) const noexcept { return impl_ == o.impl_; }
+
+  // ---- metadata
+  const Shape& shape() const;
+  const Strides& strides() const;
+  int64_t dim() const;
+  int64_t numel() const;
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t storage_offset() const;
+  DType dtype() const;
+  Device device() const;
+  bool is_contiguous() const;
+  // Shares storage with `o` (views of one another).
+  bool shares_storage(const Tensor& o) const;
+
+  // ---- element access (CPU tensors; others are copied to the host first)
+  template <class T>
+  std::vector<T> to_vector() const;  // logical row-major order; T must match dtype()
+  template <class T>
+  T item() const;  // one-element tensors only
+  // Pointer to the first element of a CPU tensor of dtype T (respecting storage_offset).
+  template <class T>
+  T* data_ptr() const;
+
+  // ---- views (share storage)
+  Tensor reshape(const Shape& shape) const;  // view when the strides allow it, copy otherwise; one -1 allowed
+  Tensor view(const Shape& shape) const;     // like reshape but never copies (InvalidArgument instead)
+  Tensor permute(const Dims& order) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;  // swaps the last two dims (rank >= 2); a no-op on rank 1
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;  // removes dim
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor broadcast_to(const Shape& shape) const;  // stride 0 on broadcast dims
+  Tensor expand(const Shape& shape) const { return broadcast_to(shape); }
+  Tensor contiguous() const;  // self when already contiguous
+  Tensor clone() const;       // always a fresh contiguous copy (differentiable)
+
+  // ---- conversion
+  Tensor to(DType dtype) const;  // self when equal
+  Tensor to(Device device) const;
+
+  // ---- unary ops (differentiable where defined)
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor abs() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor relu() const;
+  Tensor gelu() const;  // tanh approximation
+  Tensor sigmoid() const;
+  Tensor square() const;
+  Tensor reciprocal() const;
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor sign() const;  // gradient 0
+
+  // ---- binary ops
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(double exponent) const;
+  Tensor maximum(const Tensor& o) const;
+  Tensor minimum(const Tensor& o) const;
+  // comparisons: masks of the same dtype holding 0 or 1; not differentiable
+  Tensor eq(const Tensor& o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor ge(const Tensor& o) const;
+  Tensor clamp(double lo, double hi) const;
+
+  // ---- reductions (empty dims = all dims)
+  Tensor sum(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor mean(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor max(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor min(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;  // I64
+  Tensor argmin(int64_t dim, bool keepdim = false) const;  // I64
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor logsumexp(int64_t dim, bool keepdim = false) const;
+
+  // ---- linear algebra
+  Tensor matmul(const Tensor& o) const;
+
+  // ---- in-place (not recorded by autograd; an error on a tensor that requires grad while grad mode is on)
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  Tensor& copy_(const Tensor& src);  // broadcasts src, same dtype
+  Tensor& add_(const Tensor& o, double alpha = 1.0);
+  Tensor& mul_(double s);
+
+  // ---- autograd
+  Tensor& requires_grad_(bool requires_grad = true);
+  bool requires_grad() const;
+  bool is_leaf() const;
+  Tensor grad() const;  // undefined tensor when none
+  void set_grad(const Tensor& g);
+  void zero_grad();  // drops the gradient (like set_to_none)
+  void backward() const;
+  void backward(const Tensor& seed) const;
+  Tensor detach() const;
+  // Name of the backward node that produced this tensor ("" for leaves / untracked).
+  std::string grad_fn_name() const;
+
+  std::string str() const;  // readable printing
+
+ private:
+  detail::TensorImpl* impl_ = nullptr;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- construction
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+Tensor zeros(const Shape& shape, DType dtype = DType::F32);
+Tensor ones(const Shape& shape, DType dtype = DType::F32);
+Tensor full(const Shape& shape, double value, DType dtype = DType::F32);
+Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+Tensor arange(int64_t n, DType dtype = DType::I64);
+Tensor arange(double start, double end, double step, DType dtype = DType::F32);
+Tensor eye(int64_t n, DType dtype = DType::F32);
+Tensor scalar(double value, DType dtype = DType::F32);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::F32);
+Tensor rand(const Shape& shape, uint64_t seed, DType dtype = DType::F32);
+Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::F32);
+Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::F32);
+
+// ---- free-function forms
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+// Elementwise select: mask != 0 ? a : b, with broadcasting; mask has the dtype of a and b, or U8.
+Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- threads
+void set_num_threads(int n);  // intra-op threads for CPU kernels (and BLAS)
+int get_num_threads();
+
+}  // namespace oxmera

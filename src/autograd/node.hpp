@@ -1,0 +1,61 @@
+#pragma once
+// Autograd graph nodes. A node is created only when an op has an input that requires grad while grad
+// mode is on. Each node owns edges to the producers of its inputs (another node, or a leaf tensor whose
+// .grad accumulates) and whatever it saved for its backward rule.
+#include <atomic>
+#include <cstdint>
+
+#include "core/small_vec.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace oxmera::detail {
+
+struct Edge {
+  Ref<Node> node;        // producer node, or null
+  Tensor leaf;           // leaf that accumulates, when node is null
+  uint32_t output_nr = 0;  // which output of `node`
+  bool active() const { return node || leaf.defined(); }
+};
+
+struct Node {
+  std::atomic<int32_t> refcount{1};
+  SmallVec<Edge, 2> next;  // one per input of the op (inactive when that input needs no grad)
+  uint32_t num_outputs = 1;
+  // Engine scratch, valid during one backward() call.
+  uint64_t epoch = 0;
+  int32_t pending = 0;
+  SmallVec<Tensor, 1> grad_buffer;
+
+  virtual ~Node() = default;
+  virtual const char* name() const = 0;
+  // grad_out[num_outputs] -> grad_in[next.size()] (leave undefined where next[i] is inactive).
+  virtual void apply(Tensor* grad_out, Tensor* grad_in) = 0;
+  bool needs_grad(size_t i) const { return i < next.size() && next[i].active(); }
+};
+
+// A tensor saved for backward. Outputs are saved as aliases without grad_fn (no reference cycle); the
+// storage version is checked at backward time so an in-place write in between is an error, not a wrong
+// gradient.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  void save(const Tensor& t, bool is_output);
+  Tensor get(const char* op) const;
+  bool defined() const { return tensor_.defined(); }
+
+ private:
+  Tensor tensor_;
+  uint32_t version_ = 0;
+};
+
+// The edge through which a gradient flows back into `t` (inactive when t needs none).
+Edge edge_of(const Tensor& t);
+// Whether an op with these inputs must record a node.
+bool needs_tape(const Tensor& a);
+bool needs_tape(const Tensor& a, const Tensor& b);
+// Makes `out` (fresh, single output) the output `output_nr` of node `n` (takes ownership of n).
+void set_history(Tensor& out, Node* n, uint32_t output_nr = 0);
+// Reduces a broadcast gradient back to `shape` (sum over broadcast dims).
+Tensor sum_to(const Tensor& g, const Shape& shape);
+
+}  // namespace oxmera::detail

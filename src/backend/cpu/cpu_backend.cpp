@@ -1,0 +1,96 @@
+// The CPU backend: host memory through the caching allocator, kernels from the best ISA table.
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "backend/backend.hpp"
+#include "backend/cpu/blas.hpp"
+#include "backend/cpu/caching_allocator.hpp"
+#include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/parallel.hpp"
+#include "oxmera/version.hpp"
+
+namespace oxmera::detail {
+namespace {
+
+std::atomic<int> g_threads{0};
+
+const CpuKernels* pick_kernels() {
+  __builtin_cpu_init();
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return isa_avx512::kernels();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return isa_avx2::kernels();
+#endif
+  return isa_base::kernels();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : k_(pick_kernels()) {}
+  DeviceKind kind() const override { return DeviceKind::CPU; }
+  const char* name() const override { return k_->isa; }
+  void* allocate(size_t nbytes) override { return host_allocate(nbytes); }
+  void deallocate(void* p, size_t nbytes) noexcept override { host_deallocate(p, nbytes); }
+  void copy_from_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) override { k_->unary(op, x, out); }
+  void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
+    k_->binary(op, a, b, out);
+  }
+  void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
+    k_->where(m, a, b, out);
+  }
+  void copy(const TensorImpl& src, TensorImpl& dst) override { k_->copy(src, dst); }
+  void fill(TensorImpl& dst, double v) override { k_->fill(dst, v); }
+  void reduce(ops::ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) override {
+    k_->reduce(op, x, out, mask);
+  }
+  bool arg_reduce(ops::ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) override {
+    return k_->arg_reduce(op, x, out, dim);
+  }
+  void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) override {
+    k_->softmax(x, out, dim, log);
+  }
+  void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override { k_->matmul(a, b, out); }
+
+ private:
+  const CpuKernels* k_;
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend* be = new CpuBackend();  // never destroyed: storages may outlive static destruction
+  return *be;
+}
+
+int cpu_threads() noexcept {
+  int n = g_threads.load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  int hw = static_cast<int>(std::thread::hardware_concurrency());
+#ifdef _OPENMP
+  hw = omp_get_max_threads();  // honours OMP_NUM_THREADS
+#endif
+  n = hw > 0 ? hw : 1;
+  g_threads.store(n, std::memory_order_relaxed);
+  return n;
+}
+
+bool blas_reentrant() {
+  // The OpenMP build of OpenBLAS (preferred) and the builtin kernel are safe to call from our threads.
+  static const bool ok = std::strstr(oxmera::blas_name(), "pthread") == nullptr;
+  return ok;
+}
+
+}  // namespace oxmera::detail
+
+namespace oxmera {
+void set_num_threads(int n) {
+  OXM_CHECK(n >= 1, InvalidArgument, "set_num_threads: need at least 1 thread, got ", n);
+  detail::g_threads.store(n, std::memory_order_relaxed);
+  detail::blas_set_threads(n);
+}
+int get_num_threads() { return detail::cpu_threads(); }
+}  // namespace oxmera

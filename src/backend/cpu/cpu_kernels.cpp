@@ -1,0 +1,655 @@
+// CPU kernels. Compiled once per ISA level with OXM_ISA set to the namespace name (see CMakeLists.txt).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/blas.hpp"
+#include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/parallel.hpp"
+
+#ifndef OXM_ISA
+#define OXM_ISA isa_base
+#endif
+
+namespace oxmera::detail::OXM_ISA {
+namespace {
+
+using ops::ArgReduceOp;
+using ops::BinaryOp;
+using ops::ReduceOp;
+using ops::UnaryOp;
+
+constexpr int kMaxDims = 16;
+constexpr int kMaxOperands = 4;
+constexpr int64_t kGrainCheap = 32768;   // elements per thread before a simple op goes parallel
+constexpr int64_t kGrainCostly = 4096;   // for transcendental ops
+
+// ---------------------------------------------------------------- elementwise iteration
+// A coalesced loop nest over an output shape; dim 0 is the innermost. Strides are in bytes.
+struct Plan {
+  int ndim = 0;
+  int nops = 0;
+  int64_t size[kMaxDims];
+  int64_t stride[kMaxOperands][kMaxDims];
+  char* base[kMaxOperands];
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= size[d];
+    return n;
+  }
+};
+
+Plan make_plan(const Shape& shape, const TensorImpl* const* ops, int nops) {
+  Plan p;
+  p.nops = nops;
+  for (int o = 0; o < nops; ++o) p.base[o] = ops[o]->byte_ptr();
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (p.ndim > 0) {
+      // Merge with the previous (inner) dim when every operand is contiguous across the two.
+      bool merge = true;
+      for (int o = 0; o < nops; ++o) {
+        int64_t s = ops[o]->strides[d] * static_cast<int64_t>(itemsize(ops[o]->dtype));
+        if (s != p.stride[o][p.ndim - 1] * p.size[p.ndim - 1]) merge = false;
+      }
+      if (merge) {
+        p.size[p.ndim - 1] *= shape[d];
+        continue;
+      }
+    }
+    OXM_CHECK(p.ndim < kMaxDims, NotImplemented, "elementwise kernel: more than ", kMaxDims,
+              " non-mergeable dims (shape ", shape, "); make the tensor contiguous first");
+    p.size[p.ndim] = shape[d];
+    for (int o = 0; o < nops; ++o)
+      p.stride[o][p.ndim] = ops[o]->strides[d] * static_cast<int64_t>(itemsize(ops[o]->dtype));
+    ++p.ndim;
+  }
+  if (p.ndim == 0) {
+    p.ndim = 1;
+    p.size[0] = 1;
+    for (int o = 0; o < nops; ++o) p.stride[o][0] = 0;
+  }
+  return p;
+}
+
+// Runs inner(ptrs, inner_strides, count) over all elements of the plan, in parallel above `grain`.
+template <class F>
+void run_plan(const Plan& p, int64_t grain, F&& inner) {
+  int64_t total = p.numel();
+  if (total == 0) return;
+  parallel_for(total, grain, [&](int64_t begin, int64_t end) {
+    int64_t idx[kMaxDims];
+    char* ptr[kMaxOperands];
+    int64_t inner_stride[kMaxOperands];
+    for (int o = 0; o < p.nops; ++o) inner_stride[o] = p.stride[o][0];
+    int64_t rem = begin;
+    for (int d = 0; d < p.ndim; ++d) {
+      idx[d] = rem % p.size[d];
+      rem /= p.size[d];
+    }
+    int64_t pos = begin;
+    while (pos < end) {
+      for (int o = 0; o < p.nops; ++o) {
+        char* q = p.base[o];
+        for (int d = 0; d < p.ndim; ++d) q += idx[d] * p.stride[o][d];
+        ptr[o] = q;
+      }
+      int64_t n = std::min(p.size[0] - idx[0], end - pos);
+      inner(ptr, inner_stride, n);
+      pos += n;
+      idx[0] += n;
+      for (int d = 0; d + 1 < p.ndim && idx[d] == p.size[d]; ++d) {
+        idx[d] = 0;
+        ++idx[d + 1];
+      }
+    }
+  });
+}
+
+template <class T>
+inline T& at(char* p, int64_t stride, int64_t i) {
+  return *reinterpret_cast<T*>(p + i * stride);
+}
+
+// ---------------------------------------------------------------- unary / binary
+template <class Def, class T>
+void unary_typed(const TensorImpl& x, TensorImpl& out, int64_t grain) {
+  const TensorImpl* ops[2] = {&out, &x};
+  Plan p = make_plan(out.shape, ops, 2);
+  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
+    T* o = reinterpret_cast<T*>(ptr[0]);
+    const T* a = reinterpret_cast<const T*>(ptr[1]);
+    if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(a[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) at<T>(ptr[0], s[0], i) = Def::template fwd<T>(at<T>(ptr[1], s[1], i));
+    }
+  });
+}
+
+template <class Def>
+void unary_dispatch(const TensorImpl& x, TensorImpl& out, int64_t grain) {
+  switch (x.dtype) {
+    case DType::F32: return unary_typed<Def, float>(x, out, grain);
+    case DType::F64: return unary_typed<Def, double>(x, out, grain);
+    case DType::I64:
+      if constexpr (Def::ints) return unary_typed<Def, int64_t>(x, out, grain);
+      break;
+    default: break;
+  }
+  OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", x.dtype, " is not supported");
+}
+
+bool is_cheap(UnaryOp op) {
+  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Square ||
+         op == UnaryOp::Sign;
+}
+
+void unary(UnaryOp op, const TensorImpl& x, TensorImpl& out) {
+  int64_t grain = is_cheap(op) ? kGrainCheap : kGrainCostly;
+  switch (op) {
+#define OXM_X(id, def) \
+  case UnaryOp::id: return unary_dispatch<ops::defs::def>(x, out, grain);
+    OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+    default: break;
+  }
+}
+
+template <class Def, class T>
+void binary_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int64_t grain) {
+  const TensorImpl* ops[3] = {&out, &a, &b};
+  Plan p = make_plan(out.shape, ops, 3);
+  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
+    T* o = reinterpret_cast<T*>(ptr[0]);
+    const T* x = reinterpret_cast<const T*>(ptr[1]);
+    const T* y = reinterpret_cast<const T*>(ptr[2]);
+    constexpr int64_t e = sizeof(T);
+    if (s[0] == e && s[1] == e && s[2] == e) {
+      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(x[i], y[i]);
+    } else if (s[0] == e && s[1] == e && s[2] == 0) {
+      const T yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(x[i], yv);
+    } else if (s[0] == e && s[1] == 0 && s[2] == e) {
+      const T xv = *x;
+      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        at<T>(ptr[0], s[0], i) = Def::template fwd<T>(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i));
+    }
+  });
+}
+
+template <class Def>
+void binary_dispatch(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  int64_t grain = std::is_same_v<Def, ops::defs::Pow> ? kGrainCostly : kGrainCheap;
+  switch (a.dtype) {
+    case DType::F32: return binary_typed<Def, float>(a, b, out, grain);
+    case DType::F64: return binary_typed<Def, double>(a, b, out, grain);
+    case DType::I64:
+      if constexpr (Def::ints) return binary_typed<Def, int64_t>(a, b, out, grain);
+      break;
+    default: break;
+  }
+  OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", a.dtype, " is not supported");
+}
+
+void binary(BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  switch (op) {
+#define OXM_X(id, def) \
+  case BinaryOp::id: return binary_dispatch<ops::defs::def>(a, b, out);
+    OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+    default: break;
+  }
+}
+
+template <class T, class M>
+void where_typed(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  const TensorImpl* ops[4] = {&out, &m, &a, &b};
+  Plan p = make_plan(out.shape, ops, 4);
+  run_plan(p, kGrainCheap, [](char** ptr, const int64_t* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      at<T>(ptr[0], s[0], i) = at<M>(ptr[1], s[1], i) != M(0) ? at<T>(ptr[2], s[2], i) : at<T>(ptr[3], s[3], i);
+  });
+}
+template <class T>
+void where_mask(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  if (m.dtype == DType::U8) return where_typed<T, uint8_t>(m, a, b, out);
+  return where_typed<T, T>(m, a, b, out);
+}
+void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  switch (a.dtype) {
+    case DType::F32: return where_mask<float>(m, a, b, out);
+    case DType::F64: return where_mask<double>(m, a, b, out);
+    case DType::I64: return where_mask<int64_t>(m, a, b, out);
+    case DType::U8: return where_mask<uint8_t>(m, a, b, out);
+  }
+}
+
+// ---------------------------------------------------------------- copy / cast / fill
+template <class S, class D>
+void copy_typed(const TensorImpl& src, TensorImpl& dst) {
+  const TensorImpl* ops[2] = {&dst, &src};
+  Plan p = make_plan(dst.shape, ops, 2);
+  run_plan(p, kGrainCheap, [](char** ptr, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
+      D* o = reinterpret_cast<D*>(ptr[0]);
+      const S* x = reinterpret_cast<const S*>(ptr[1]);
+      if constexpr (std::is_same_v<S, D>) {
+        std::memcpy(o, x, static_cast<size_t>(n) * sizeof(D));
+      } else {
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(x[i]);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) at<D>(ptr[0], s[0], i) = static_cast<D>(at<S>(ptr[1], s[1], i));
+    }
+  });
+}
+template <class S>
+void copy_from(const TensorImpl& src, TensorImpl& dst) {
+  switch (dst.dtype) {
+    case DType::F32: return copy_typed<S, float>(src, dst);
+    case DType::F64: return copy_typed<S, double>(src, dst);
+    case DType::I64: return copy_typed<S, int64_t>(src, dst);
+    case DType::U8: return copy_typed<S, uint8_t>(src, dst);
+  }
+}
+void copy(const TensorImpl& src, TensorImpl& dst) {
+  switch (src.dtype) {
+    case DType::F32: return copy_from<float>(src, dst);
+    case DType::F64: return copy_from<double>(src, dst);
+    case DType::I64: return copy_from<int64_t>(src, dst);
+    case DType::U8: return copy_from<uint8_t>(src, dst);
+  }
+}
+
+template <class T>
+void fill_typed(TensorImpl& dst, T v) {
+  const TensorImpl* ops[1] = {&dst};
+  Plan p = make_plan(dst.shape, ops, 1);
+  run_plan(p, kGrainCheap, [v](char** ptr, const int64_t* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) at<T>(ptr[0], s[0], i) = v;
+  });
+}
+void fill(TensorImpl& dst, double v) {
+  switch (dst.dtype) {
+    case DType::F32: return fill_typed<float>(dst, static_cast<float>(v));
+    case DType::F64: return fill_typed<double>(dst, v);
+    case DType::I64: return fill_typed<int64_t>(dst, static_cast<int64_t>(v));
+    case DType::U8: return fill_typed<uint8_t>(dst, static_cast<uint8_t>(v));
+  }
+}
+
+// ---------------------------------------------------------------- reductions
+// Accumulator types: f32 sums accumulate in f64; f64 sums are pairwise within a contiguous run and
+// Neumaier-compensated across runs; i64 sums are exact (wrapping on overflow).
+template <class T>
+struct SumAcc {
+  using A = std::conditional_t<std::is_same_v<T, int64_t>, int64_t, double>;
+  A sum = 0, comp = 0;
+  void add(A v) {
+    if constexpr (std::is_same_v<A, int64_t>) {
+      sum = static_cast<int64_t>(static_cast<uint64_t>(sum) + static_cast<uint64_t>(v));
+    } else {
+      A t = sum + v;
+      if (std::abs(sum) >= std::abs(v))
+        comp += (sum - t) + v;
+      else
+        comp += (v - t) + sum;
+      sum = t;
+    }
+  }
+  A result() const { return sum + comp; }
+};
+
+// Sum of a contiguous run: 8 independent lanes (vectorisable), pairwise above 1024 elements.
+template <class T, class A>
+A sum_contig(const T* x, int64_t n) {
+  if (n > 1024) {
+    int64_t h = (n / 2) & ~int64_t{7};
+    return sum_contig<T, A>(x, h) + sum_contig<T, A>(x + h, n - h);
+  }
+  A lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lane[j] += static_cast<A>(x[i + j]);
+  A s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; i < n; ++i) s += static_cast<A>(x[i]);
+  return s;
+}
+
+template <class T, bool IsMax>
+T extreme_contig(const T* x, int64_t n, int64_t stride) {
+  T best = IsMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  if constexpr (std::is_same_v<T, int64_t>)
+    best = IsMax ? std::numeric_limits<T>::min() : std::numeric_limits<T>::max();
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    T v = x[i * stride];
+    if constexpr (std::is_floating_point_v<T>) nan |= (v != v);
+    best = IsMax ? (v > best ? v : best) : (v < best ? v : best);
+  }
+  if constexpr (std::is_floating_point_v<T>)
+    if (nan) return std::numeric_limits<T>::quiet_NaN();
+  return best;
+}
+
+// A coalesced group of dims (innermost first) with element strides of the input.
+struct Group {
+  int ndim = 0;
+  int64_t size[kMaxDims];
+  int64_t stride[kMaxDims];      // input strides
+  int64_t out_stride[kMaxDims];  // output strides (kept group only)
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= size[d];
+    return n;
+  }
+  // Offset of flat index i (innermost fastest).
+  int64_t offset(int64_t i, bool out = false) const {
+    int64_t off = 0;
+    for (int d = 0; d < ndim; ++d) {
+      off += (i % size[d]) * (out ? out_stride[d] : stride[d]);
+      i /= size[d];
+    }
+    return off;
+  }
+};
+
+void group_push(Group& g, int64_t size, int64_t stride, int64_t out_stride) {
+  if (size == 1) return;
+  if (g.ndim > 0 && stride == g.stride[g.ndim - 1] * g.size[g.ndim - 1] &&
+      out_stride == g.out_stride[g.ndim - 1] * g.size[g.ndim - 1]) {
+    g.size[g.ndim - 1] *= size;
+    return;
+  }
+  OXM_CHECK(g.ndim < kMaxDims, NotImplemented, "reduction: more than ", kMaxDims, " non-mergeable dims");
+  g.size[g.ndim] = size;
+  g.stride[g.ndim] = stride;
+  g.out_stride[g.ndim] = out_stride;
+  ++g.ndim;
+}
+
+template <class T>
+void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
+  Group kept, red;
+  for (size_t d = x.shape.size(); d-- > 0;) {
+    if (mask >> d & 1)
+      group_push(red, x.shape[d], x.strides[d], 0);
+    else
+      group_push(kept, x.shape[d], x.strides[d], out.strides[d]);
+  }
+  const T* xp = x.ptr<T>();
+  T* op_ = out.ptr<T>();
+  const int64_t M = kept.numel(), R = red.numel();
+  if (M == 0) return;
+  using A = typename SumAcc<T>::A;
+  if (R == 0) {
+    T ident = T(0);
+    if (op == ReduceOp::Max) ident = -std::numeric_limits<T>::infinity();
+    if (op == ReduceOp::Min) ident = std::numeric_limits<T>::infinity();
+    for (int64_t m = 0; m < M; ++m) op_[kept.offset(m, true)] = ident;
+    return;
+  }
+  const bool inner_contig = red.ndim > 0 && red.stride[0] == 1;
+  // Reduce over the reduced group for one output, starting at input offset `base`.
+  auto reduce_one = [&](int64_t base) -> T {
+    if (op == ReduceOp::Sum) {
+      SumAcc<T> acc;
+      if (inner_contig) {
+        int64_t runs = R / red.size[0];
+        Group outer = red;  // dims above the contiguous run
+        for (int d = 0; d + 1 < red.ndim; ++d) {
+          outer.size[d] = red.size[d + 1];
+          outer.stride[d] = red.stride[d + 1];
+        }
+        outer.ndim = red.ndim - 1;
+        for (int64_t r = 0; r < runs; ++r) acc.add(sum_contig<T, A>(xp + base + outer.offset(r), red.size[0]));
+      } else {
+        for (int64_t r = 0; r < R; ++r) acc.add(static_cast<A>(xp[base + red.offset(r)]));
+      }
+      return static_cast<T>(acc.result());
+    }
+    const bool is_max = op == ReduceOp::Max;
+    if (red.ndim == 1)
+      return is_max ? extreme_contig<T, true>(xp + base, R, red.stride[0])
+                    : extreme_contig<T, false>(xp + base, R, red.stride[0]);
+    T best = is_max ? extreme_contig<T, true>(xp + base, 0, 1) : extreme_contig<T, false>(xp + base, 0, 1);
+    bool nan = false;
+    for (int64_t r = 0; r < R; ++r) {
+      T v = xp[base + red.offset(r)];
+      if constexpr (std::is_floating_point_v<T>) nan |= (v != v);
+      best = is_max ? (v > best ? v : best) : (v < best ? v : best);
+    }
+    if constexpr (std::is_floating_point_v<T>)
+      if (nan) return std::numeric_limits<T>::quiet_NaN();
+    return best;
+  };
+
+  if (M == 1 && op == ReduceOp::Sum && red.ndim == 1 && red.stride[0] == 1 && R > 65536) {
+    // Full contiguous sum: fixed-size blocks (independent of the thread count) summed in parallel,
+    // then combined in order, so the result is bit-identical for any number of threads.
+    constexpr int64_t kBlock = 32768;
+    int64_t nb = (R + kBlock - 1) / kBlock;
+    std::vector<A> part(static_cast<size_t>(nb));
+    parallel_for(nb, 2, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        part[i] = sum_contig<T, A>(xp + i * kBlock, std::min(kBlock, R - i * kBlock));
+    });
+    SumAcc<T> acc;
+    for (A v : part) acc.add(v);
+    op_[0] = static_cast<T>(acc.result());
+    return;
+  }
+  if (!inner_contig && kept.ndim > 0 && kept.stride[0] == 1 && kept.out_stride[0] == 1 && op == ReduceOp::Sum) {
+    // Column reduction (reduced dims outside a contiguous kept run): accumulate whole rows.
+    const int64_t L = kept.size[0];
+    Group outer = kept;
+    for (int d = 0; d + 1 < kept.ndim; ++d) {
+      outer.size[d] = kept.size[d + 1];
+      outer.stride[d] = kept.stride[d + 1];
+      outer.out_stride[d] = kept.out_stride[d + 1];
+    }
+    outer.ndim = kept.ndim - 1;
+    const int64_t MO = outer.numel();
+    parallel_for(MO * L, std::max<int64_t>(kGrainCheap / std::max<int64_t>(R, 1), 1) * L,
+                 [&](int64_t b, int64_t e) {
+                   // Split into whole (outer, column-block) units.
+                   std::vector<SumAcc<T>> acc;
+                   for (int64_t pos = b; pos < e;) {
+                     int64_t mo = pos / L, j0 = pos % L;
+                     int64_t cnt = std::min(L - j0, e - pos);
+                     acc.assign(static_cast<size_t>(cnt), SumAcc<T>{});
+                     const T* xb = xp + outer.offset(mo) + j0;
+                     for (int64_t r = 0; r < R; ++r) {
+                       const T* row = xb + red.offset(r);
+                       for (int64_t j = 0; j < cnt; ++j) acc[j].add(static_cast<A>(row[j]));
+                     }
+                     T* ob = op_ + outer.offset(mo, true) + j0;
+                     for (int64_t j = 0; j < cnt; ++j) ob[j] = static_cast<T>(acc[j].result());
+                     pos += cnt;
+                   }
+                 });
+    return;
+  }
+  parallel_for(M, std::max<int64_t>(kGrainCheap / std::max<int64_t>(R, 1), 1), [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) op_[kept.offset(m, true)] = reduce_one(kept.offset(m));
+  });
+}
+
+void reduce(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
+  switch (x.dtype) {
+    case DType::F32: return reduce_typed<float>(op, x, out, mask);
+    case DType::F64: return reduce_typed<double>(op, x, out, mask);
+    case DType::I64: return reduce_typed<int64_t>(op, x, out, mask);
+    default: OXM_FAIL(UnsupportedDType, "reduce: dtype ", x.dtype, " is not supported");
+  }
+}
+
+// Rows along `dim`: (outer, inner) pairs, each a strided line of length D.
+struct Lines {
+  Group rest;  // all dims but `dim`, input strides / output strides
+  int64_t D, stride, out_stride;
+};
+Lines make_lines(const TensorImpl& x, const TensorImpl& out, int64_t dim) {
+  Lines l;
+  for (size_t d = x.shape.size(); d-- > 0;)
+    if (static_cast<int64_t>(d) != dim) group_push(l.rest, x.shape[d], x.strides[d], out.strides[d]);
+  l.D = x.shape.empty() ? 1 : x.shape[dim];
+  l.stride = x.shape.empty() ? 1 : x.strides[dim];
+  l.out_stride = out.shape.empty() ? 1 : out.strides[dim];
+  return l;
+}
+
+template <class T>
+bool arg_reduce_typed(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) {
+  Lines l = make_lines(x, out, dim);
+  const T* xp = x.ptr<T>();
+  int64_t* op_ = out.ptr<int64_t>();
+  const bool is_max = op == ArgReduceOp::Argmax;
+  bool ok = true;
+  const int64_t M = l.rest.numel();
+  for (int64_t m = 0; m < M; ++m) {
+    const T* row = xp + l.rest.offset(m);
+    int64_t best = 0;
+    T bv = row[0];
+    for (int64_t i = 0; i < l.D; ++i) {
+      T v = row[i * l.stride];
+      if constexpr (std::is_floating_point_v<T>)
+        if (v != v) ok = false;
+      if (is_max ? v > bv : v < bv) {
+        bv = v;
+        best = i;
+      }
+    }
+    op_[l.rest.offset(m, true)] = best;
+  }
+  return ok;
+}
+bool arg_reduce(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) {
+  switch (x.dtype) {
+    case DType::F32: return arg_reduce_typed<float>(op, x, out, dim);
+    case DType::F64: return arg_reduce_typed<double>(op, x, out, dim);
+    case DType::I64: return arg_reduce_typed<int64_t>(op, x, out, dim);
+    default: OXM_FAIL(UnsupportedDType, "argmax: dtype ", x.dtype, " is not supported");
+  }
+}
+
+template <class T>
+void softmax_typed(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
+  Lines l = make_lines(x, out, dim);
+  const T* xp = x.ptr<T>();
+  T* op_ = out.ptr<T>();
+  const int64_t M = l.rest.numel(), D = l.D;
+  if (M == 0 || D == 0) return;
+  parallel_for(M, std::max<int64_t>(kGrainCostly / D, 1), [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      const T* row = xp + l.rest.offset(m);
+      T* orow = op_ + l.rest.offset(m, true);
+      const int64_t s = l.stride, os = l.out_stride;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < D; ++i) mx = std::max(mx, row[i * s]);
+      if (mx == -std::numeric_limits<T>::infinity()) mx = 0;  // all -inf: avoid inf - inf
+      double sum = 0;
+      if (log) {
+        for (int64_t i = 0; i < D; ++i) sum += std::exp(row[i * s] - mx);
+        T lse = static_cast<T>(std::log(sum)) + mx;
+        for (int64_t i = 0; i < D; ++i) orow[i * os] = row[i * s] - lse;
+      } else {
+        for (int64_t i = 0; i < D; ++i) {
+          T v = std::exp(row[i * s] - mx);
+          orow[i * os] = v;
+          sum += v;
+        }
+        T inv = static_cast<T>(1.0 / sum);
+        for (int64_t i = 0; i < D; ++i) orow[i * os] *= inv;
+      }
+    }
+  });
+}
+void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
+  switch (x.dtype) {
+    case DType::F32: return softmax_typed<float>(x, out, dim, log);
+    case DType::F64: return softmax_typed<double>(x, out, dim, log);
+    default: OXM_FAIL(UnsupportedDType, log ? "log_softmax" : "softmax", ": dtype ", x.dtype, " is not supported");
+  }
+}
+
+// ---------------------------------------------------------------- matmul
+// Describes one matrix operand as BLAS sees it: row-major with leading dim, possibly transposed.
+struct MatLayout {
+  bool trans;
+  int64_t ld;
+};
+// rows x cols with strides (rs, cs); the front guarantees one of them is 1 (or the dim has size 1).
+MatLayout layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if (cs == 1 || cols == 1) return {false, rows == 1 ? std::max<int64_t>(cols, 1) : std::max(rs, cols)};
+  return {true, cols == 1 ? std::max<int64_t>(rows, 1) : std::max(cs, rows)};
+}
+
+template <class T>
+void matmul_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  const size_t r = out.shape.size();
+  const int64_t m = out.shape[r - 2], n = out.shape[r - 1], k = a.shape[r - 1];
+  T* cp = out.ptr<T>();
+  if (m == 0 || n == 0) return;
+  Group batch;  // batch dims with a-strides in `stride`, b-strides in out_stride... kept separately below
+  Shape bshape(out.shape.begin(), r - 2);
+  const int64_t B = bshape.product();
+  auto mat_offset = [&](const TensorImpl& t, int64_t i) {
+    int64_t off = 0;
+    for (size_t d = r - 2; d-- > 0;) {
+      off += (i % bshape[d]) * t.strides[d];
+      i /= bshape[d];
+    }
+    return off;
+  };
+  const T* ap = a.ptr<T>();
+  const T* bp = b.ptr<T>();
+  if (k == 0) {
+    std::fill(cp, cp + B * m * n, T(0));
+    return;
+  }
+  MatLayout la = layout(m, k, a.strides[r - 2], a.strides[r - 1]);
+  MatLayout lb = layout(k, n, b.strides[r - 2], b.strides[r - 1]);
+  GemmArgs g{la.trans, lb.trans, m, n, k, la.ld, lb.ld, n};
+  auto one = [&](int64_t i) {
+    const T* A = ap + mat_offset(a, i);
+    const T* Bm = bp + mat_offset(b, i);
+    T* C = cp + i * m * n;
+    if constexpr (std::is_same_v<T, float>)
+      sgemm(g, 1.0f, A, Bm, 0.0f, C);
+    else
+      dgemm(g, 1.0, A, Bm, 0.0, C);
+  };
+  const int64_t flops = m * n * k;
+  if (B > 1 && flops < 64 * 64 * 64 && blas_reentrant()) {
+    // Many small products: parallel over the batch (BLAS runs single-threaded inside).
+    parallel_for(B, std::max<int64_t>(1, 16384 / std::max<int64_t>(flops, 1)), [&](int64_t b0, int64_t e0) {
+      for (int64_t i = b0; i < e0; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < B; ++i) one(i);
+  }
+  (void)batch;
+}
+void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  switch (a.dtype) {
+    case DType::F32: return matmul_typed<float>(a, b, out);
+    case DType::F64: return matmul_typed<double>(a, b, out);
+    default: OXM_FAIL(UnsupportedDType, "matmul: dtype ", a.dtype, " is not supported (f32, f64)");
+  }
+}
+
+#define OXM_STR2(x) #x
+#define OXM_STR(x) OXM_STR2(x)
+const CpuKernels table = {OXM_STR(OXM_ISA), unary, binary, where, copy, fill, reduce, arg_reduce, softmax, matmul};
+
+}  // namespace
+
+const CpuKernels* kernels() { return &table; }
+
+}  // namespace oxmera::detail::OXM_ISA

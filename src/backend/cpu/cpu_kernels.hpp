@@ -1,0 +1,29 @@
+#pragma once
+// The CPU kernel set. cpu_kernels.cpp is compiled once per instruction-set level (baseline x86-64, AVX2+FMA,
+// AVX-512) into separate namespaces; the CPU backend picks the best table this CPU supports at start-up.
+#include "ops/op_defs.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace oxmera::detail {
+
+struct CpuKernels {
+  const char* isa;
+  void (*unary)(ops::UnaryOp, const TensorImpl&, TensorImpl&);
+  void (*binary)(ops::BinaryOp, const TensorImpl&, const TensorImpl&, TensorImpl&);
+  void (*where)(const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
+  void (*copy)(const TensorImpl&, TensorImpl&);
+  void (*fill)(TensorImpl&, double);
+  void (*reduce)(ops::ReduceOp, const TensorImpl&, TensorImpl&, uint64_t);
+  bool (*arg_reduce)(ops::ArgReduceOp, const TensorImpl&, TensorImpl&, int64_t);
+  void (*softmax)(const TensorImpl&, TensorImpl&, int64_t, bool);
+  void (*matmul)(const TensorImpl&, const TensorImpl&, TensorImpl&);
+};
+
+namespace isa_base { const CpuKernels* kernels(); }
+namespace isa_avx2 { const CpuKernels* kernels(); }
+namespace isa_avx512 { const CpuKernels* kernels(); }
+
+// Whether concurrent GEMM calls from several of our threads are safe with the loaded BLAS.
+bool blas_reentrant();
+
+}  // namespace oxmera::detail

@@ -1,0 +1,286 @@
+// Front end of elementwise ops: dtype/device/shape rules, output allocation, dispatch through the op
+// table to the backend, and autograd nodes built from the same table's backward rules.
+#include "autograd/node.hpp"
+#include "backend/backend.hpp"
+#include "ops/op_defs.hpp"
+#include "ops/ops_internal.hpp"
+#include "oxmera/autograd.hpp"
+
+namespace oxmera {
+namespace ops {
+
+const char* unary_name(UnaryOp op) noexcept {
+  switch (op) {
+#define OXM_X(id, def) \
+  case UnaryOp::id: return defs::def::name;
+    OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+    default: return "?";
+  }
+}
+const char* binary_name(BinaryOp op) noexcept {
+  switch (op) {
+#define OXM_X(id, def) \
+  case BinaryOp::id: return defs::def::name;
+    OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+    default: return "?";
+  }
+}
+
+namespace {
+
+using detail::Node;
+using detail::SavedTensor;
+
+template <class Def>
+struct UnaryNode final : Node {
+  SavedTensor x, y;
+  const char* name() const override { return Def::name; }
+  void apply(Tensor* gout, Tensor* gin) override { gin[0] = Def::bwd(gout[0], x.get(Def::name), y.get(Def::name)); }
+};
+
+template <class Def>
+Tensor unary_impl(const Tensor& x) {
+  detail::check_defined(x, Def::name);
+  const auto& xi = *x.impl();
+  OXM_CHECK(is_floating(xi.dtype) || (Def::ints && xi.dtype == DType::I64), UnsupportedDType, Def::name,
+            ": dtype ", xi.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)",
+            "; cast with .to(DType::F32)");
+  Tensor out = detail::make_empty(xi.shape, xi.dtype, xi.device(), Def::name);
+  detail::backend_for(xi.device(), Def::name).unary(static_cast<UnaryOp>(op_index<Def>()), xi, *out.impl());
+  if constexpr (Def::diff) {
+    if (detail::needs_tape(x)) {
+      auto* n = new UnaryNode<Def>();
+      n->next.push_back(detail::edge_of(x));
+      if constexpr (Def::saves == Saves::Input || Def::saves == Saves::Both) n->x.save(x, false);
+      if constexpr (Def::saves == Saves::Output || Def::saves == Saves::Both) n->y.save(out, true);
+      detail::set_history(out, n);
+    }
+  }
+  return out;
+}
+
+template <class Def>
+struct BinaryNode final : Node {
+  SavedTensor a, b, y;
+  Shape a_shape, b_shape;
+  const char* name() const override { return Def::name; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    defs::GradPair g = Def::bwd(gout[0], a.get(Def::name), b.get(Def::name), y.get(Def::name));
+    if (needs_grad(0)) gin[0] = detail::sum_to(g.a, a_shape);
+    if (needs_grad(1)) gin[1] = detail::sum_to(g.b, b_shape);
+  }
+};
+
+}  // namespace
+
+// Validates and broadcasts two operands of a binary-shaped op; returns the output shape.
+Shape check_binary(const Tensor& a, const Tensor& b, const char* op) {
+  detail::check_defined(a, op, "first operand");
+  detail::check_defined(b, op, "second operand");
+  const auto &ai = *a.impl(), &bi = *b.impl();
+  OXM_CHECK(ai.dtype == bi.dtype, DTypeMismatch, op, ": operands have dtypes ", ai.dtype, " and ", bi.dtype,
+            " (shapes ", ai.shape, " and ", bi.shape, "); oxmera never promotes — cast one with .to(DType::",
+            ai.dtype == DType::F64 || bi.dtype == DType::F64 ? "F64" : "F32", ")");
+  OXM_CHECK(ai.device() == bi.device(), DeviceMismatch, op, ": operands are on ", ai.device(), " and ",
+            bi.device(), "; move one with .to(Device)");
+  return broadcast_shapes(ai.shape, bi.shape, op);
+}
+
+Tensor broadcast_view(const Tensor& t, const Shape& shape) {
+  const auto& ti = *t.impl();
+  if (ti.shape == shape) return t;
+  Strides st(shape.size());
+  const size_t lead = shape.size() - ti.shape.size();
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i < lead) continue;
+    st[i] = ti.shape[i - lead] == 1 ? 0 : ti.strides[i - lead];
+  }
+  return detail::make_view(t, shape, st, ti.offset);
+}
+
+template <class Def>
+Tensor binary_impl(const Tensor& a, const Tensor& b) {
+  Shape shape = check_binary(a, b, Def::name);
+  const auto &ai = *a.impl(), &bi = *b.impl();
+  OXM_CHECK(is_floating(ai.dtype) || (Def::ints && ai.dtype == DType::I64), UnsupportedDType, Def::name,
+            ": dtype ", ai.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)");
+  Tensor out = detail::make_empty(shape, ai.dtype, ai.device(), Def::name);
+  auto& be = detail::backend_for(ai.device(), Def::name);
+  const auto op = static_cast<BinaryOp>(op_index<Def>());
+  if (ai.shape == shape && bi.shape == shape) {
+    be.binary(op, ai, bi, *out.impl());
+  } else {
+    Tensor av = broadcast_view(a, shape), bv = broadcast_view(b, shape);
+    be.binary(op, *av.impl(), *bv.impl(), *out.impl());
+  }
+  if constexpr (Def::diff) {
+    if (detail::needs_tape(a, b)) {
+      auto* n = new BinaryNode<Def>();
+      n->next.push_back(detail::edge_of(a));
+      n->next.push_back(detail::edge_of(b));
+      n->a_shape = ai.shape;
+      n->b_shape = bi.shape;
+      if constexpr (Def::saves_inputs) {
+        n->a.save(a, false);
+        n->b.save(b, false);
+      }
+      if constexpr (Def::saves_output) n->y.save(out, true);
+      detail::set_history(out, n);
+    }
+  }
+  return out;
+}
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  switch (op) {
+#define OXM_X(id, def) \
+  case UnaryOp::id: return unary_impl<defs::def>(x);
+    OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+    default: OXM_FAIL(InvalidArgument, "unary: unknown op");
+  }
+}
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  switch (op) {
+#define OXM_X(id, def) \
+  case BinaryOp::id: return binary_impl<defs::def>(a, b);
+    OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+    default: OXM_FAIL(InvalidArgument, "binary: unknown op");
+  }
+}
+
+// A 0-d tensor holding `v` in the dtype/device of `like` (scalar forms of binary ops).
+Tensor scalar_like(double v, const Tensor& like, const char* op) {
+  detail::check_defined(like, op);
+  const auto& li = *like.impl();
+  Tensor s = detail::make_empty(Shape{}, li.dtype, li.device(), op);
+  if (li.device().is_cpu()) {
+    switch (li.dtype) {
+      case DType::F32: *s.impl()->ptr<float>() = static_cast<float>(v); break;
+      case DType::F64: *s.impl()->ptr<double>() = v; break;
+      case DType::I64: *s.impl()->ptr<int64_t>() = static_cast<int64_t>(v); break;
+      case DType::U8: *s.impl()->ptr<uint8_t>() = static_cast<uint8_t>(v); break;
+    }
+  } else {
+    detail::backend_for(li.device(), op).fill(*s.impl(), v);
+  }
+  return s;
+}
+
+namespace {
+struct WhereNode final : Node {
+  SavedTensor mask;
+  Shape a_shape, b_shape;
+  const char* name() const override { return "where"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor m = mask.get("where");
+    Tensor z = zeros_like(gout[0]);
+    if (needs_grad(0)) gin[0] = detail::sum_to(where(m, gout[0], z), a_shape);
+    if (needs_grad(1)) gin[1] = detail::sum_to(where(m, z, gout[0]), b_shape);
+  }
+};
+}  // namespace
+
+}  // namespace ops
+
+using ops::BinaryOp;
+using ops::UnaryOp;
+
+#define OXM_UNARY_METHOD(method, id) \
+  Tensor Tensor::method() const { return ops::unary(UnaryOp::id, *this); }
+OXM_UNARY_METHOD(neg, Neg)
+OXM_UNARY_METHOD(exp, Exp)
+OXM_UNARY_METHOD(log, Log)
+OXM_UNARY_METHOD(abs, Abs)
+OXM_UNARY_METHOD(sqrt, Sqrt)
+OXM_UNARY_METHOD(rsqrt, Rsqrt)
+OXM_UNARY_METHOD(sin, Sin)
+OXM_UNARY_METHOD(cos, Cos)
+OXM_UNARY_METHOD(tanh, Tanh)
+OXM_UNARY_METHOD(relu, Relu)
+OXM_UNARY_METHOD(gelu, Gelu)
+OXM_UNARY_METHOD(sigmoid, Sigmoid)
+OXM_UNARY_METHOD(square, Square)
+OXM_UNARY_METHOD(reciprocal, Reciprocal)
+OXM_UNARY_METHOD(log1p, Log1p)
+OXM_UNARY_METHOD(expm1, Expm1)
+OXM_UNARY_METHOD(sign, Sign)
+#undef OXM_UNARY_METHOD
+
+#define OXM_BINARY_METHOD(method, id) \
+  Tensor Tensor::method(const Tensor& o) const { return ops::binary(BinaryOp::id, *this, o); }
+OXM_BINARY_METHOD(pow, Pow)
+OXM_BINARY_METHOD(maximum, Maximum)
+OXM_BINARY_METHOD(minimum, Minimum)
+OXM_BINARY_METHOD(eq, Eq)
+OXM_BINARY_METHOD(ne, Ne)
+OXM_BINARY_METHOD(lt, Lt)
+OXM_BINARY_METHOD(le, Le)
+OXM_BINARY_METHOD(gt, Gt)
+OXM_BINARY_METHOD(ge, Ge)
+#undef OXM_BINARY_METHOD
+
+Tensor Tensor::pow(double e) const {
+  if (e == 2.0) return square();
+  if (e == 1.0) return *this * 1.0;
+  return ops::binary(BinaryOp::Pow, *this, ops::scalar_like(e, *this, "pow"));
+}
+Tensor Tensor::clamp(double lo, double hi) const {
+  OXM_CHECK(lo <= hi, InvalidArgument, "clamp: lower bound ", lo, " exceeds upper bound ", hi);
+  return maximum(ops::scalar_like(lo, *this, "clamp")).minimum(ops::scalar_like(hi, *this, "clamp"));
+}
+
+Tensor operator-(const Tensor& a) { return a.neg(); }
+Tensor add(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Pow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Minimum, a, b); }
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return a.lt(b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return a.le(b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return a.gt(b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return a.ge(b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, ops::scalar_like(b, a, "add")); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, ops::scalar_like(b, a, "sub")); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, ops::scalar_like(b, a, "mul")); }
+Tensor operator/(const Tensor& a, double b) { return div(a, ops::scalar_like(b, a, "div")); }
+Tensor operator+(double a, const Tensor& b) { return add(ops::scalar_like(a, b, "add"), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(ops::scalar_like(a, b, "sub"), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(ops::scalar_like(a, b, "mul"), b); }
+Tensor operator/(double a, const Tensor& b) { return div(ops::scalar_like(a, b, "div"), b); }
+
+Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
+  detail::check_defined(mask, "where", "mask");
+  Shape ab = ops::check_binary(a, b, "where");
+  const auto& mi = *mask.impl();
+  OXM_CHECK(mi.dtype == DType::U8 || mi.dtype == a.dtype(), DTypeMismatch, "where: mask has dtype ", mi.dtype,
+            " but the values have dtype ", a.dtype(), "; the mask must be u8 or the values' dtype");
+  OXM_CHECK(mi.device() == a.device(), DeviceMismatch, "where: mask is on ", mi.device(), " but the values are on ",
+            a.device());
+  Shape shape = broadcast_shapes(mi.shape, ab, "where");
+  Tensor out = detail::make_empty(shape, a.dtype(), a.device(), "where");
+  Tensor mv = ops::broadcast_view(mask, shape), av = ops::broadcast_view(a, shape),
+         bv = ops::broadcast_view(b, shape);
+  detail::backend_for(a.device(), "where").where(*mv.impl(), *av.impl(), *bv.impl(), *out.impl());
+  if (detail::needs_tape(a, b)) {
+    auto* n = new ops::WhereNode();
+    n->next.push_back(detail::edge_of(a));
+    n->next.push_back(detail::edge_of(b));
+    n->a_shape = a.shape();
+    n->b_shape = b.shape();
+    n->mask.save(mask.impl()->grad_fn ? mask.detach() : mask, false);
+    detail::set_history(out, n);
+  }
+  return out;
+}
+
+}  // namespace oxmera

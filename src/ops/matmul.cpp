@@ -1,0 +1,81 @@
+// matmul at any rank >= 2 with NumPy batch broadcasting; broadcast batches are stride-0 views, never copies.
+#include <climits>
+
+#include "autograd/node.hpp"
+#include "backend/backend.hpp"
+#include "ops/ops_internal.hpp"
+#include "oxmera/autograd.hpp"
+
+namespace oxmera {
+namespace {
+
+struct MatmulNode final : detail::Node {
+  detail::SavedTensor a, b;
+  Shape a_shape, b_shape;
+  const char* name() const override { return "matmul"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const Tensor& g = gout[0];
+    if (needs_grad(0)) gin[0] = detail::sum_to(g.matmul(b.get("matmul").t()), a_shape);
+    if (needs_grad(1)) gin[1] = detail::sum_to(a.get("matmul").t().matmul(g), b_shape);
+  }
+};
+
+// BLAS needs one of the two matrix strides to be 1; anything else is copied (never the broadcast batch).
+Tensor gemm_compatible(const Tensor& t) {
+  const auto& ti = *t.impl();
+  const size_t r = ti.shape.size();
+  const int64_t rows = ti.shape[r - 2], cols = ti.shape[r - 1];
+  const int64_t rs = ti.strides[r - 2], cs = ti.strides[r - 1];
+  bool row_major = (cs == 1 || cols == 1) && (rs >= cols || rows == 1);
+  bool col_major = (rs == 1 || rows == 1) && (cs >= rows || cols == 1);
+  if (row_major || col_major) return t;
+  NoGradGuard ng;
+  return t.contiguous();
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_defined(a, "matmul", "first operand");
+  detail::check_defined(b, "matmul", "second operand");
+  OXM_CHECK(a.dtype() == b.dtype(), DTypeMismatch, "matmul: operands have dtypes ", a.dtype(), " and ", b.dtype(),
+            " (shapes ", a.shape(), " and ", b.shape(), "); cast one with .to(DType)");
+  OXM_CHECK(a.device() == b.device(), DeviceMismatch, "matmul: operands are on ", a.device(), " and ", b.device());
+  const auto &ai = *a.impl(), &bi = *b.impl();
+  const size_t ra = ai.shape.size(), rb = bi.shape.size();
+  OXM_CHECK(ra >= 2 && rb >= 2, InvalidArgument, "matmul: operands need rank >= 2, got shapes ", ai.shape, " and ",
+            bi.shape, "; use unsqueeze to make a vector a [1, n] or [n, 1] matrix");
+  OXM_CHECK(is_floating(ai.dtype), UnsupportedDType, "matmul: dtype ", ai.dtype, " is not supported (f32, f64)");
+  const int64_t m = ai.shape[ra - 2], k = ai.shape[ra - 1], k2 = bi.shape[rb - 2], n = bi.shape[rb - 1];
+  OXM_CHECK(k == k2, ShapeMismatch, "matmul: inner dimensions differ: ", ai.shape, " x ", bi.shape, " (", k,
+            " vs ", k2, ")");
+  OXM_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, NotImplemented, "matmul: matrix dims above 2^31-1 (",
+            ai.shape, " x ", bi.shape, ") are not supported");
+  Shape batch = broadcast_shapes(Shape(ai.shape.data(), ra - 2), Shape(bi.shape.data(), rb - 2), "matmul");
+  Shape out_shape = batch, a_full = batch, b_full = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  a_full.push_back(m);
+  a_full.push_back(k);
+  b_full.push_back(k);
+  b_full.push_back(n);
+  Tensor out = detail::make_empty(out_shape, ai.dtype, ai.device(), "matmul");
+  Tensor av = ops::broadcast_view(gemm_compatible(a), a_full);
+  Tensor bv = ops::broadcast_view(gemm_compatible(b), b_full);
+  if (out.numel() > 0) detail::backend_for(ai.device(), "matmul").matmul(*av.impl(), *bv.impl(), *out.impl());
+  if (detail::needs_tape(a, b)) {
+    auto* node = new MatmulNode();
+    node->next.push_back(detail::edge_of(a));
+    node->next.push_back(detail::edge_of(b));
+    node->a_shape = ai.shape;
+    node->b_shape = bi.shape;
+    if (node->needs_grad(1)) node->a.save(a, false);
+    if (node->needs_grad(0)) node->b.save(b, false);
+    detail::set_history(out, node);
+  }
+  return out;
+}
+
+Tensor Tensor::matmul(const Tensor& o) const { return oxmera::matmul(*this, o); }
+
+}  // namespace oxmera

@@ -1,0 +1,322 @@
+#pragma once
+// THE OP TABLE. Every elementwise op is defined once here: its name, which dtypes it accepts, its
+// per-element math (used by every backend's kernels: host and device compilable) and its backward rule
+// (written with tensor ops, so it is differentiable-by-construction and backend-agnostic). The X-macro
+// lists at the bottom drive the op enums, the CPU (and later CUDA) kernel tables, the autograd nodes,
+// and the table-driven tests.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "oxmera/tensor.hpp"
+
+#if defined(__CUDACC__)
+#define OXM_HD __host__ __device__
+#else
+#define OXM_HD
+#endif
+
+namespace oxmera::ops {
+
+// What the backward rule of a unary op reads: the input x, the output y, both, or neither.
+enum class Saves : uint8_t { None, Input, Output, Both };
+
+namespace defs {
+
+template <class T>
+OXM_HD inline T nan_v() {
+  return std::numeric_limits<T>::quiet_NaN();
+}
+template <class T>
+OXM_HD inline bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  return false;
+}
+
+// ---------------------------------------------------------------- unary
+// Each def: name, ints (accepts I64), diff (has a backward), saves, fwd(x), bwd(g, x, y).
+struct Neg {
+  static constexpr const char* name = "neg";
+  static constexpr bool ints = true, diff = true;
+  static constexpr Saves saves = Saves::None;
+  template <class T>
+  OXM_HD static T fwd(T x) { return -x; }
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor&) { return -g; }
+};
+struct Exp {
+  static constexpr const char* name = "exp";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Output;
+  template <class T>
+  OXM_HD static T fwd(T x) { return std::exp(x); }
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * y; }
+};
+struct Log {
+  static constexpr const char* name = "log";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Input;
+  template <class T>
+  OXM_HD static T fwd(T x) { return std::log(x); }
+  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g / x; }
+};
+struct Abs {
+  static constexpr const char* name = "abs";
+  static constexpr bool ints = true, diff = true;
+  static constexpr Saves saves = Saves::Input;
+  template <class T>
+  OXM_HD static T fwd(T x) { return x < T(0) ? -x : x; }
+  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g * x.sign(); }
+};
+struct Sqrt {
+  static constexpr const char* name = "sqrt";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Output;
+  template <class T>
+  OXM_HD static T fwd(T x) { return std::sqrt(x); }
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g / (2.0 * y); }
+};
+struct Rsqrt {
+  static constexpr const char* name = "rsqrt";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Both;
+  template <class T>
+  OXM_HD static T fwd(T x) { return T(1) / std::sqrt(x); }
+  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor& y) { return g * (-0.5) * y / x; }
+};
+struct Sin {
+  static constexpr const char* name = "sin";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Input;
+  template <class T>
+  OXM_HD static T fwd(T x) { return std::sin(x); }
+  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g * x.cos(); }
+};
+struct Cos {
+  static constexpr const char* name = "cos";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Input;
+  template <class T>
+  OXM_HD static T fwd(T x) { return std::cos(x); }
+  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return -(g * x.sin()); }
+};
+struct Tanh {
+  static constexpr const char* name = "tanh";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Output;
+  template <class T>
+  OXM_HD static T fwd(T x) { return std::tanh(x); }
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * (1.0 - y * y); }
+};
+struct Relu {
+  static constexpr const char* name = "relu";
+  static constexpr bool ints = true, diff = true;
+  static constexpr Saves saves = Saves::Output;
+  // NaN propagates (x > 0 is false for NaN, so keep x explicitly).
+  template <class T>
+  OXM_HD static T fwd(T x) { return (x > T(0) || is_nan(x)) ? x : T(0); }
+  // relu'(0) = 0: the mask y > 0.
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * y.gt(zeros_like(y)); }
+};
+struct Gelu {
+  // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  static constexpr const char* name = "gelu";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Input;
+  template <class T>
+  OXM_HD static T fwd(T x) {
+    const T k = T(0.7978845608028654), c = T(0.044715);
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x)));
+  }
+  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) {
+    const double k = 0.7978845608028654, c = 0.044715;
+    Tensor x2 = x * x;
+    Tensor th = (k * (x + c * x2 * x)).tanh();
+    Tensor d = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * (k * (1.0 + 3.0 * c * x2));
+    return g * d;
+  }
+};
+struct Sigmoid {
+  static constexpr const char* name = "sigmoid";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Output;
+  template <class T>
+  OXM_HD static T fwd(T x) {
+    // Stable for large |x|.
+    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+    T e = std::exp(x);
+    return e / (T(1) + e);
+  }
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * y * (1.0 - y); }
+};
+struct Square {
+  static constexpr const char* name = "square";
+  static constexpr bool ints = true, diff = true;
+  static constexpr Saves saves = Saves::Input;
+  template <class T>
+  OXM_HD static T fwd(T x) { return x * x; }
+  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g * (2.0 * x); }
+};
+struct Reciprocal {
+  static constexpr const char* name = "reciprocal";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Output;
+  template <class T>
+  OXM_HD static T fwd(T x) { return T(1) / x; }
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return -(g * y * y); }
+};
+struct Log1p {
+  static constexpr const char* name = "log1p";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Input;
+  template <class T>
+  OXM_HD static T fwd(T x) { return std::log1p(x); }
+  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g / (1.0 + x); }
+};
+struct Expm1 {
+  static constexpr const char* name = "expm1";
+  static constexpr bool ints = false, diff = true;
+  static constexpr Saves saves = Saves::Output;
+  template <class T>
+  OXM_HD static T fwd(T x) { return std::expm1(x); }
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * (y + 1.0); }
+};
+struct Sign {
+  static constexpr const char* name = "sign";
+  static constexpr bool ints = true, diff = false;  // gradient is zero almost everywhere
+  static constexpr Saves saves = Saves::None;
+  template <class T>
+  OXM_HD static T fwd(T x) {
+    if (is_nan(x)) return x;
+    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+  }
+  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); }
+};
+
+// ---------------------------------------------------------------- binary
+// Each def: name, ints, diff, fwd(a, b), bwd(g, a, b, y) -> {ga, gb} (before reduction to input shapes).
+struct GradPair {
+  Tensor a, b;
+};
+struct Add {
+  static constexpr const char* name = "add";
+  static constexpr bool ints = true, diff = true, saves_inputs = false, saves_output = false;
+  template <class T>
+  OXM_HD static T fwd(T a, T b) { return a + b; }
+  static GradPair bwd(const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return {g, g}; }
+};
+struct Sub {
+  static constexpr const char* name = "sub";
+  static constexpr bool ints = true, diff = true, saves_inputs = false, saves_output = false;
+  template <class T>
+  OXM_HD static T fwd(T a, T b) { return a - b; }
+  static GradPair bwd(const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return {g, -g}; }
+};
+struct Mul {
+  static constexpr const char* name = "mul";
+  static constexpr bool ints = true, diff = true, saves_inputs = true, saves_output = false;
+  template <class T>
+  OXM_HD static T fwd(T a, T b) { return a * b; }
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+    return {g * b, g * a};
+  }
+};
+struct Div {
+  static constexpr const char* name = "div";
+  static constexpr bool ints = false, diff = true, saves_inputs = true, saves_output = false;
+  template <class T>
+  OXM_HD static T fwd(T a, T b) { return a / b; }
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+    Tensor ga = g / b;
+    return {ga, -(ga * a / b)};
+  }
+};
+struct Pow {
+  static constexpr const char* name = "pow";
+  static constexpr bool ints = false, diff = true, saves_inputs = true, saves_output = true;
+  template <class T>
+  OXM_HD static T fwd(T a, T b) { return std::pow(a, b); }
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& y) {
+    Tensor ga = g * b * a.pow(b - 1.0);
+    // d/db a^b = a^b log a; defined as 0 where a == 0 (the limit for b > 0), as torch does.
+    Tensor zero = zeros_like(a);
+    Tensor safe_log = where(a.eq(zero), zero, a.log());
+    return {ga, g * y * safe_log};
+  }
+};
+struct Maximum {
+  static constexpr const char* name = "maximum";
+  static constexpr bool ints = true, diff = true, saves_inputs = true, saves_output = false;
+  template <class T>
+  OXM_HD static T fwd(T a, T b) {
+    if (is_nan(a) || is_nan(b)) return nan_v<T>();
+    return a > b ? a : b;
+  }
+  // Ties split the gradient evenly.
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+    Tensor w = a.gt(b) + 0.5 * a.eq(b);
+    return {g * w, g * (1.0 - w)};
+  }
+};
+struct Minimum {
+  static constexpr const char* name = "minimum";
+  static constexpr bool ints = true, diff = true, saves_inputs = true, saves_output = false;
+  template <class T>
+  OXM_HD static T fwd(T a, T b) {
+    if (is_nan(a) || is_nan(b)) return nan_v<T>();
+    return a < b ? a : b;
+  }
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+    Tensor w = a.lt(b) + 0.5 * a.eq(b);
+    return {g * w, g * (1.0 - w)};
+  }
+};
+#define OXM_COMPARISON(Name, str, expr)                                                    \
+  struct Name {                                                                            \
+    static constexpr const char* name = str;                                               \
+    static constexpr bool ints = true, diff = false, saves_inputs = false, saves_output = false; \
+    template <class T>                                                                     \
+    OXM_HD static T fwd(T a, T b) { return (expr) ? T(1) : T(0); }                         \
+    static GradPair bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { return {}; } \
+  };
+OXM_COMPARISON(Eq, "eq", a == b)
+OXM_COMPARISON(Ne, "ne", a != b)
+OXM_COMPARISON(Lt, "lt", a < b)
+OXM_COMPARISON(Le, "le", a <= b)
+OXM_COMPARISON(Gt, "gt", a > b)
+OXM_COMPARISON(Ge, "ge", a >= b)
+#undef OXM_COMPARISON
+
+}  // namespace defs
+
+// X(EnumName, Def)
+#define OXMERA_UNARY_OPS(X)                                                                     \
+  X(Neg, Neg) X(Exp, Exp) X(Log, Log) X(Abs, Abs) X(Sqrt, Sqrt) X(Rsqrt, Rsqrt) X(Sin, Sin)      \
+  X(Cos, Cos) X(Tanh, Tanh) X(Relu, Relu) X(Gelu, Gelu) X(Sigmoid, Sigmoid) X(Square, Square)    \
+  X(Reciprocal, Reciprocal) X(Log1p, Log1p) X(Expm1, Expm1) X(Sign, Sign)
+
+#define OXMERA_BINARY_OPS(X)                                                                     \
+  X(Add, Add) X(Sub, Sub) X(Mul, Mul) X(Div, Div) X(Pow, Pow) X(Maximum, Maximum)                \
+  X(Minimum, Minimum) X(Eq, Eq) X(Ne, Ne) X(Lt, Lt) X(Le, Le) X(Gt, Gt) X(Ge, Ge)
+
+enum class UnaryOp : uint8_t {
+#define OXM_X(id, def) id,
+  OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+      Count
+};
+enum class BinaryOp : uint8_t {
+#define OXM_X(id, def) id,
+  OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+      Count
+};
+
+// Reductions over a set of dims. Sum and Mean share kernels (Mean divides by the count).
+enum class ReduceOp : uint8_t { Sum, Max, Min };
+enum class ArgReduceOp : uint8_t { Argmax, Argmin };
+
+const char* unary_name(UnaryOp op) noexcept;
+const char* binary_name(BinaryOp op) noexcept;
+
+}  // namespace oxmera::ops

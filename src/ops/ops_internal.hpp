@@ -1,0 +1,30 @@
+#pragma once
+// Shared helpers of the op front ends.
+#include "ops/op_defs.hpp"
+
+namespace oxmera::ops {
+
+// Index of a def in its X-macro list (its enum value).
+template <class Def>
+constexpr int op_index() {
+  int i = 0, found = -1;
+#define OXM_X(id, def) \
+  if (std::is_same_v<Def, defs::def>) found = i; \
+  ++i;
+  OXMERA_UNARY_OPS(OXM_X)
+  if (found >= 0) return found;
+  i = 0;
+  OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+  return found;
+}
+
+Tensor unary(UnaryOp op, const Tensor& x);
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+Shape check_binary(const Tensor& a, const Tensor& b, const char* op);
+Tensor broadcast_view(const Tensor& t, const Shape& shape);
+Tensor scalar_like(double v, const Tensor& like, const char* op);
+// Reduction mask over `dims` (empty = all) of a rank-`rank` tensor; duplicate dims are an error.
+uint64_t reduce_mask(const Dims& dims, int64_t rank, const char* op);
+
+}  // namespace oxmera::ops

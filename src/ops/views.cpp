@@ -1,0 +1,416 @@
+// Zero-copy views (and their backward rules), contiguous/clone, dtype and device conversion, in-place ops.
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "autograd/node.hpp"
+#include "backend/backend.hpp"
+#include "ops/ops_internal.hpp"
+#include "oxmera/autograd.hpp"
+
+namespace oxmera {
+namespace {
+
+using detail::Node;
+
+struct ReshapeNode final : Node {
+  Shape in_shape;
+  const char* name() const override { return "reshape"; }
+  void apply(Tensor* g, Tensor* gin) override { gin[0] = g[0].reshape(in_shape); }
+};
+struct PermuteNode final : Node {
+  Dims inverse;
+  const char* name() const override { return "permute"; }
+  void apply(Tensor* g, Tensor* gin) override { gin[0] = g[0].permute(inverse); }
+};
+struct ExpandNode final : Node {
+  Shape in_shape;
+  const char* name() const override { return "broadcast_to"; }
+  void apply(Tensor* g, Tensor* gin) override { gin[0] = detail::sum_to(g[0], in_shape); }
+};
+struct SliceNode final : Node {
+  Shape in_shape;
+  int64_t dim = 0, start = 0, end = 0, step = 1;
+  bool select = false;
+  const char* name() const override { return select ? "select" : "slice"; }
+  void apply(Tensor* g, Tensor* gin) override {
+    Tensor z = zeros(in_shape, g[0].dtype()).to(g[0].device());
+    Tensor v = select ? z.select(dim, start) : z.slice(dim, start, end, step);
+    v.copy_(g[0]);
+    gin[0] = z;
+  }
+};
+struct IdentityNode final : Node {
+  const char* name_;
+  explicit IdentityNode(const char* n) : name_(n) {}
+  const char* name() const override { return name_; }
+  void apply(Tensor* g, Tensor* gin) override { gin[0] = g[0]; }
+};
+struct CastNode final : Node {
+  DType in_dtype;
+  Device in_device;
+  const char* name() const override { return "to"; }
+  void apply(Tensor* g, Tensor* gin) override { gin[0] = g[0].to(in_dtype).to(in_device); }
+};
+
+// Records a single-input node for `out` when `in` is being differentiated.
+template <class N>
+void record(Tensor& out, const Tensor& in, N* n) {
+  n->next.push_back(detail::edge_of(in));
+  detail::set_history(out, n);
+}
+
+// Strides for viewing (shape, strides) as new_shape without copying, if possible (same rule as NumPy).
+std::optional<Strides> view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape) {
+  Strides out(new_shape.size());
+  if (shape.product() == 0) return contiguous_strides(new_shape);
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_base_stride = strides.empty() ? 1 : strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= shape[d];
+    if (d == 0 || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+Shape infer_shape(const Shape& req, int64_t numel, const char* op, const Shape& from) {
+  Shape s = req;
+  int64_t infer = -1, prod = 1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      OXM_CHECK(infer < 0, InvalidArgument, op, ": only one dimension can be -1, got ", req);
+      infer = static_cast<int64_t>(i);
+    } else {
+      OXM_CHECK(s[i] >= 0, InvalidArgument, op, ": invalid size ", s[i], " in ", req);
+      OXM_CHECK(!__builtin_mul_overflow(prod, s[i], &prod), InvalidArgument, op, ": shape ", req, " overflows");
+    }
+  }
+  if (infer >= 0) {
+    OXM_CHECK(prod != 0 && numel % prod == 0, ShapeMismatch, op, ": cannot infer -1 in ", req, " for ", numel,
+              " elements (from shape ", from, ")");
+    s[infer] = numel / prod;
+    prod *= s[infer];
+  }
+  OXM_CHECK(prod == numel, ShapeMismatch, op, ": shape ", req, " has ", prod, " elements but the tensor ", from,
+            " has ", numel);
+  return s;
+}
+
+Tensor view_impl(const Tensor& self, const Shape& req, bool allow_copy, const char* op) {
+  detail::check_defined(self, op);
+  const auto& t = *self.impl();
+  Shape s = infer_shape(req, t.numel, op, t.shape);
+  if (s == t.shape) return self;
+  auto st = view_strides(t.shape, t.strides, s);
+  Tensor out;
+  if (st) {
+    out = detail::make_view(self, s, *st, t.offset);
+  } else {
+    OXM_CHECK(allow_copy, InvalidArgument, op, ": a tensor of shape ", t.shape, " with strides ", t.strides,
+              " cannot be viewed as ", s, " without copying; use reshape (or contiguous().view)");
+    NoGradGuard ng;
+    Tensor c = self.contiguous();
+    out = detail::make_view(c, s, contiguous_strides(s), 0);
+  }
+  if (detail::needs_tape(self)) {
+    auto* n = new ReshapeNode();
+    n->in_shape = t.shape;
+    record(out, self, n);
+  }
+  return out;
+}
+
+Tensor slice_impl(const Tensor& self, int64_t dim, int64_t start, int64_t end, int64_t step, bool select,
+                  const char* op) {
+  detail::check_defined(self, op);
+  const auto& t = *self.impl();
+  const int64_t rank = static_cast<int64_t>(t.shape.size());
+  OXM_CHECK(rank > 0, InvalidArgument, op, ": cannot slice a 0-d tensor");
+  const int64_t d = normalize_dim(dim, rank, op);
+  const int64_t size = t.shape[d];
+  Shape shape = t.shape;
+  Strides strides = t.strides;
+  int64_t offset = t.offset;
+  if (select) {
+    OXM_CHECK(start >= -size && start < size, IndexOutOfBounds, op, ": index ", start, " is out of range for dim ",
+              dim, " of size ", size, " (shape ", t.shape, ")");
+    if (start < 0) start += size;
+    offset += start * t.strides[d];
+    shape.erase(d);
+    strides.erase(d);
+    end = start + 1;
+  } else {
+    OXM_CHECK(step >= 1, InvalidArgument, op, ": step must be >= 1, got ", step);
+    int64_t s0 = start < 0 ? start + size : start, e0 = end < 0 ? end + size : end;
+    OXM_CHECK(s0 >= 0 && s0 <= size && e0 >= 0 && e0 <= size, IndexOutOfBounds, op, ": range [", start, ", ", end,
+              ") is out of bounds for dim ", dim, " of size ", size, " (shape ", t.shape, ")");
+    OXM_CHECK(s0 <= e0, InvalidArgument, op, ": reversed range [", start, ", ", end, ") on dim ", dim,
+              "; start must not exceed end");
+    start = s0;
+    end = e0;
+    offset += size > 0 ? start * t.strides[d] : 0;
+    shape[d] = (end - start + step - 1) / step;
+    strides[d] = t.strides[d] * step;
+  }
+  Tensor out = detail::make_view(self, shape, strides, offset);
+  if (detail::needs_tape(self)) {
+    auto* n = new SliceNode();
+    n->in_shape = t.shape;
+    n->dim = d;
+    n->start = start;
+    n->end = end;
+    n->step = step;
+    n->select = select;
+    record(out, self, n);
+  }
+  return out;
+}
+
+void check_inplace(const Tensor& self, const char* op) {
+  detail::check_defined(self, op);
+  OXM_CHECK(!(grad_enabled() && self.impl()->requires_grad), InvalidArgument, op,
+            ": in-place update of a tensor that requires grad while grad mode is on would corrupt its gradient; "
+            "wrap the update in NoGradGuard (as optimizers do) or use the out-of-place op");
+}
+
+}  // namespace
+
+Tensor Tensor::reshape(const Shape& shape) const { return view_impl(*this, shape, true, "reshape"); }
+Tensor Tensor::view(const Shape& shape) const { return view_impl(*this, shape, false, "view"); }
+
+Tensor Tensor::permute(const Dims& order) const {
+  detail::check_defined(*this, "permute");
+  const auto& t = *impl_;
+  const int64_t rank = static_cast<int64_t>(t.shape.size());
+  OXM_CHECK(static_cast<int64_t>(order.size()) == rank, InvalidArgument, "permute: order ", order,
+            " must list each of the ", rank, " dims of shape ", t.shape, " once");
+  Shape shape(order.size());
+  Strides strides(order.size());
+  Dims inverse(order.size());
+  uint64_t seen = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    int64_t d = normalize_dim(order[i], rank, "permute");
+    OXM_CHECK(!(seen >> d & 1), InvalidArgument, "permute: dim ", order[i], " repeated in ", order);
+    seen |= uint64_t{1} << d;
+    shape[i] = t.shape[d];
+    strides[i] = t.strides[d];
+    inverse[d] = static_cast<int64_t>(i);
+  }
+  Tensor out = detail::make_view(*this, shape, strides, t.offset);
+  if (detail::needs_tape(*this)) {
+    auto* n = new PermuteNode();
+    n->inverse = inverse;
+    record(out, *this, n);
+  }
+  return out;
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  const int64_t rank = dim();
+  if (rank < 2) {
+    normalize_dim(d0, rank, "transpose");
+    normalize_dim(d1, rank, "transpose");
+    return *this;
+  }
+  Dims order(static_cast<size_t>(rank));
+  std::iota(order.begin(), order.end(), 0);
+  std::swap(order[normalize_dim(d0, rank, "transpose")], order[normalize_dim(d1, rank, "transpose")]);
+  return permute(order);
+}
+Tensor Tensor::t() const { return dim() < 2 ? *this : transpose(-2, -1); }
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  OXM_CHECK(length >= 0, InvalidArgument, "narrow: length must be >= 0, got ", length);
+  detail::check_defined(*this, "narrow");
+  int64_t nd = normalize_dim(d, dim(), "narrow");
+  int64_t size = dim() > 0 ? impl_->shape[nd] : 1;
+  int64_t s = start < 0 ? start + size : start;
+  OXM_CHECK(s >= 0 && s + length <= size, IndexOutOfBounds, "narrow: start ", start, " with length ", length,
+            " exceeds dim ", d, " of size ", size, " (shape ", shape(), ")");
+  return slice_impl(*this, d, s, s + length, 1, false, "narrow");
+}
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  return slice_impl(*this, d, start, end, step, false, "slice");
+}
+Tensor Tensor::select(int64_t d, int64_t index) const { return slice_impl(*this, d, index, 0, 1, true, "select"); }
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  detail::check_defined(*this, "unsqueeze");
+  const auto& t = *impl_;
+  const int64_t rank = static_cast<int64_t>(t.shape.size());
+  OXM_CHECK(d >= -rank - 1 && d <= rank, IndexOutOfBounds, "unsqueeze: dim ", d, " out of range for rank ", rank,
+            " (valid: ", -rank - 1, "..", rank, ")");
+  if (d < 0) d += rank + 1;
+  Shape s = t.shape;
+  s.insert(static_cast<size_t>(d), 1);
+  return reshape(s);
+}
+Tensor Tensor::squeeze() const {
+  detail::check_defined(*this, "squeeze");
+  Shape s;
+  for (int64_t v : impl_->shape)
+    if (v != 1) s.push_back(v);
+  return reshape(s);
+}
+Tensor Tensor::squeeze(int64_t d) const {
+  detail::check_defined(*this, "squeeze");
+  const int64_t rank = dim();
+  if (rank == 0) {
+    normalize_dim(d, 0, "squeeze");
+    return *this;
+  }
+  int64_t nd = normalize_dim(d, rank, "squeeze");
+  if (impl_->shape[nd] != 1) return *this;
+  Shape s = impl_->shape;
+  s.erase(nd);
+  return reshape(s);
+}
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  detail::check_defined(*this, "flatten");
+  const int64_t rank = dim();
+  if (rank == 0) return reshape({1});
+  int64_t s = normalize_dim(start_dim, rank, "flatten"), e = normalize_dim(end_dim, rank, "flatten");
+  OXM_CHECK(s <= e, InvalidArgument, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
+  Shape out;
+  int64_t prod = 1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i < s || i > e) {
+      out.push_back(impl_->shape[i]);
+    } else {
+      prod *= impl_->shape[i];
+      if (i == e) out.push_back(prod);
+    }
+  }
+  return reshape(out);
+}
+
+Tensor Tensor::broadcast_to(const Shape& shape) const {
+  detail::check_defined(*this, "broadcast_to");
+  const auto& t = *impl_;
+  if (t.shape == shape) return *this;
+  OXM_CHECK(shape.size() >= t.shape.size(), BroadcastIncompatible, "broadcast_to: cannot broadcast ", t.shape,
+            " to fewer dims ", shape);
+  Shape b = broadcast_shapes(t.shape, shape, "broadcast_to");
+  OXM_CHECK(b == shape, BroadcastIncompatible, "broadcast_to: cannot broadcast ", t.shape, " to ", shape);
+  checked_numel(shape, "broadcast_to");
+  Tensor out = ops::broadcast_view(*this, shape);
+  if (detail::needs_tape(*this)) {
+    auto* n = new ExpandNode();
+    n->in_shape = t.shape;
+    record(out, *this, n);
+  }
+  return out;
+}
+
+Tensor Tensor::contiguous() const {
+  detail::check_defined(*this, "contiguous");
+  if (impl_->contiguous) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  detail::check_defined(*this, "clone");
+  const auto& t = *impl_;
+  Tensor out = detail::make_empty(t.shape, t.dtype, t.device(), "clone");
+  if (t.numel) detail::backend_for(t.device(), "clone").copy(t, *out.impl());
+  if (detail::needs_tape(*this)) record(out, *this, new IdentityNode("clone"));
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  detail::check_defined(*this, "to");
+  const auto& t = *impl_;
+  if (t.dtype == dtype) return *this;
+  Tensor out = detail::make_empty(t.shape, dtype, t.device(), "to");
+  if (t.numel) detail::backend_for(t.device(), "to").copy(t, *out.impl());
+  if (is_floating(dtype) && detail::needs_tape(*this)) {
+    auto* n = new CastNode();
+    n->in_dtype = t.dtype;
+    n->in_device = t.device();
+    record(out, *this, n);
+  }
+  return out;
+}
+
+Tensor Tensor::to(Device device) const {
+  detail::check_defined(*this, "to");
+  const auto& t = *impl_;
+  if (t.device() == device) return *this;
+  auto& dst_be = detail::backend_for(device, "to");
+  OXM_CHECK(device.is_cpu() || t.dtype != DType::F64, UnsupportedDType, "to(", device,
+            "): f64 tensors live on the CPU only; cast with .to(DType::F32) first");
+  Tensor src = t.device().is_cpu() ? contiguous() : *this;
+  Tensor out = detail::make_empty(t.shape, t.dtype, device, "to");
+  const size_t bytes = static_cast<size_t>(t.numel) * itemsize(t.dtype);
+  if (bytes) {
+    if (t.device().is_cpu()) {
+      dst_be.copy_from_host(out.impl()->storage->data, src.impl()->byte_ptr(), bytes);
+    } else {
+      Tensor c = src.contiguous();
+      auto& src_be = detail::backend_for(t.device(), "to");
+      Tensor host = detail::make_empty(t.shape, t.dtype, Device::cpu(), "to");
+      src_be.copy_to_host(host.impl()->storage->data, c.impl()->byte_ptr(), bytes);
+      if (device.is_cpu()) return host;
+      dst_be.copy_from_host(out.impl()->storage->data, host.impl()->storage->data, bytes);
+    }
+  }
+  if (detail::needs_tape(*this)) {
+    auto* n = new CastNode();
+    n->in_dtype = t.dtype;
+    n->in_device = t.device();
+    record(out, *this, n);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- in-place
+Tensor& Tensor::zero_() { return fill_(0.0); }
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  if (impl_->numel) detail::backend_for(device(), "fill_").fill(*impl_, value);
+  ++impl_->storage->version;
+  return *this;
+}
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  detail::check_defined(src, "copy_", "source");
+  OXM_CHECK(src.device() == device(), DeviceMismatch, "copy_: source is on ", src.device(), " but the destination is on ",
+            device(), "; move it with .to(Device) first");
+  Tensor s = src.broadcast_to(shape());
+  if (impl_->numel) detail::backend_for(device(), "copy_").copy(*s.impl(), *impl_);
+  ++impl_->storage->version;
+  return *this;
+}
+Tensor& Tensor::add_(const Tensor& o, double alpha) {
+  check_inplace(*this, "add_");
+  NoGradGuard ng;
+  ops::check_binary(*this, o, "add_");
+  Tensor v = alpha == 1.0 ? o : o * alpha;
+  Tensor b = v.broadcast_to(shape());
+  if (impl_->numel) detail::backend_for(device(), "add_").binary(ops::BinaryOp::Add, *impl_, *b.impl(), *impl_);
+  ++impl_->storage->version;
+  return *this;
+}
+Tensor& Tensor::mul_(double s) {
+  check_inplace(*this, "mul_");
+  Tensor sv = ops::broadcast_view(ops::scalar_like(s, *this, "mul_"), shape());
+  if (impl_->numel) detail::backend_for(device(), "mul_").binary(ops::BinaryOp::Mul, *impl_, *sv.impl(), *impl_);
+  ++impl_->storage->version;
+  return *this;
+}
+
+}  // namespace oxmera

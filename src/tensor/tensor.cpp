@@ -1,0 +1,203 @@
+// Tensor handles, storage, metadata, element access and printing.
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "autograd/node.hpp"
+#include "backend/backend.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace oxmera {
+namespace detail {
+
+void retain(TensorImpl* p) noexcept { p->refcount.fetch_add(1, std::memory_order_relaxed); }
+void release(TensorImpl* p) noexcept {
+  if (p->refcount.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(p);
+}
+
+void destroy(Storage* s) noexcept {
+  if (s->data) {
+    // Backends outlive every tensor (they are never unregistered).
+    backend_for(s->device, "free").deallocate(s->data, s->nbytes);
+  }
+  delete s;
+}
+
+void destroy(TensorImpl* t) noexcept { delete t; }
+
+TensorImpl* new_impl() { return new TensorImpl(); }
+
+void TensorImpl::refresh_contiguous() {
+  int64_t expected = 1;
+  contiguous = true;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) {
+      contiguous = false;
+      return;
+    }
+    expected *= shape[i];
+  }
+}
+
+Ref<Storage> allocate_storage(size_t nbytes, Device device) {
+  Backend& be = backend_for(device, "allocate");
+  auto* s = new Storage();
+  s->device = device;
+  s->nbytes = nbytes;
+  try {
+    s->data = nbytes ? be.allocate(nbytes) : nullptr;
+  } catch (...) {
+    delete s;
+    throw;
+  }
+  return Ref<Storage>::adopt(s);
+}
+
+Tensor make_empty(const Shape& shape, DType dtype, Device device, const char* op) {
+  int64_t n = checked_numel(shape, op, itemsize(dtype));
+  TensorImpl* t = new_impl();
+  Tensor out(t);
+  t->storage = allocate_storage(static_cast<size_t>(n) * itemsize(dtype), device);
+  t->shape = shape;
+  t->strides = contiguous_strides(shape);
+  t->numel = n;
+  t->dtype = dtype;
+  return out;
+}
+
+Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
+  const TensorImpl& b = *base.impl();
+  TensorImpl* t = new_impl();
+  Tensor out(t);
+  t->storage = b.storage;
+  t->numel = shape.product();
+  t->shape = std::move(shape);
+  t->strides = std::move(strides);
+  t->offset = offset;
+  t->dtype = b.dtype;
+  t->refresh_contiguous();
+  return out;
+}
+
+void check_defined(const Tensor& t, const char* op, const char* arg) {
+  OXM_CHECK(t.defined(), InvalidArgument, op, ": ", arg, " is an undefined tensor (default-constructed)");
+}
+
+}  // namespace detail
+
+using detail::impl_of;
+
+#define OXM_IMPL(op) (detail::check_defined(*this, op), impl_of(*this))
+
+const Shape& Tensor::shape() const { return OXM_IMPL("shape").shape; }
+const Strides& Tensor::strides() const { return OXM_IMPL("strides").strides; }
+int64_t Tensor::dim() const { return static_cast<int64_t>(OXM_IMPL("dim").shape.size()); }
+int64_t Tensor::numel() const { return OXM_IMPL("numel").numel; }
+int64_t Tensor::size(int64_t d) const {
+  auto& t = OXM_IMPL("size");
+  return t.shape[normalize_dim(d, static_cast<int64_t>(t.shape.size()), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  auto& t = OXM_IMPL("stride");
+  return t.strides[normalize_dim(d, static_cast<int64_t>(t.shape.size()), "stride")];
+}
+int64_t Tensor::storage_offset() const { return OXM_IMPL("storage_offset").offset; }
+DType Tensor::dtype() const { return OXM_IMPL("dtype").dtype; }
+Device Tensor::device() const { return OXM_IMPL("device").device(); }
+bool Tensor::is_contiguous() const { return OXM_IMPL("is_contiguous").contiguous; }
+bool Tensor::shares_storage(const Tensor& o) const {
+  return defined() && o.defined() && impl_->storage == o.impl_->storage;
+}
+
+template <class T>
+T* Tensor::data_ptr() const {
+  auto& t = OXM_IMPL("data_ptr");
+  OXM_CHECK(t.dtype == dtype_of_v<T>, DTypeMismatch, "data_ptr: tensor has dtype ", t.dtype,
+            " but the pointer type is ", dtype_of_v<T>);
+  OXM_CHECK(t.device().is_cpu(), DeviceMismatch, "data_ptr: tensor is on ", t.device(),
+            "; move it with .to(Device::cpu()) first");
+  return t.ptr<T>();
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  auto& t0 = OXM_IMPL("to_vector");
+  OXM_CHECK(t0.dtype == dtype_of_v<T>, DTypeMismatch, "to_vector: tensor has dtype ", t0.dtype,
+            " but the element type asked for is ", dtype_of_v<T>, "; cast with .to(DType) first");
+  Tensor c = to(Device::cpu()).contiguous();
+  const T* p = c.impl()->ptr<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+
+template <class T>
+T Tensor::item() const {
+  auto& t = OXM_IMPL("item");
+  OXM_CHECK(t.numel == 1, ShapeMismatch, "item: needs a one-element tensor, got shape ", t.shape);
+  return to_vector<T>()[0];
+}
+
+#define OXM_INSTANTIATE(T)                             \
+  template T* Tensor::data_ptr<T>() const;             \
+  template std::vector<T> Tensor::to_vector<T>() const; \
+  template T Tensor::item<T>() const;
+OXM_INSTANTIATE(float)
+OXM_INSTANTIATE(double)
+OXM_INSTANTIATE(int64_t)
+OXM_INSTANTIATE(uint8_t)
+#undef OXM_INSTANTIATE
+
+// ---------------------------------------------------------------- printing
+namespace {
+template <class T>
+void print_values(std::ostream& os, const std::vector<T>& v, const Shape& shape) {
+  const int64_t limit = 6;  // per dim, head and tail shown beyond this
+  auto strides = contiguous_strides(shape);
+  auto rec = [&](auto&& self, size_t d, int64_t base, int indent) -> void {
+    if (d == shape.size()) {
+      if constexpr (std::is_same_v<T, uint8_t>)
+        os << static_cast<int>(v[base]);
+      else
+        os << v[base];
+      return;
+    }
+    os << '[';
+    int64_t n = shape[d];
+    for (int64_t i = 0; i < n; ++i) {
+      if (n > 2 * limit && i == limit) {
+        os << "...";
+        i = n - limit - 1;
+        os << (d + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+        continue;
+      }
+      self(self, d + 1, base + i * strides[d], indent + 1);
+      if (i + 1 < n) os << (d + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+    }
+    os << ']';
+  };
+  rec(rec, 0, 0, 0);
+}
+}  // namespace
+
+std::string Tensor::str() const {
+  std::ostringstream os;
+  if (!defined()) return "Tensor(undefined)";
+  os << "Tensor(";
+  Tensor c = to(Device::cpu()).contiguous();
+  os << std::setprecision(6);
+  switch (dtype()) {
+    case DType::F32: print_values(os, c.to_vector<float>(), shape()); break;
+    case DType::F64: print_values(os, c.to_vector<double>(), shape()); break;
+    case DType::I64: print_values(os, c.to_vector<int64_t>(), shape()); break;
+    case DType::U8: print_values(os, c.to_vector<uint8_t>(), shape()); break;
+  }
+  os << ", shape=" << shape() << ", dtype=" << dtype();
+  if (!device().is_cpu()) os << ", device=" << device();
+  if (requires_grad()) os << ", requires_grad";
+  os << ')';
+  return os.str();
+}
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+}  // namespace oxmera

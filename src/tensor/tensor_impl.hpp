@@ -1,0 +1,66 @@
+#pragma once
+// Internal representation of tensors and storage. Never exposed through public headers.
+#include <atomic>
+#include <cstdint>
+
+#include "core/ref.hpp"
+#include "oxmera/tensor.hpp"
+
+namespace oxmera::detail {
+
+struct Node;
+void destroy(Node* n) noexcept;
+
+// A block of device memory. `data` is opaque for non-CPU devices: only that device's backend reads it.
+struct Storage {
+  std::atomic<int32_t> refcount{1};
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  // Bumped by every in-place write, so autograd can detect a saved tensor modified before backward.
+  uint32_t version = 0;
+};
+void destroy(Storage* s) noexcept;
+// Allocates storage of `nbytes` on `device` through its backend (caching allocator on the CPU).
+Ref<Storage> allocate_storage(size_t nbytes, Device device);
+
+struct TensorImpl {
+  std::atomic<int32_t> refcount{1};
+  Ref<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements
+  int64_t numel = 0;
+  DType dtype = DType::F32;
+  bool contiguous = true;
+  // autograd
+  bool requires_grad = false;
+  uint32_t output_nr = 0;
+  Ref<Node> grad_fn;  // null for leaves and untracked tensors
+  Tensor grad;
+
+  Device device() const { return storage->device; }
+  char* byte_ptr() const {
+    return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(itemsize(dtype));
+  }
+  template <class T>
+  T* ptr() const {
+    return reinterpret_cast<T*>(byte_ptr());
+  }
+  void refresh_contiguous();
+};
+void destroy(TensorImpl* t) noexcept;
+
+// Allocation of TensorImpl objects goes through a per-thread free list (hot path of every op).
+TensorImpl* new_impl();
+
+// New contiguous tensor with uninitialised memory; `op` names the caller for errors.
+Tensor make_empty(const Shape& shape, DType dtype, Device device, const char* op);
+// New tensor viewing `base`'s storage with the given geometry (no autograd).
+Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);
+inline TensorImpl& impl_of(const Tensor& t) { return *t.impl(); }
+
+// Throws InvalidArgument when `t` is undefined.
+void check_defined(const Tensor& t, const char* op, const char* arg = "input");
+
+}  // namespace oxmera::detail
