@@ -1,0 +1,168 @@
+// Micro-benchmarks for oxmera CPU ops (Google Benchmark).
+//
+//   ./build-bench/bench/oxmera_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//
+// Names are kept short and stable so results can be compared across commits (see docs/bench-notes.md).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "oxmera/oxmera.hpp"
+
+namespace ox = oxmera;
+
+namespace {
+
+constexpr int64_t kLarge = 16 * 1024 * 1024;  // 16M floats = 64 MiB per tensor
+
+// Elementwise c = a + b on a freshly allocated result, for small (overhead-bound) shapes.
+void add_fresh(benchmark::State& state, const ox::Shape& shape) {
+  ox::NoGradGuard ng;
+  ox::Tensor a = ox::randn(shape, 1);
+  ox::Tensor b = ox::randn(shape, 2);
+  for (auto _ : state) {
+    ox::Tensor c = a + b;
+    benchmark::DoNotOptimize(c.impl());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());  // items/s == ops/s
+}
+
+void BM_AddTiny(benchmark::State& state) { add_fresh(state, ox::Shape{4}); }
+BENCHMARK(BM_AddTiny);
+
+void BM_AddSmall(benchmark::State& state) { add_fresh(state, ox::Shape{64, 16}); }
+BENCHMARK(BM_AddSmall);
+
+// Forward + backward of a tiny graph: y = relu(x*w + b).sum().
+void BM_TinyGraph(benchmark::State& state) {
+  ox::Tensor x = ox::randn({64, 16}, 1);
+  ox::Tensor w = ox::randn({64, 16}, 2).requires_grad_();
+  ox::Tensor b = ox::randn({64, 16}, 3).requires_grad_();
+  for (auto _ : state) {
+    w.zero_grad();
+    b.zero_grad();
+    ox::Tensor y = (x * w + b).relu().sum();
+    y.backward();
+    benchmark::DoNotOptimize(y.impl());
+    benchmark::DoNotOptimize(w.grad().impl());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_TinyGraph);
+
+void BM_AddLarge(benchmark::State& state) {
+  ox::NoGradGuard ng;
+  ox::Tensor a = ox::randn({kLarge}, 1);
+  ox::Tensor b = ox::randn({kLarge}, 2);
+  for (auto _ : state) {
+    ox::Tensor c = a + b;
+    benchmark::DoNotOptimize(c.impl());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kLarge * 12);  // read a, read b, write c
+}
+BENCHMARK(BM_AddLarge)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_AddLargeInplace(benchmark::State& state) {
+  ox::NoGradGuard ng;
+  ox::Tensor a = ox::randn({kLarge}, 1);
+  ox::Tensor b = ox::randn({kLarge}, 2);
+  for (auto _ : state) {
+    a.add_(b);
+    benchmark::DoNotOptimize(a.impl());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kLarge * 12);  // read a, read b, write a
+}
+BENCHMARK(BM_AddLargeInplace)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Sum(benchmark::State& state) {
+  ox::NoGradGuard ng;
+  ox::Tensor a = ox::randn({kLarge}, 1);
+  for (auto _ : state) {
+    ox::Tensor s = a.sum();
+    benchmark::DoNotOptimize(s.impl());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kLarge * 4);
+}
+BENCHMARK(BM_Sum)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void sum_dim(benchmark::State& state, int64_t dim) {
+  ox::NoGradGuard ng;
+  constexpr int64_t n = 4096;
+  ox::Tensor a = ox::randn({n, n}, 1);
+  for (auto _ : state) {
+    ox::Tensor s = a.sum({dim});
+    benchmark::DoNotOptimize(s.impl());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * n * 4);
+}
+void BM_SumRows(benchmark::State& state) { sum_dim(state, 1); }
+BENCHMARK(BM_SumRows)->Unit(benchmark::kMillisecond)->UseRealTime();
+void BM_SumCols(benchmark::State& state) { sum_dim(state, 0); }
+BENCHMARK(BM_SumCols)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Softmax(benchmark::State& state) {
+  ox::NoGradGuard ng;
+  ox::Tensor a = ox::randn({1024, 4096}, 1);
+  for (auto _ : state) {
+    ox::Tensor s = a.softmax(1);
+    benchmark::DoNotOptimize(s.impl());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t{1024} * 4096 * 8);  // read + write
+}
+BENCHMARK(BM_Softmax)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void gemm(benchmark::State& state, ox::DType dt) {
+  ox::NoGradGuard ng;
+  const int64_t n = state.range(0);
+  ox::Tensor a = ox::randn({n, n}, 1, dt);
+  ox::Tensor b = ox::randn({n, n}, 2, dt);
+  for (auto _ : state) {
+    ox::Tensor c = a.matmul(b);
+    benchmark::DoNotOptimize(c.impl());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(2.0 * double(n) * double(n) * double(n) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+void BM_Sgemm(benchmark::State& state) { gemm(state, ox::DType::F32); }
+BENCHMARK(BM_Sgemm)->RangeMultiplier(2)->Range(64, 2048)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_Dgemm(benchmark::State& state) { gemm(state, ox::DType::F64); }
+BENCHMARK(BM_Dgemm)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void batched(benchmark::State& state, const ox::Shape& sa, const ox::Shape& sb) {
+  ox::NoGradGuard ng;
+  ox::Tensor a = ox::randn(sa, 1);
+  ox::Tensor b = ox::randn(sb, 2);
+  for (auto _ : state) {
+    ox::Tensor c = a.matmul(b);
+    benchmark::DoNotOptimize(c.impl());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * 192 * 16 * 16 * 16 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+void BM_BatchedMatmulSmall(benchmark::State& state) { batched(state, {192, 16, 16}, {192, 16, 16}); }
+BENCHMARK(BM_BatchedMatmulSmall)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_BatchedMatmulBcast(benchmark::State& state) { batched(state, {192, 16, 16}, {16, 16}); }
+BENCHMARK(BM_BatchedMatmulBcast)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("blas", ox::blas_name());
+  benchmark::AddCustomContext("oxmera_threads", std::to_string(ox::get_num_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "ops/op_defs.hpp"
+#include "oxmera/memory.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace oxmera::detail {
@@ -24,6 +25,8 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void synchronize() {}
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void empty_cache() = 0;
 
   // ---- kernels. Every input is a view already broadcast to the output's shape (stride 0 where
   // broadcast); outputs are freshly allocated and contiguous unless a comment says otherwise.

@@ -48,6 +48,9 @@ bool device_available(Device d) noexcept {
   return d.index() == 0 && detail::g_backends[static_cast<int>(d.kind())].load() != nullptr;
 }
 
+MemoryStats memory_stats(Device device) { return detail::backend_for(device, "memory_stats").memory_stats(); }
+void empty_cache(Device device) { detail::backend_for(device, "empty_cache").empty_cache(); }
+
 void init() {
   // GPU backends register here once they exist in the build (see docs/ARCHITECTURE.md).
 }

@@ -49,7 +49,7 @@ std::ostream& operator<<(std::ostream& os, DType d) { return os << dtype_name(d)
 
 std::string Device::str() const {
   switch (kind_) {
-    case DeviceKind::CPU: return "cpu";
+    case DeviceKind::CPU: return index_ == 0 ? "cpu" : "cpu:" + std::to_string(index_);
     case DeviceKind::CUDA: return "cuda:" + std::to_string(index_);
     case DeviceKind::Metal: return "metal:" + std::to_string(index_);
   }

@@ -33,6 +33,11 @@ class CpuBackend final : public Backend {
   const char* name() const override { return k_->isa; }
   void* allocate(size_t nbytes) override { return host_allocate(nbytes); }
   void deallocate(void* p, size_t nbytes) noexcept override { host_deallocate(p, nbytes); }
+  MemoryStats memory_stats() const override {
+    AllocatorStats s = host_allocator_stats();
+    return {s.allocated_bytes, s.reserved_bytes, s.peak_allocated_bytes, s.system_allocations, s.cache_hits};
+  }
+  void empty_cache() override { host_empty_cache(); }
   void copy_from_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) override { k_->unary(op, x, out); }

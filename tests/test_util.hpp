@@ -1,0 +1,85 @@
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <oxmera/oxmera.hpp>
+
+namespace oxt {
+using namespace oxmera;
+
+// Values of any float tensor as f64, in logical row-major order.
+inline std::vector<double> values(const Tensor& t) {
+  if (t.dtype() == DType::F64) return t.to_vector<double>();
+  return t.to(DType::F64).to_vector<double>();
+}
+
+// Expects |a - b| <= atol + rtol |b| element-wise (NaN must match NaN, infinities must match exactly).
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rtol, double atol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << what << " at " << i << ": got " << got[i] << ", want NaN";
+      continue;
+    }
+    if (std::isinf(want[i])) {
+      EXPECT_EQ(got[i], want[i]) << what << " at " << i;
+      continue;
+    }
+    EXPECT_LE(std::abs(got[i] - want[i]), atol + rtol * std::abs(want[i]))
+        << what << " at " << i << ": got " << got[i] << ", want " << want[i];
+  }
+}
+
+// Row-major strides of a shape (for reference loops).
+inline std::vector<int64_t> rm_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size());
+  int64_t k = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = k;
+    k *= s[i];
+  }
+  return st;
+}
+
+// Index of flat output position `i` of `out` into a (broadcast) input of shape `in`.
+inline int64_t bcast_index(int64_t i, const Shape& out, const Shape& in) {
+  auto os = rm_strides(out), is = rm_strides(in);
+  int64_t idx = 0;
+  const size_t lead = out.size() - in.size();
+  for (size_t d = 0; d < out.size(); ++d) {
+    int64_t c = (i / os[d]) % out[d];
+    if (d >= lead && in[d - lead] != 1) idx += c * is[d - lead];
+  }
+  return idx;
+}
+
+template <class F>
+ErrorKind error_kind_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  ADD_FAILURE() << "expected an oxmera::Error";
+  return ErrorKind::Backend;
+}
+
+// Asserts that f throws an oxmera::Error of `kind` whose message contains `needle`.
+#define EXPECT_OXM_ERROR(stmt, kind_, needle)                                                \
+  do {                                                                                       \
+    try {                                                                                    \
+      (void)(stmt);                                                                          \
+      ADD_FAILURE() << "no error from: " #stmt;                                              \
+    } catch (const ::oxmera::Error& e) {                                                     \
+      EXPECT_EQ(e.kind(), ::oxmera::ErrorKind::kind_) << e.what();                           \
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                       \
+          << "message lacks '" << needle << "': " << e.what();                               \
+    }                                                                                        \
+  } while (0)
+
+}  // namespace oxt
