@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds and runs every test twice: a Release build, then a Debug build under AddressSanitizer + UBSan.
+# Extra arguments go to ctest (e.g. -R Gradcheck). OXMERA_WITH_TORCH=1 adds the torch parity suite's deps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+werror=OFF
+[ "${CI:-}" = "true" ] && werror=ON
+jobs=$(nproc)
+
+echo "=== Release build"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOXMERA_WERROR=$werror "${launcher[@]}" >/dev/null
+cmake --build build -j "$jobs"
+echo "=== Release tests"
+ctest --test-dir build --output-on-failure -j "$jobs" "$@"
+
+echo "=== Debug build with AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOXMERA_SANITIZE=address,undefined \
+  -DOXMERA_WERROR=$werror -DOXMERA_BUILD_BENCHMARKS=OFF "${launcher[@]}" >/dev/null
+cmake --build build-asan -j "$jobs"
+echo "=== Sanitizer tests"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" "$@"

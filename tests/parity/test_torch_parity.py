@@ -1,0 +1,569 @@
+#!/usr/bin/python3
+"""Parity of oxmera ops (forward and backward) against PyTorch.
+
+Usage: /usr/bin/python3 test_torch_parity.py PATH/TO/parity_driver [-v]
+
+Generates cases with numpy (fixed seed), runs parity_driver once with all of them (see parity_driver.cpp
+for the line protocol), computes the same with torch and compares. Prints `parity: N passed, M failed`
+and exits 1 on any failure; exits 77 (`parity: skipped ...`) when torch or numpy cannot be imported.
+Debian 12: apt-get install -y python3-torch python3-numpy (use /usr/bin/python3, not a pyenv shim).
+"""
+import math
+import os
+import subprocess
+import sys
+import time
+
+try:
+    import numpy as np
+    import torch
+except Exception:  # noqa: BLE001 - any import failure means "not available"
+    print("parity: skipped (python3-torch not installed)")
+    sys.exit(77)
+
+torch.set_num_threads(1)
+torch.set_default_dtype(torch.float64)
+
+SEED = 20240607
+rng = np.random.default_rng(SEED)
+
+NP_NAME = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int64): "i64",
+           np.dtype(np.uint8): "u8"}
+TORCH_NAME = {torch.float32: "f32", torch.float64: "f64", torch.int64: "i64", torch.uint8: "u8",
+              torch.bool: "bool"}
+NP_OF = {"f32": np.float32, "f64": np.float64}
+TORCH_OF = {"f32": torch.float32, "f64": torch.float64}
+
+
+class Case:
+    def __init__(self, op, dtype, inputs, params=None, grad=True, ref=None, kfwd=1, error=None, exact=False,
+                 note="", override=None):
+        self.override = override  # callable(torch output ndarray) -> expected ndarray: documented divergences
+        self.op = op
+        self.dtype = dtype
+        self.inputs = inputs  # list of (np.ndarray logical, nc flag, requires-grad flag)
+        self.params = params or {}
+        self.grad = grad
+        self.ref = ref  # callable(torch tensors) -> torch tensor
+        self.kfwd = kfwd  # length of the longest accumulation in the forward op (tolerance scaling)
+        self.error = error  # expected oxmera ErrorKind name
+        self.exact = exact
+        self.note = note
+        self.id = None
+        self.seed = None
+        self.expected = None  # (out ndarray, [grad ndarray | None])
+        self.kmm = 1
+
+    def describe(self):
+        shp = " ".join(("%s%s" % (list(a.shape), "nc" if nc else "")) for a, nc, _ in self.inputs)
+        prm = " ".join("%s=%s" % kv for kv in self.params.items())
+        s = "#%d %s[%s] %s" % (self.id, self.op, self.dtype, shp)
+        if prm:
+            s += " {" + prm + "}"
+        if self.note:
+            s += " (" + self.note + ")"
+        return s
+
+
+def fmt_val(v):
+    return repr(float(v)) if not isinstance(v, (int, np.integer)) else str(int(v))
+
+
+def fmt_param(v):
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(int(x)) for x in v)
+    return str(v)
+
+
+def encode(case):
+    toks = [str(case.id), case.op, "1" if case.grad else "0", str(len(case.params))]
+    toks += ["%s=%s" % (k, fmt_param(v)) for k, v in case.params.items()]
+    toks.append(str(len(case.inputs)))
+    for a, nc, rg in case.inputs:
+        stored = np.swapaxes(a, -1, -2) if nc else a
+        toks += [NP_NAME[a.dtype], "1" if nc else "0", "1" if rg else "0", str(a.ndim)]
+        toks += [str(d) for d in a.shape]
+        flat = np.ascontiguousarray(stored).reshape(-1)
+        if a.dtype.kind == "f":
+            toks += [repr(float(x)) for x in flat.tolist()]
+        else:
+            toks += [str(int(x)) for x in flat.tolist()]
+    if case.grad:
+        toks.append(str(case.seed.size))
+        toks += [repr(float(x)) for x in case.seed.reshape(-1).tolist()]
+    return " ".join(toks)
+
+
+# ------------------------------------------------------------------------------------------------ torch side
+def to_torch(a, rg):
+    t = torch.from_numpy(np.array(a, copy=True))
+    if rg:
+        t.requires_grad_(True)
+    return t
+
+
+def all_dims(x, dims):
+    return tuple(dims) if len(dims) else tuple(range(x.dim()))
+
+
+def red(fn):
+    def f(p, x):
+        dims = all_dims(x, p["dims"])
+        if x.dim() == 0:
+            return fn(x, dim=None, keepdim=None)
+        return fn(x, dim=dims, keepdim=p["keepdim"])
+    return f
+
+
+def t_sum(x, dim, keepdim):
+    return x.sum() if dim is None else x.sum(dim=dim, keepdim=keepdim)
+
+
+def t_mean(x, dim, keepdim):
+    return x.mean() if dim is None else x.mean(dim=dim, keepdim=keepdim)
+
+
+def t_amax(x, dim, keepdim):
+    return x.amax() if dim is None else torch.amax(x, dim=dim, keepdim=keepdim)
+
+
+def t_amin(x, dim, keepdim):
+    return x.amin() if dim is None else torch.amin(x, dim=dim, keepdim=keepdim)
+
+
+def cmp(fn):
+    return lambda p, a, b: fn(a, b).to(a.dtype)
+
+
+def t_slice(p, x):
+    idx = [slice(None)] * x.dim()
+    idx[p["dim"]] = slice(p["start"], p["end"], p.get("step", 1))
+    return x[tuple(idx)]
+
+
+TORCH_OPS = {
+    "neg": lambda p, x: torch.neg(x), "exp": lambda p, x: torch.exp(x), "log": lambda p, x: torch.log(x),
+    "abs": lambda p, x: torch.abs(x), "sqrt": lambda p, x: torch.sqrt(x), "rsqrt": lambda p, x: torch.rsqrt(x),
+    "sin": lambda p, x: torch.sin(x), "cos": lambda p, x: torch.cos(x), "tanh": lambda p, x: torch.tanh(x),
+    "relu": lambda p, x: torch.relu(x),
+    "gelu": lambda p, x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "sigmoid": lambda p, x: torch.sigmoid(x), "square": lambda p, x: torch.square(x),
+    "reciprocal": lambda p, x: torch.reciprocal(x), "log1p": lambda p, x: torch.log1p(x),
+    "expm1": lambda p, x: torch.expm1(x), "sign": lambda p, x: torch.sign(x),
+    "add": lambda p, a, b: a + b, "sub": lambda p, a, b: a - b, "mul": lambda p, a, b: a * b,
+    "div": lambda p, a, b: a / b, "pow": lambda p, a, b: torch.pow(a, b),
+    "maximum": lambda p, a, b: torch.maximum(a, b), "minimum": lambda p, a, b: torch.minimum(a, b),
+    "eq": cmp(torch.eq), "ne": cmp(torch.ne), "lt": cmp(torch.lt), "le": cmp(torch.le), "gt": cmp(torch.gt),
+    "ge": cmp(torch.ge),
+    "where": lambda p, m, a, b: torch.where(m != 0, a, b),
+    "add_s": lambda p, x: x + p["s"], "sub_s": lambda p, x: x - p["s"], "mul_s": lambda p, x: x * p["s"],
+    "div_s": lambda p, x: x / p["s"], "rsub_s": lambda p, x: p["s"] - x, "rdiv_s": lambda p, x: p["s"] / x,
+    "pow_s": lambda p, x: torch.pow(x, p["s"]), "clamp": lambda p, x: torch.clamp(x, p["lo"], p["hi"]),
+    "sum": red(t_sum), "mean": red(t_mean), "max": red(t_amax), "min": red(t_amin),
+    "argmax": lambda p, x: torch.argmax(x, dim=p["dim"], keepdim=p["keepdim"]),
+    "argmin": lambda p, x: torch.argmin(x, dim=p["dim"], keepdim=p["keepdim"]),
+    "softmax": lambda p, x: torch.softmax(x, dim=p["dim"]),
+    "log_softmax": lambda p, x: torch.log_softmax(x, dim=p["dim"]),
+    "logsumexp": lambda p, x: torch.logsumexp(x, dim=p["dim"], keepdim=p["keepdim"]),
+    "matmul": lambda p, a, b: torch.matmul(a, b),
+    "reshape": lambda p, x: x.reshape(p["shape"]), "permute": lambda p, x: x.permute(p["order"]),
+    "transpose": lambda p, x: x.transpose(p["d0"], p["d1"]),
+    "t": lambda p, x: x.transpose(-2, -1) if x.dim() >= 2 else x,
+    "narrow": lambda p, x: x.narrow(p["dim"], p["start"], p["length"]), "slice": t_slice,
+    "select": lambda p, x: x.select(p["dim"], p["index"]), "unsqueeze": lambda p, x: x.unsqueeze(p["dim"]),
+    "squeeze": lambda p, x: x.squeeze(p["dim"]) if "dim" in p else x.squeeze(),
+    "flatten": lambda p, x: x.flatten(p.get("start", 0), p.get("end", -1)),
+    "broadcast_to": lambda p, x: x.broadcast_to(p["shape"]),
+    "to": lambda p, x: x.to(TORCH_OF[p["dtype"]]),
+    "contiguous": lambda p, x: x.contiguous(), "clone": lambda p, x: x.clone(),
+}
+
+
+def compute_expected(case):
+    ts = [to_torch(a, rg and case.grad) for a, _, rg in case.inputs]
+    try:
+        out = TORCH_OPS[case.op](case.params, *ts)
+    except Exception:  # noqa: BLE001
+        if case.override is None or case.grad:
+            raise
+        case.expected = (case.override(None), case.dtype, None)  # torch raises; oxmera's answer by design
+        return
+    if out.dtype == torch.bool:
+        out = out.to(ts[0].dtype)
+    grads = None
+    if case.grad:
+        seed = rng.standard_normal(tuple(out.shape)).astype(out.detach().numpy().dtype)
+        case.seed = seed
+        if out.requires_grad:
+            out.backward(torch.from_numpy(seed))
+        grads = []
+        for t, (_, _, rg) in zip(ts, case.inputs):
+            grads.append(None if not (rg and t.grad is not None) else t.grad.detach().numpy().copy())
+    o = out.detach().numpy().copy()
+    if case.override is not None:
+        o = case.override(o)
+    case.expected = (o, TORCH_NAME[out.dtype], grads)
+
+
+# ---------------------------------------------------------------------------------------------- generators
+def rnd(shape, dtype, lo=-3.0, hi=3.0):
+    return rng.uniform(lo, hi, size=shape).astype(NP_OF[dtype])
+
+
+def rnd_away(shape, dtype, lo=0.2, hi=3.0):  # |x| in [lo, hi], random sign
+    return (rng.uniform(lo, hi, size=shape) * rng.choice([-1.0, 1.0], size=shape)).astype(NP_OF[dtype])
+
+
+def rnd_int(shape, dtype, lo=-1, hi=1):  # small integers as floats: lots of ties
+    return rng.integers(lo, hi + 1, size=shape).astype(NP_OF[dtype])
+
+
+UNARY_DOMAIN = {
+    "log": lambda s, d: rnd(s, d, 0.1, 4.0), "sqrt": lambda s, d: rnd(s, d, 0.1, 4.0),
+    "rsqrt": lambda s, d: rnd(s, d, 0.1, 4.0), "log1p": lambda s, d: rnd(s, d, -0.9, 3.0),
+    "reciprocal": rnd_away, "abs": rnd_away, "sign": rnd_away, "relu": rnd_away,
+}
+UNARY = ["neg", "exp", "log", "abs", "sqrt", "rsqrt", "sin", "cos", "tanh", "relu", "gelu", "sigmoid", "square",
+         "reciprocal", "log1p", "expm1", "sign"]
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1e-30, -1e-30, 1e-5, -1e-5, 20.0, -20.0, 50.0, -50.0, 100.0,
+           -100.0, 1e30, -1e30, math.inf, -math.inf, math.nan]
+BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+BIN_SHAPES = [([3, 4], 0, [3, 4], 0), ([3, 1, 4], 0, [2, 4], 0), ([2, 4], 0, [3, 1, 4], 0), ([], 0, [2, 3], 0),
+              ([2, 1], 0, [1, 3], 0), ([3, 4], 1, [3, 4], 1), ([2, 3, 4], 1, [4], 0), ([4, 3], 0, [4, 3], 1),
+              ([2, 5, 3], 1, [2, 1, 3], 1), ([0, 3], 0, [3], 0)]
+
+
+def binary_inputs(op, sa, sb, dt):
+    if op == "div":
+        return rnd(sa, dt), rnd_away(sb, dt, 0.5, 2.0)
+    if op == "pow":
+        return rnd(sa, dt, 0.5, 2.0), rnd(sb, dt, -2.0, 2.0)
+    return rnd(sa, dt), rnd(sb, dt)
+
+
+def gen_cases():
+    cases = []
+    add = cases.append
+    for dt in ("f32", "f64"):
+        # ---- unary
+        for op in UNARY:
+            gen = UNARY_DOMAIN.get(op, rnd)
+            for shape, nc in (([2, 3, 4], 0), ([3, 5], 1), ([], 0), ([0, 2], 0), ([37], 0)):
+                # sign: oxmera records no autograd history (by design; torch gives a zero gradient)
+                add(Case(op, dt, [(gen(shape, dt), nc, 1)], grad=op != "sign"))
+            sp = np.array(SPECIAL, dtype=NP_OF[dt])
+            # sign(nan) is nan in oxmera by design (torch: 0)
+            ovr = (lambda o, sp=sp: np.where(np.isnan(sp), np.nan, o).astype(o.dtype)) if op == "sign" else None
+            add(Case(op, dt, [(sp, 0, 0)], grad=False, note="special values", override=ovr))
+        # ---- binary, with broadcasting and non-contiguous operands
+        for op in BINARY:
+            for sa, nca, sb, ncb in BIN_SHAPES:
+                a, b = binary_inputs(op, sa, sb, dt)
+                add(Case(op, dt, [(a, nca, 1), (b, ncb, 1)]))
+        for op in COMPARE:
+            for sa, nca, sb, ncb in BIN_SHAPES:
+                add(Case(op, dt, [(rnd_int(sa, dt), nca, 0), (rnd_int(sb, dt), ncb, 0)], grad=False, exact=True))
+        sv = np.array(SPECIAL, dtype=NP_OF[dt])
+        sv2 = np.roll(sv, 3)
+        for op in BINARY + COMPARE:
+            add(Case(op, dt, [(sv, 0, 0), (sv2, 0, 0)], grad=False, note="special values"))
+        # pow with a negative base and integral exponents (torch: defined)
+        add(Case("pow", dt, [(rnd_away([3, 4], dt, 0.5, 2.0), 0, 1),
+                             (rnd_int([4], dt, -2, 3), 0, 0)], note="negative base, integral exponent"))
+        # ---- tensor-scalar ops
+        for op, s in (("add_s", 1.5), ("sub_s", -0.25), ("mul_s", 3.0), ("div_s", -4.0), ("rsub_s", 2.0),
+                      ("rdiv_s", 1.5), ("pow_s", 2.0), ("pow_s", 3.0), ("pow_s", 0.5), ("pow_s", -1.5)):
+            x = rnd_away([3, 4], dt, 0.2, 3.0) if op == "rdiv_s" else rnd([3, 4], dt)
+            if op == "pow_s" and s != int(s):
+                x = rnd([3, 4], dt, 0.2, 3.0)
+            add(Case(op, dt, [(x, 1, 1)], params={"s": s}))
+        add(Case("clamp", dt, [(rnd([4, 5], dt), 1, 1)], params={"lo": -0.5, "hi": 0.7}))
+        # ---- where
+        m = rnd_int([3, 1], dt, 0, 1)
+        add(Case("where", dt, [(m, 0, 0), (rnd([3, 4], dt), 0, 1), (rnd([4], dt), 0, 1)]))
+        add(Case("where", dt, [(rnd_int([3, 4], dt, 0, 1), 1, 0), (rnd([3, 4], dt), 1, 1), (rnd([], dt), 0, 1)]))
+        add(Case("where", dt, [(rng.integers(0, 2, size=[2, 3, 4]).astype(np.uint8), 0, 0),
+                               (rnd([3, 4], dt), 0, 1), (rnd([2, 1, 4], dt), 0, 1)], note="u8 mask"))
+        # ---- reductions
+        for op in ("sum", "mean", "max", "min"):
+            for shape, nc in (([2, 3, 4], 0), ([3, 4, 5], 1)):
+                for dims in ([], [0], [1], [2], [-1], [0, 2], [1, 2], [-3, -2], [0, 1, 2]):
+                    for keepdim in (False, True):
+                        x = rnd(shape, dt)
+                        k = int(np.prod([shape[d] for d in all_dims(torch.empty(shape), dims)]))
+                        add(Case(op, dt, [(x, nc, 1)], params={"dims": dims, "keepdim": keepdim}, kfwd=k))
+            for shape, dims in (([1000], []), ([7, 300], [1]), ([300, 7], [0]), ([], [])):
+                k = int(np.prod([shape[d] for d in dims])) if dims else int(np.prod(shape))
+                add(Case(op, dt, [(rnd(shape, dt), 0, 1)], params={"dims": dims, "keepdim": False}, kfwd=k))
+        for op in ("sum", "max", "min", "mean"):
+            # reducing a non-empty extent of an empty tensor: an empty result, no error
+            add(Case(op, dt, [(rnd([0, 3], dt), 0, 1)], params={"dims": [1], "keepdim": False}, note="empty"))
+        add(Case("sum", dt, [(rnd([0, 3], dt), 0, 1)], params={"dims": [0], "keepdim": True}, note="empty"))
+        add(Case("sum", dt, [(rnd([0, 3], dt), 0, 1)], params={"dims": [], "keepdim": False}, note="empty"))
+        for op in ("sum", "mean", "max", "min"):
+            add(Case(op, dt, [(sv.reshape(3, 7), 0, 0)], params={"dims": [1], "keepdim": False}, grad=False,
+                     note="special values"))
+        for op in ("argmax", "argmin"):
+            for shape, nc in (([2, 3, 4], 0), ([3, 4, 5], 1)):
+                for dim in (0, 1, 2, -1):
+                    for keepdim in (False, True):
+                        add(Case(op, dt, [(rnd(shape, dt), nc, 0)], params={"dim": dim, "keepdim": keepdim},
+                                 grad=False, exact=True))
+            add(Case(op, dt, [(rnd_int([4, 6], dt, 0, 2), 0, 0)], params={"dim": 1, "keepdim": False}, grad=False,
+                     exact=True, note="ties: first index"))
+            add(Case(op, dt, [(rnd_int([6, 4], dt, 0, 2), 1, 0)], params={"dim": 0, "keepdim": True}, grad=False,
+                     exact=True, note="ties: first index"))
+        # ---- softmax family
+        for op in ("softmax", "log_softmax", "logsumexp"):
+            for shape, nc, scale in (([2, 3, 4], 0, 1.0), ([3, 5], 1, 1.0), ([4, 6], 0, 400.0)):
+                for dim in (0, 1, -1):
+                    if dim >= len(shape):
+                        continue
+                    p = {"dim": dim}
+                    if op == "logsumexp":
+                        p["keepdim"] = dim == 1
+                    x = (rnd(shape, dt) * scale).astype(NP_OF[dt])
+                    add(Case(op, dt, [(x, nc, 1)], params=p, kfwd=shape[dim],
+                             note="large logits" if scale > 1 else ""))
+            x = np.array([[0.0, -math.inf, 1.0], [-math.inf, -math.inf, -math.inf], [2.0, 1e30, -1e30]],
+                         dtype=NP_OF[dt])
+            p = {"dim": 1, "keepdim": False} if op == "logsumexp" else {"dim": 1}
+            add(Case(op, dt, [(x, 0, 0)], params=p, grad=False, kfwd=3, note="-inf entries"))
+        # ---- matmul
+        for sa, nca, sb, ncb in (([3, 4], 0, [4, 5], 0), ([2, 3, 4], 0, [4, 5], 0), ([2, 1, 3, 4], 0, [5, 4, 6], 0),
+                                 ([3, 4], 0, [2, 4, 5], 0), ([2, 3, 4], 0, [2, 4, 5], 0),
+                                 ([1, 3, 4], 0, [2, 4, 5], 0), ([3, 4], 1, [4, 5], 1), ([2, 3, 4], 1, [2, 4, 5], 1),
+                                 ([2, 1, 3, 4], 1, [5, 4, 6], 0), ([33, 70], 0, [70, 17], 1),
+                                 ([64, 128], 0, [128, 32], 0), ([0, 4], 0, [4, 3], 0), ([3, 0], 0, [0, 4], 0)):
+            c = Case("matmul", dt, [(rnd(sa, dt, -1, 1), nca, 1), (rnd(sb, dt, -1, 1), ncb, 1)], kfwd=sa[-1])
+            c.kmm = max(1, sa[-1])
+            add(c)
+        # ---- views (backward through view ops), on contiguous and non-contiguous inputs
+        for nc in (0, 1):
+            for op, p, shape in (("reshape", {"shape": [6, 4]}, [2, 3, 4]), ("reshape", {"shape": [4, -1]}, [2, 3, 4]),
+                                 ("permute", {"order": [2, 0, 1]}, [2, 3, 4]),
+                                 ("transpose", {"d0": 0, "d1": 2}, [2, 3, 4]), ("t", {}, [3, 4]),
+                                 ("narrow", {"dim": 1, "start": 1, "length": 2}, [2, 3, 4]),
+                                 ("slice", {"dim": 2, "start": 0, "end": 4, "step": 2}, [2, 3, 4]),
+                                 ("slice", {"dim": 1, "start": 1, "end": 3}, [2, 3, 4]),
+                                 ("select", {"dim": 1, "index": 2}, [2, 3, 4]),
+                                 ("select", {"dim": 0, "index": -1}, [2, 3, 4]),
+                                 ("unsqueeze", {"dim": 0}, [3, 4]), ("unsqueeze", {"dim": -1}, [3, 4]),
+                                 ("squeeze", {}, [2, 1, 3, 1]), ("squeeze", {"dim": 1}, [2, 1, 3, 1]),
+                                 ("flatten", {}, [2, 3, 4]), ("flatten", {"start": 1, "end": 2}, [2, 3, 4]),
+                                 ("broadcast_to", {"shape": [2, 3, 5, 4]}, [3, 1, 4]),
+                                 ("to", {"dtype": "f64" if dt == "f32" else "f32"}, [3, 4]),
+                                 ("contiguous", {}, [3, 4]), ("clone", {}, [3, 4])):
+                add(Case(op, dt, [(rnd(shape, dt), nc, 1)], params=p, kfwd=4 if op == "broadcast_to" else 1))
+    # ---- error cases: the oxmera ErrorKind must match
+    f32, f64 = "f32", "f64"
+    add(Case("add", f32, [(rnd([2], f32), 0, 0), (rnd([2], f64), 0, 0)], grad=False, error="DTypeMismatch"))
+    add(Case("matmul", f32, [(rnd([2, 3], f32), 0, 0), (rnd([3, 2], f64), 0, 0)], grad=False,
+             error="DTypeMismatch"))
+    add(Case("add", f32, [(rnd([3], f32), 0, 0), (rnd([4], f32), 0, 0)], grad=False,
+             error="BroadcastIncompatible"))
+    add(Case("mul", f64, [(rnd([2, 3], f64), 0, 0), (rnd([3, 2], f64), 0, 0)], grad=False,
+             error="BroadcastIncompatible"))
+    add(Case("matmul", f32, [(rnd([2, 3], f32), 0, 0), (rnd([4, 5], f32), 0, 0)], grad=False,
+             error="ShapeMismatch"))
+    add(Case("matmul", f64, [(rnd([2, 2, 3], f64), 0, 0), (rnd([2, 4, 5], f64), 0, 0)], grad=False,
+             error="ShapeMismatch"))
+    add(Case("mean", f32, [(rnd([0, 3], f32), 0, 0)], params={"dims": [0], "keepdim": False}, grad=False,
+             error="EmptyReduction"))
+    add(Case("mean", f64, [(rnd([0], f64), 0, 0)], params={"dims": [], "keepdim": False}, grad=False,
+             error="EmptyReduction"))
+    # by design: rank-1 matmul operands are rejected (torch treats them as vectors)
+    for sa, sb in (([4], [4, 5]), ([3, 4], [4]), ([4], [4])):
+        add(Case("matmul", f32, [(rnd(sa, f32), 0, 0), (rnd(sb, f32), 0, 0)], grad=False, error="InvalidArgument"))
+    # by design: max/min over an empty floating extent give -inf/+inf (torch raises)
+    for op, v in (("max", -math.inf), ("min", math.inf)):
+        add(Case(op, f32, [(rnd([3, 0], f32), 0, 0)], params={"dims": [1], "keepdim": False}, grad=False,
+                 note="empty extent: identity", override=lambda o, v=v: np.full(3, v, dtype=np.float32)))
+    add(Case("sum", f32, [(rnd([2, 3], f32), 0, 0)], params={"dims": [2], "keepdim": False}, grad=False,
+             error="IndexOutOfBounds"))
+    add(Case("softmax", f64, [(rnd([2, 3], f64), 0, 0)], params={"dim": -3}, grad=False, error="IndexOutOfBounds"))
+    for i, c in enumerate(cases):
+        c.id = i
+    return cases
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def run_driver(driver, cases):
+    """Runs the driver over all cases; a crash fails the case it died on and the rest run in a new process."""
+    results = {}
+    pending = list(cases)
+    while pending:
+        payload = "\n".join(encode(c) for c in pending) + "\n"
+        proc = subprocess.run([driver], input=payload, capture_output=True, text=True, timeout=240)
+        lines = [l for l in proc.stdout.split("\n") if l.strip()]
+        for line in lines:
+            cid, rest = line.split(" ", 1)
+            results[int(cid)] = rest
+        if len(lines) >= len(pending):
+            break
+        dead = pending[len(lines)]
+        results[dead.id] = "CRASH rc=%d %s" % (proc.returncode, proc.stderr.strip()[-300:])
+        pending = pending[len(lines) + 1:]
+    return results
+
+
+def parse_ok(rest):
+    toks = rest.split()
+    assert toks[0] == "OK"
+    pos = 1
+    dtype = toks[pos]; pos += 1
+    rank = int(toks[pos]); pos += 1
+    shape = tuple(int(t) for t in toks[pos:pos + rank]); pos += rank
+
+    def values():
+        nonlocal pos
+        n = int(toks[pos]); pos += 1
+        v = np.array([float(t) for t in toks[pos:pos + n]], dtype=np.float64); pos += n
+        return v
+
+    out = values()
+    if dtype == "f32":
+        out = out.astype(np.float32).astype(np.float64)
+    grads = None
+    if pos < len(toks) and toks[pos] == "G":
+        pos += 1
+        ng = int(toks[pos]); pos += 1
+        grads = []
+        for _ in range(ng):
+            has = toks[pos] == "1"; pos += 1
+            g = values() if has else None
+            if g is not None and dtype == "f32":
+                g = g.astype(np.float32).astype(np.float64)
+            grads.append(g)
+    return dtype, shape, out, grads
+
+
+def compare(got, exp, rtol, atol, exact):
+    """Returns (ok, max_abs_err, max_rel_err, worst index)."""
+    exp = np.asarray(exp, dtype=np.float64).reshape(-1)
+    got = np.asarray(got, dtype=np.float64).reshape(-1)
+    if got.size != exp.size:
+        return False, math.inf, math.inf, -1
+    if got.size == 0:
+        return True, 0.0, 0.0, -1
+    nan_g, nan_e = np.isnan(got), np.isnan(exp)
+    bad = nan_g != nan_e
+    both = ~(nan_g | nan_e)
+    inf_mismatch = both & (np.isinf(got) | np.isinf(exp)) & (got != exp)
+    bad |= inf_mismatch
+    fin = both & np.isfinite(got) & np.isfinite(exp)
+    err = np.zeros_like(exp)
+    with np.errstate(invalid="ignore"):
+        err[fin] = np.abs(got[fin] - exp[fin])
+    err[bad] = math.inf
+    rel = np.zeros_like(exp)
+    rel[fin] = err[fin] / np.maximum(np.abs(exp[fin]), 1e-300)
+    rel[bad] = math.inf
+    if exact:
+        bad |= fin & (err > 0)
+    else:
+        bad |= fin & (err > atol + rtol * np.abs(exp))
+    worst = int(np.argmax(np.where(bad, math.inf, err))) if bad.any() else int(np.argmax(err))
+    return (not bad.any()), float(err.max()), float(rel[fin].max()) if fin.any() else 0.0, worst
+
+
+def tolerances(case, exp_out):
+    if case.dtype == "f64" and all(a.dtype != np.float32 for a, _, _ in case.inputs):
+        return 1e-10, 1e-10
+    k = max(1, case.kfwd)
+    on = max(1, exp_out.size)
+    for a, _, _ in case.inputs:
+        k = max(k, on * case.kmm // max(1, a.size))
+    if k > 1:
+        return 1e-5 * math.sqrt(k), 1e-5 * math.sqrt(k)
+    return 1e-5, 1e-6
+
+
+def check(case, rest):
+    """Returns None when the case passes, else a message."""
+    if rest.startswith("CRASH"):
+        return "driver crashed: " + rest
+    if case.error:
+        if not rest.startswith("ERR "):
+            return "expected error %s, got %s" % (case.error, rest[:120])
+        kind = rest.split()[1]
+        return None if kind == case.error else "expected error %s, got %s" % (case.error, rest[:200])
+    if isinstance(case.expected, Exception):
+        return "torch raised %s: %s (oxmera: %s)" % (type(case.expected).__name__, case.expected, rest[:120])
+    if not rest.startswith("OK "):
+        return "torch succeeds, oxmera: " + rest[:300]
+    dtype, shape, out, grads = parse_ok(rest)
+    exp_out, exp_dtype, exp_grads = case.expected
+    if dtype != exp_dtype:
+        return "dtype %s, torch %s" % (dtype, exp_dtype)
+    if shape != tuple(exp_out.shape):
+        return "shape %s, torch %s" % (list(shape), list(exp_out.shape))
+    rtol, atol = tolerances(case, exp_out)
+    msgs = []
+    ok, mabs, mrel, w = compare(out, exp_out, rtol, atol, case.exact)
+    if not ok:
+        flat = exp_out.reshape(-1)
+        msgs.append("output: max abs err %.3g rel %.3g; e.g. [%d] got %r, torch %r%s" % (
+            mabs, mrel, w, out[w], float(flat[w]),
+            (" (input %r)" % float(case.inputs[0][0].reshape(-1)[w])
+             if len(case.inputs) == 1 and case.inputs[0][0].size == flat.size else "")))
+    if case.grad:
+        if grads is None:
+            msgs.append("no gradients printed")
+        else:
+            for i, (g, eg) in enumerate(zip(grads, exp_grads)):
+                if eg is None:
+                    if g is not None and np.any(g != 0):
+                        msgs.append("grad[%d]: oxmera has a nonzero gradient, torch none" % i)
+                    continue
+                if g is None:
+                    if np.any(eg != 0):
+                        msgs.append("grad[%d]: missing, torch has one" % i)
+                    continue
+                ok, mabs, mrel, w = compare(g, eg, rtol, atol, False)
+                if not ok:
+                    msgs.append("grad[%d]: max abs err %.3g rel %.3g; e.g. [%d] got %r, torch %r" % (
+                        i, mabs, mrel, w, g[w] if g.size > w >= 0 else math.nan,
+                        float(eg.reshape(-1)[w]) if eg.size > w >= 0 else math.nan))
+    return "; ".join(msgs) or None
+
+
+def main():
+    if len(sys.argv) < 2:
+        print("usage: test_torch_parity.py PATH/TO/parity_driver [-v]")
+        return 2
+    driver = sys.argv[1]
+    verbose = "-v" in sys.argv[2:]
+    t0 = time.time()
+    cases = gen_cases()
+    for c in cases:
+        if c.error is None:
+            try:
+                compute_expected(c)
+            except Exception as e:  # noqa: BLE001 - a broken case fails, the rest still run
+                c.expected = e
+    t1 = time.time()
+    results = run_driver(driver, cases)
+    t2 = time.time()
+    passed = failed = 0
+    for c in cases:
+        rest = results.get(c.id)
+        msg = "no output from the driver" if rest is None else check(c, rest)
+        if msg is None:
+            passed += 1
+            if verbose:
+                print("ok   " + c.describe())
+        else:
+            failed += 1
+            print("FAIL " + c.describe() + ": " + msg)
+    print("(torch %s, numpy %s; cases+torch %.2fs, driver %.2fs, total %.2fs)" % (
+        torch.__version__, np.__version__, t1 - t0, t2 - t1, time.time() - t0))
+    print("parity: %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
