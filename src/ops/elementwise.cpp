@@ -230,7 +230,10 @@ Tensor Tensor::pow(double e) const {
 }
 Tensor Tensor::clamp(double lo, double hi) const {
   OXM_CHECK(lo <= hi, InvalidArgument, "clamp: lower bound ", lo, " exceeds upper bound ", hi);
-  return maximum(ops::scalar_like(lo, *this, "clamp")).minimum(ops::scalar_like(hi, *this, "clamp"));
+  // where() rather than maximum/minimum: the gradient passes at the bounds themselves (torch's rule),
+  // and NaN propagates.
+  Tensor lo_t = ops::scalar_like(lo, *this, "clamp"), hi_t = ops::scalar_like(hi, *this, "clamp");
+  return where(lt(lo_t), lo_t, where(gt(hi_t), hi_t, *this));
 }
 
 Tensor operator-(const Tensor& a) { return a.neg(); }

@@ -183,7 +183,7 @@ struct Expm1 {
 };
 struct Sign {
   static constexpr const char* name = "sign";
-  static constexpr bool ints = true, diff = false;  // gradient is zero almost everywhere
+  static constexpr bool ints = true, diff = true;  // gradient is zero (almost everywhere), as in torch
   static constexpr Saves saves = Saves::None;
   template <class T>
   OXM_HD static T fwd(T x) {
@@ -237,7 +237,9 @@ struct Pow {
   template <class T>
   OXM_HD static T fwd(T a, T b) { return std::pow(a, b); }
   static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& y) {
-    Tensor ga = g * b * a.pow(b - 1.0);
+    // d/da a^b = b a^(b-1); defined as 0 where b == 0 (else 0 * inf = NaN at a == 0), as torch does.
+    Tensor zero_b = zeros_like(b);
+    Tensor ga = g * where(b.eq(zero_b), zero_b, b * a.pow(b - 1.0));
     // d/db a^b = a^b log a; defined as 0 where a == 0 (the limit for b > 0), as torch does.
     Tensor zero = zeros_like(a);
     Tensor safe_log = where(a.eq(zero), zero, a.log());

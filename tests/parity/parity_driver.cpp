@@ -7,10 +7,13 @@
 //
 //   <grad>   1: run backward(seed) and print the gradients of sum(output * seed); 0: forward only.
 //   <value>  an int, a double, a dtype name, or a comma-separated int list ("" = empty list).
-//   <input>  <dtype> <nc> <rg> <rank> <d0..d{rank-1}> <values...>
+//   <input>  <dtype> <layout> <rg> <rank> <d0..d{rank-1}> <values...>
 //            dtype: f32 | f64 | i64 | u8.
-//            nc = 1: the values are given for the shape with its last two dims swapped, and the driver
-//              transposes the last two dims, so the op sees a non-contiguous view of the given logical shape.
+//            layout = 0: contiguous. The op always sees a tensor of the given (logical) shape, but:
+//            layout = 1: the values are given for the shape with its last two dims swapped, and the driver
+//              transposes the last two dims (a non-contiguous view).
+//            layout = 2: the values are given for the shape with its last dim doubled, and the driver takes
+//              every other element of the last dim (slice(-1, 0, 2n, 2): a view with a non-unit stride).
 //            rg = 1: the (stored) leaf requires grad (only honoured when <grad> is 1).
 //            values: numel of the shape, row-major; "inf", "-inf", "nan" accepted.
 //   seed     present only when <grad> is 1: <nseed> values of the output's dtype in row-major order.
@@ -20,15 +23,16 @@
 //   <id> ERR <ErrorKindName> <message...>       oxmera::Error
 //   <id> EXC <what...>                          any other exception (also protocol errors)
 // Gradients are printed in each input's logical (op-visible) shape, row-major. Floats are printed with
-// round-trip precision (%.9g for f32, %.17g for f64).
+// their shortest round-trip form (std::to_chars): "inf", "-inf", "nan" for non-finite values.
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <map>
-#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "oxmera/autograd.hpp"
@@ -43,46 +47,51 @@ struct ProtocolError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Whitespace tokenizer over one line; numbers are parsed with std::from_chars (fast, locale-free).
 class Tokens {
  public:
-  explicit Tokens(const std::string& line) : is_(line) {}
-  std::string next() {
-    std::string t;
-    if (!(is_ >> t)) throw ProtocolError("unexpected end of line");
-    return t;
+  explicit Tokens(const std::string& line) : p_(line.data()), end_(line.data() + line.size()) {}
+  std::string_view next() {
+    skip();
+    if (p_ == end_) throw ProtocolError("unexpected end of line");
+    const char* b = p_;
+    while (p_ != end_ && !is_space(*p_)) ++p_;
+    return std::string_view(b, static_cast<size_t>(p_ - b));
   }
   bool more() {
-    std::string t;
-    std::streampos p = is_.tellg();
-    if (!(is_ >> t)) return false;
-    is_.seekg(p);
-    return true;
+    skip();
+    return p_ != end_;
   }
   int64_t next_int() { return parse_int(next()); }
   double next_double() { return parse_double(next()); }
-  static int64_t parse_int(const std::string& s) {
-    char* end = nullptr;
-    long long v = std::strtoll(s.c_str(), &end, 10);
-    if (end == s.c_str() || *end) throw ProtocolError("bad integer '" + s + "'");
+  static int64_t parse_int(std::string_view s) {
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || ptr != s.data() + s.size()) throw ProtocolError("bad integer '" + std::string(s) + "'");
     return v;
   }
-  static double parse_double(const std::string& s) {
-    char* end = nullptr;
-    double v = std::strtod(s.c_str(), &end);
-    if (end == s.c_str() || *end) throw ProtocolError("bad number '" + s + "'");
+  static double parse_double(std::string_view s) {
+    double v = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || ptr != s.data() + s.size()) throw ProtocolError("bad number '" + std::string(s) + "'");
     return v;
   }
 
  private:
-  std::istringstream is_;
+  static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+  void skip() {
+    while (p_ != end_ && is_space(*p_)) ++p_;
+  }
+  const char* p_;
+  const char* end_;
 };
 
-DType parse_dtype(const std::string& s) {
+DType parse_dtype(std::string_view s) {
   if (s == "f32") return DType::F32;
   if (s == "f64") return DType::F64;
   if (s == "i64") return DType::I64;
   if (s == "u8") return DType::U8;
-  throw ProtocolError("bad dtype '" + s + "'");
+  throw ProtocolError("bad dtype '" + std::string(s) + "'");
 }
 
 struct Params {
@@ -104,7 +113,7 @@ struct Params {
     while (pos < s.size()) {
       size_t c = s.find(',', pos);
       if (c == std::string::npos) c = s.size();
-      out.push_back(Tokens::parse_int(s.substr(pos, c - pos)));
+      out.push_back(Tokens::parse_int(std::string_view(s).substr(pos, c - pos)));
       pos = c + 1;
     }
     return out;
@@ -132,39 +141,41 @@ Tensor read_values(Tokens& tok, DType dt, const std::vector<int64_t>& shape) {
 
 struct Input {
   Tensor leaf;  // what was built from the values (requires grad when asked)
-  Tensor op;    // what the op sees (leaf, or its last-two-dims transpose)
-  bool nc = false;
+  Tensor op;    // what the op sees (leaf, or a strided view of it)
+  int layout = 0;
 };
 
-void print_values(std::string& out, const Tensor& t) {
+template <class T>
+void append_num(std::string& out, T v) {
   char buf[64];
+  buf[0] = ' ';
+  auto [ptr, ec] = std::to_chars(buf + 1, buf + sizeof buf, v);  // shortest round-trip form for floats
+  out.append(buf, static_cast<size_t>(ptr - buf));
+}
+
+void print_values(std::string& out, const Tensor& t) {
   out += std::to_string(t.numel());
   switch (t.dtype()) {
     case DType::F32:
-      for (float v : t.to_vector<float>()) {
-        std::snprintf(buf, sizeof buf, " %.9g", static_cast<double>(v));
-        out += buf;
-      }
+      for (float v : t.to_vector<float>()) append_num(out, v);
       break;
     case DType::F64:
-      for (double v : t.to_vector<double>()) {
-        std::snprintf(buf, sizeof buf, " %.17g", v);
-        out += buf;
-      }
+      for (double v : t.to_vector<double>()) append_num(out, v);
       break;
     case DType::I64:
-      for (int64_t v : t.to_vector<int64_t>()) {
-        out += ' ';
-        out += std::to_string(v);
-      }
+      for (int64_t v : t.to_vector<int64_t>()) append_num(out, v);
       break;
     case DType::U8:
-      for (uint8_t v : t.to_vector<uint8_t>()) {
-        out += ' ';
-        out += std::to_string(static_cast<int>(v));
-      }
+      for (uint8_t v : t.to_vector<uint8_t>()) append_num(out, static_cast<int>(v));
       break;
   }
+}
+
+// The view the op sees of a stored tensor (and the logical part of the stored tensor's gradient).
+Tensor unlayout(const Tensor& stored, int layout) {
+  if (layout == 1) return stored.transpose(-2, -1);
+  if (layout == 2) return stored.slice(-1, 0, stored.size(-1), 2);
+  return stored;
 }
 
 Tensor apply(const std::string& op, const Params& p, const std::vector<Tensor>& in) {
@@ -229,20 +240,25 @@ Tensor apply(const std::string& op, const Params& p, const std::vector<Tensor>& 
   if (op == "flatten") { need(1); return in[0].flatten(p.i("start", 0), p.i("end", -1)); }
   if (op == "broadcast_to") { need(1); return in[0].broadcast_to(Shape(p.list("shape"))); }
   if (op == "to") { need(1); return in[0].to(parse_dtype(p.get("dtype"))); }
+  // composites: one input used several times (gradient accumulation in the tape)
+  if (op == "x_mul_x") { need(1); return in[0] * in[0]; }
+  if (op == "x_plus_xt") { need(1); return in[0] + in[0].t(); }
+  if (op == "softmax_x_matmul_xt") { need(1); return in[0].softmax(-1).matmul(in[0].t()); }
+  if (op == "rows_sum") { need(1); return in[0].select(0, 0) * in[0].select(0, 1) + in[0].narrow(0, 1, 1).squeeze(0); }
   throw ProtocolError("unknown op '" + op + "'");
 }
 
 std::string run_case(const std::string& line) {
   Tokens tok(line);
-  std::string id = tok.next();
+  std::string id(tok.next());
   std::string out = id;
   try {
-    std::string op = tok.next();
+    std::string op(tok.next());
     bool grad = tok.next_int() != 0;
     Params params;
     int64_t np = tok.next_int();
     for (int64_t k = 0; k < np; ++k) {
-      std::string kv = tok.next();
+      std::string kv(tok.next());
       size_t eq = kv.find('=');
       if (eq == std::string::npos) throw ProtocolError("bad parameter '" + kv + "'");
       params.kv[kv.substr(0, eq)] = kv.substr(eq + 1);
@@ -253,18 +269,23 @@ std::string run_case(const std::string& line) {
     for (int64_t k = 0; k < ni; ++k) {
       Input in;
       DType dt = parse_dtype(tok.next());
-      in.nc = tok.next_int() != 0;
+      in.layout = static_cast<int>(tok.next_int());
       bool rg = tok.next_int() != 0;
       int64_t rank = tok.next_int();
       std::vector<int64_t> shape(static_cast<size_t>(rank));
       for (auto& d : shape) d = tok.next_int();
-      if (in.nc) {
-        if (rank < 2) throw ProtocolError("nc needs rank >= 2");
+      if (in.layout == 1) {
+        if (rank < 2) throw ProtocolError("layout 1 needs rank >= 2");
         std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+      } else if (in.layout == 2) {
+        if (rank < 1) throw ProtocolError("layout 2 needs rank >= 1");
+        shape.back() *= 2;
+      } else if (in.layout != 0) {
+        throw ProtocolError("bad layout");
       }
       in.leaf = read_values(tok, dt, shape);
       if (grad && rg) in.leaf.requires_grad_();
-      in.op = in.nc ? in.leaf.transpose(-2, -1) : in.leaf;
+      in.op = unlayout(in.leaf, in.layout);
       op_inputs.push_back(in.op);
       inputs.push_back(std::move(in));
     }
@@ -294,7 +315,7 @@ std::string run_case(const std::string& line) {
           out += " 0";
           continue;
         }
-        if (in.nc) g = g.transpose(-2, -1);
+        g = unlayout(g, in.layout);
         out += " 1 ";
         print_values(out, g);
       }
