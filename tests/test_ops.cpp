@@ -525,3 +525,40 @@ TEST(Matmul, BatchBroadcastingAndLayouts) {
   EXPECT_OXM_ERROR(ones({3, 4}).matmul(ones({4, 2}, DType::F64)), DTypeMismatch, "matmul");
   EXPECT_OXM_ERROR(ones({3, 4}, DType::I64).matmul(ones({4, 2}, DType::I64)), UnsupportedDType, "matmul");
 }
+
+#include "backend/cpu/vec_math.hpp"
+
+TEST(VecMath, ExpF32MatchesLibmWithinFewUlp) {
+  double worst = 0;
+  for (int i = -200000; i <= 200000; ++i) {
+    float x = static_cast<float>(i) * 4.4e-4f;  // [-88, 88]
+    float got = oxmera::detail::exp_f32(x);
+    double want = std::exp(static_cast<double>(x));
+    if (want < 1.2e-38) continue;  // denormal range: flushed
+    worst = std::max(worst, std::abs(got - want) / want);
+  }
+  EXPECT_LT(worst, 4e-7);
+  EXPECT_EQ(oxmera::detail::exp_f32(-INFINITY), 0.0f);
+  EXPECT_EQ(oxmera::detail::exp_f32(INFINITY), INFINITY);
+  EXPECT_EQ(oxmera::detail::exp_f32(100.f), INFINITY);
+  EXPECT_EQ(oxmera::detail::exp_f32(-100.f), 0.0f);
+  EXPECT_TRUE(std::isnan(oxmera::detail::exp_f32(NAN)));
+  EXPECT_EQ(oxmera::detail::exp_f32(0.f), 1.0f);
+}
+
+TEST(Softmax, LongContiguousRowsAndNaN) {
+  for (int64_t d : {1, 7, 16, 33, 4096}) {
+    Tensor x = randn({3, d}, 17) * 4.0;
+    auto v = values(x);
+    std::vector<double> want(v.size());
+    for (int64_t r = 0; r < 3; ++r) {
+      double mx = -INFINITY, z = 0;
+      for (int64_t i = 0; i < d; ++i) mx = std::max(mx, v[r * d + i]);
+      for (int64_t i = 0; i < d; ++i) z += std::exp(v[r * d + i] - mx);
+      for (int64_t i = 0; i < d; ++i) want[r * d + i] = std::exp(v[r * d + i] - mx) / z;
+    }
+    expect_close(values(x.softmax(1)), want, 2e-6, 1e-9, "softmax row " + std::to_string(d));
+  }
+  auto n = from_vector<float>({1, NAN, 2}, {3}).softmax(0).to_vector<float>();
+  for (float f : n) EXPECT_TRUE(std::isnan(f));
+}

@@ -8,6 +8,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
+#include "backend/cpu/vec_math.hpp"
 
 #ifndef OXM_ISA
 #define OXM_ISA isa_base
@@ -271,7 +272,11 @@ void fill_typed(TensorImpl& dst, T v) {
   const TensorImpl* ops[1] = {&dst};
   Plan p = make_plan(dst.shape, ops, 1);
   run_plan(p, kGrainCheap, [v](char** ptr, const int64_t* s, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) at<T>(ptr[0], s[0], i) = v;
+    if (s[0] == sizeof(T)) {
+      std::fill_n(reinterpret_cast<T*>(ptr[0]), n, v);
+    } else {
+      for (int64_t i = 0; i < n; ++i) at<T>(ptr[0], s[0], i) = v;
+    }
   });
 }
 void fill(TensorImpl& dst, double v) {
@@ -445,7 +450,8 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
     return;
   }
   if (!inner_contig && kept.ndim > 0 && kept.stride[0] == 1 && kept.out_stride[0] == 1 && op == ReduceOp::Sum) {
-    // Column reduction (reduced dims outside a contiguous kept run): accumulate whole rows.
+    // Column reduction (reduced dims outside a contiguous kept run): whole rows are added into plain lanes
+    // (vectorised) for blocks of 256 rows, and the block partials are combined with compensation.
     const int64_t L = kept.size[0];
     Group outer = kept;
     for (int d = 0; d + 1 < kept.ndim; ++d) {
@@ -455,22 +461,31 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
     }
     outer.ndim = kept.ndim - 1;
     const int64_t MO = outer.numel();
-    parallel_for(MO * L, std::max<int64_t>(kGrainCheap / std::max<int64_t>(R, 1), 1) * L,
+    constexpr int64_t kCols = 512, kRows = 256;
+    const int64_t col_blocks = (L + kCols - 1) / kCols;
+    using P = std::conditional_t<std::is_same_v<T, int64_t>, uint64_t, double>;
+    const int64_t units = MO * col_blocks;
+    const int64_t work_per_unit = std::min(L, kCols) * R;
+    parallel_for(units, std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(work_per_unit, 1)),
                  [&](int64_t b, int64_t e) {
-                   // Split into whole (outer, column-block) units.
-                   std::vector<SumAcc<T>> acc;
-                   for (int64_t pos = b; pos < e;) {
-                     int64_t mo = pos / L, j0 = pos % L;
-                     int64_t cnt = std::min(L - j0, e - pos);
-                     acc.assign(static_cast<size_t>(cnt), SumAcc<T>{});
+                   P part[kCols];
+                   SumAcc<T> acc[kCols];
+                   for (int64_t u = b; u < e; ++u) {
+                     const int64_t mo = u / col_blocks, j0 = (u % col_blocks) * kCols;
+                     const int64_t cnt = std::min(kCols, L - j0);
+                     for (int64_t j = 0; j < cnt; ++j) acc[j] = SumAcc<T>{};
                      const T* xb = xp + outer.offset(mo) + j0;
-                     for (int64_t r = 0; r < R; ++r) {
-                       const T* row = xb + red.offset(r);
-                       for (int64_t j = 0; j < cnt; ++j) acc[j].add(static_cast<A>(row[j]));
+                     for (int64_t r0 = 0; r0 < R; r0 += kRows) {
+                       for (int64_t j = 0; j < cnt; ++j) part[j] = 0;
+                       const int64_t r1 = std::min(R, r0 + kRows);
+                       for (int64_t r = r0; r < r1; ++r) {
+                         const T* row = xb + red.offset(r);
+                         for (int64_t j = 0; j < cnt; ++j) part[j] += static_cast<P>(row[j]);
+                       }
+                       for (int64_t j = 0; j < cnt; ++j) acc[j].add(static_cast<A>(part[j]));
                      }
                      T* ob = op_ + outer.offset(mo, true) + j0;
                      for (int64_t j = 0; j < cnt; ++j) ob[j] = static_cast<T>(acc[j].result());
-                     pos += cnt;
                    }
                  });
     return;
@@ -538,6 +553,53 @@ bool arg_reduce(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t di
   }
 }
 
+// One contiguous f32 row: vectorised max, exp (exp_f32) and sums in 8 double lanes.
+void softmax_row_f32(const float* x, float* y, int64_t D, bool log) {
+  float lane_max[16];
+  for (int j = 0; j < 16; ++j) lane_max[j] = -INFINITY;
+  bool nan = false;
+  int64_t i = 0;
+  for (; i + 16 <= D; i += 16)
+    for (int j = 0; j < 16; ++j) {
+      nan |= x[i + j] != x[i + j];
+      lane_max[j] = lane_max[j] > x[i + j] ? lane_max[j] : x[i + j];
+    }
+  float mx = -INFINITY;
+  for (int j = 0; j < 16; ++j) mx = std::max(mx, lane_max[j]);
+  for (; i < D; ++i) {
+    nan |= x[i] != x[i];
+    mx = std::max(mx, x[i]);
+  }
+  if (nan) mx = NAN;
+  if (mx == -INFINITY) mx = 0;  // all -inf: avoid inf - inf
+  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  i = 0;
+  if (log) {
+    for (; i + 8 <= D; i += 8)
+      for (int j = 0; j < 8; ++j) lanes[j] += exp_f32(x[i + j] - mx);
+  } else {
+    for (; i + 8 <= D; i += 8)
+      for (int j = 0; j < 8; ++j) {
+        float e = exp_f32(x[i + j] - mx);
+        y[i + j] = e;
+        lanes[j] += e;
+      }
+  }
+  double sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; i < D; ++i) {
+    float e = exp_f32(x[i] - mx);
+    if (!log) y[i] = e;
+    sum += e;
+  }
+  if (log) {
+    const float lse = static_cast<float>(std::log(sum)) + mx;
+    for (int64_t k = 0; k < D; ++k) y[k] = x[k] - lse;
+  } else {
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t k = 0; k < D; ++k) y[k] *= inv;
+  }
+}
+
 template <class T>
 void softmax_typed(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
   Lines l = make_lines(x, out, dim);
@@ -550,6 +612,12 @@ void softmax_typed(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) 
       const T* row = xp + l.rest.offset(m);
       T* orow = op_ + l.rest.offset(m, true);
       const int64_t s = l.stride, os = l.out_stride;
+      if constexpr (std::is_same_v<T, float>) {
+        if (s == 1 && os == 1) {
+          softmax_row_f32(row, orow, D, log);
+          continue;
+        }
+      }
       T mx = -std::numeric_limits<T>::infinity();
       for (int64_t i = 0; i < D; ++i) mx = std::max(mx, row[i * s]);
       if (mx == -std::numeric_limits<T>::infinity()) mx = 0;  // all -inf: avoid inf - inf
