@@ -116,7 +116,7 @@ class SmallDims {
     o.size_ = 0;
   }
 
-  int64_t inline_[kInline];
+  int64_t inline_[kInline]{};  // zeroed: cheap, and keeps -Wmaybe-uninitialized quiet on copies
   int64_t* heap_ = nullptr;
   uint32_t size_ = 0;
   uint32_t cap_ = 0;

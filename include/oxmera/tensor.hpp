@@ -144,6 +144,14 @@ class Tensor {
   // ---- linear algebra
   Tensor matmul(const Tensor& o) const;
 
+  // ---- index ops (index tensors are I64; negative or out-of-range indices are IndexOutOfBounds)
+  Tensor index_select(int64_t dim, const Tensor& index) const;  // index: 1-d (or 0-d)
+  // Copy of self with src[..., i, ...] added at self[..., index[i], ...]; duplicates accumulate in order.
+  Tensor index_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;  // out[p] = self[p with p[dim] = index[p]]
+  // Copy of self with src[p] added at self[p with p[dim] = index[p]]; deterministic for duplicates.
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+
   // ---- in-place (not recorded by autograd; an error on a tensor that requires grad while grad mode is on)
   Tensor& zero_();
   Tensor& fill_(double value);
@@ -218,6 +226,13 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 // Elementwise select: mask != 0 ? a : b, with broadcasting; mask has the dtype of a and b, or U8.
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
 Tensor matmul(const Tensor& a, const Tensor& b);
+// Concatenation along an existing dim / a new dim; all tensors share dtype, device and other dims.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Pads dim with `before` / `after` entries of `value` (both >= 0).
+Tensor pad(const Tensor& t, int64_t dim, int64_t before, int64_t after, double value = 0.0);
+// [..., C] tensor with 1 at each index (I64 input); num_classes = -1 infers max + 1.
+Tensor one_hot(const Tensor& index, int64_t num_classes = -1, DType dtype = DType::F32);
 
 // ---- threads
 void set_num_threads(int n);  // intra-op threads for CPU kernels (and BLAS)

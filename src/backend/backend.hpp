@@ -12,6 +12,24 @@
 
 namespace oxmera::detail {
 
+// One optimizer update with torch.optim's formulas. State buffers by kind:
+//   SGD: state0 = momentum buffer (when momentum != 0)
+//   Adam / AdamW: state0 = exp_avg, state1 = exp_avg_sq, state2 = max_exp_avg_sq (amsgrad)
+//   RMSprop: state0 = square_avg, state1 = momentum buffer (momentum != 0), state2 = grad_avg (centered)
+struct OptimizerStep {
+  enum class Kind : uint8_t { SGD, Adam, AdamW, RMSprop } kind = Kind::SGD;
+  double lr = 1e-3, weight_decay = 0;
+  double momentum = 0, dampening = 0;  // SGD, RMSprop (momentum)
+  bool nesterov = false;               // SGD
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam(W); eps also RMSprop
+  bool amsgrad = false;                // Adam(W)
+  double alpha = 0.99;                 // RMSprop
+  bool centered = false;               // RMSprop
+  bool maximize = false;
+  int64_t step = 1;                    // 1-based step count after this update (bias corrections)
+  bool first_step = false;             // SGD: momentum buffer initialised from the gradient
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -44,6 +62,22 @@ class Backend {
   virtual void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) = 0;
   // a: [..., m, k], b: [..., k, n] with identical batch shapes (stride 0 where broadcast); out contiguous.
   virtual void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) = 0;
+
+  // ---- indexing. Index tensors are I64 on this device and already validated (in range, right shape).
+  // out[..., i, ...] = x[..., idx[i], ...] along dim (out contiguous, shape[dim] = idx.numel).
+  virtual void index_select(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) = 0;
+  // out[..., idx[i], ...] += src[..., i, ...] along dim, in increasing i (deterministic for duplicates).
+  virtual void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) = 0;
+  // out[p] = x[p with p[dim] = idx[p]] (idx has out's shape).
+  virtual void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) = 0;
+  // out[p with p[dim] = idx[p]] += src[p] over p in row-major order (deterministic for duplicates).
+  virtual void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) = 0;
+
+  // ---- fused optimizer update of one parameter: one pass over its memory (one launch on a GPU).
+  // param, grad and the state buffers are contiguous tensors of one shape and dtype.
+  // A backend that has not implemented it yet reports NotImplemented naming itself.
+  virtual void optimizer_step(const OptimizerStep& step, TensorImpl& param, const TensorImpl& grad,
+                              TensorImpl* state0, TensorImpl* state1, TensorImpl* state2);
 };
 
 // The backend for `device`; BackendUnavailable (naming `op`) when none is registered for it.

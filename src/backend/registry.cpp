@@ -12,6 +12,11 @@ std::array<std::atomic<Backend*>, kNumDeviceKinds> g_backends{};
 std::mutex g_register_mu;
 }  // namespace
 
+void Backend::optimizer_step(const OptimizerStep&, TensorImpl&, const TensorImpl&, TensorImpl*, TensorImpl*,
+                             TensorImpl*) {
+  OXM_FAIL(NotImplemented, "optimizer step: the ", name(), " backend has no fused optimizer kernel yet");
+}
+
 void register_backend(Backend* backend) {
   std::lock_guard<std::mutex> lock(g_register_mu);
   auto& slot = g_backends[static_cast<int>(backend->kind())];

@@ -6,6 +6,7 @@
 #include "backend/backend.hpp"
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/caching_allocator.hpp"
+#include "backend/cpu/cpu_index.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
 #include "oxmera/version.hpp"
@@ -59,6 +60,18 @@ class CpuBackend final : public Backend {
     k_->softmax(x, out, dim, log);
   }
   void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override { k_->matmul(a, b, out); }
+  void index_select(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) override {
+    cpu_index_select(x, dim, idx, out);
+  }
+  void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
+    cpu_index_add(out, dim, idx, src);
+  }
+  void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) override {
+    cpu_gather(x, dim, idx, out);
+  }
+  void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
+    cpu_scatter_add(out, dim, idx, src);
+  }
 
  private:
   const CpuKernels* k_;

@@ -1,0 +1,171 @@
+// CPU kernels of the index ops (gathers and deterministic scatters). Memory-bound: one build for all ISAs.
+#include <cstring>
+
+#include "backend/cpu/cpu_index.hpp"
+#include "backend/cpu/parallel.hpp"
+
+namespace oxmera::detail {
+namespace {
+
+// Splits a tensor's geometry around `dim` into (outer, dim, inner) with element strides; outer/inner are
+// walked with per-dim counters, so any strides work.
+struct Around {
+  Shape outer_shape, inner_shape;
+  Strides outer_strides, inner_strides;
+  int64_t dim_size = 1, dim_stride = 0;
+  int64_t outer_numel() const { return outer_shape.product(); }
+  int64_t inner_numel() const { return inner_shape.product(); }
+};
+Around around(const Shape& shape, const Strides& strides, int64_t dim) {
+  Around a;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (static_cast<int64_t>(d) < dim) {
+      a.outer_shape.push_back(shape[d]);
+      a.outer_strides.push_back(strides[d]);
+    } else if (static_cast<int64_t>(d) > dim) {
+      a.inner_shape.push_back(shape[d]);
+      a.inner_strides.push_back(strides[d]);
+    } else {
+      a.dim_size = shape[d];
+      a.dim_stride = strides[d];
+    }
+  }
+  return a;
+}
+inline int64_t offset_of(int64_t flat, const Shape& shape, const Strides& strides) {
+  int64_t off = 0;
+  for (size_t d = shape.size(); d-- > 0;) {
+    off += (flat % shape[d]) * strides[d];
+    flat /= shape[d];
+  }
+  return off;
+}
+inline bool is_unit_inner(const Around& a) {
+  int64_t expect = 1;
+  for (size_t d = a.inner_shape.size(); d-- > 0;) {
+    if (a.inner_shape[d] != 1 && a.inner_strides[d] != expect) return false;
+    expect *= a.inner_shape[d];
+  }
+  return true;
+}
+
+template <class T>
+void index_select_t(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) {
+  const Around ax = around(x.shape, x.strides, dim);
+  const int64_t n = idx.numel, O = ax.outer_numel(), I = ax.inner_numel();
+  const int64_t* ip = idx.ptr<int64_t>();
+  const int64_t istride = idx.shape.empty() ? 0 : idx.strides[0];
+  const T* xp = x.ptr<T>();
+  T* op = out.ptr<T>();
+  const bool rows = is_unit_inner(ax);
+  parallel_for(O * n, std::max<int64_t>(1, 32768 / std::max<int64_t>(I, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t o = u / n, i = u % n;
+      const T* src = xp + offset_of(o, ax.outer_shape, ax.outer_strides) + ip[i * istride] * ax.dim_stride;
+      T* dst = op + u * I;
+      if (rows) {
+        std::memcpy(dst, src, static_cast<size_t>(I) * sizeof(T));
+      } else {
+        for (int64_t j = 0; j < I; ++j) dst[j] = src[offset_of(j, ax.inner_shape, ax.inner_strides)];
+      }
+    }
+  });
+}
+
+template <class T>
+void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
+  const Around ao = around(out.shape, out.strides, dim), as = around(src.shape, src.strides, dim);
+  const int64_t n = idx.numel, O = ao.outer_numel(), I = ao.inner_numel();
+  const int64_t* ip = idx.ptr<int64_t>();
+  const int64_t istride = idx.shape.empty() ? 0 : idx.strides[0];
+  T* op = out.ptr<T>();
+  const T* sp = src.ptr<T>();
+  // Parallel over outer slices only: each (outer, inner) output receives its additions in index order.
+  parallel_for(O, std::max<int64_t>(1, 32768 / std::max<int64_t>(n * I, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      T* obase = op + offset_of(o, ao.outer_shape, ao.outer_strides);
+      const T* sbase = sp + offset_of(o, as.outer_shape, as.outer_strides);
+      for (int64_t i = 0; i < n; ++i) {
+        T* orow = obase + ip[i * istride] * ao.dim_stride;
+        const T* srow = sbase + i * as.dim_stride;
+        for (int64_t j = 0; j < I; ++j)
+          orow[offset_of(j, ao.inner_shape, ao.inner_strides)] += srow[offset_of(j, as.inner_shape, as.inner_strides)];
+      }
+    }
+  });
+}
+
+// Visits every position p of `shape` (row-major) with the offsets of p in a, b (element strides), and
+// the index value position; `dim` of a is replaced by idx[p].
+template <class F>
+void for_each_indexed(const Shape& shape, const Strides& sa, const Strides& sb, const Strides& si, F&& f) {
+  const int64_t total = shape.product();
+  const size_t r = shape.size();
+  SmallDims pos(r, 0);
+  int64_t oa = 0, ob = 0, oi = 0;
+  for (int64_t k = 0; k < total; ++k) {
+    f(oa, ob, oi, pos);
+    for (size_t d = r; d-- > 0;) {
+      ++pos[d];
+      oa += sa[d];
+      ob += sb[d];
+      oi += si[d];
+      if (pos[d] < shape[d]) break;
+      oa -= sa[d] * shape[d];
+      ob -= sb[d] * shape[d];
+      oi -= si[d] * shape[d];
+      pos[d] = 0;
+    }
+  }
+}
+
+template <class T>
+void gather_t(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) {
+  Strides xs = x.strides;
+  const int64_t dstride = x.shape.empty() ? 0 : xs[dim];
+  if (!xs.empty()) xs[dim] = 0;  // the dim coordinate comes from the index
+  const T* xp = x.ptr<T>();
+  T* op = out.ptr<T>();
+  const int64_t* ip = idx.ptr<int64_t>();
+  for_each_indexed(out.shape, xs, out.strides, idx.strides, [&](int64_t ox, int64_t oo, int64_t oi, const SmallDims&) {
+    op[oo] = xp[ox + ip[oi] * dstride];
+  });
+}
+
+template <class T>
+void scatter_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
+  Strides os = out.strides;
+  const int64_t dstride = out.shape.empty() ? 0 : os[dim];
+  if (!os.empty()) os[dim] = 0;
+  T* op = out.ptr<T>();
+  const T* sp = src.ptr<T>();
+  const int64_t* ip = idx.ptr<int64_t>();
+  for_each_indexed(idx.shape, os, src.strides, idx.strides, [&](int64_t oo, int64_t osrc, int64_t oi, const SmallDims&) {
+    op[oo + ip[oi] * dstride] += sp[osrc];
+  });
+}
+
+#define OXM_DISPATCH(dtype, fn, ...)                                                  \
+  switch (dtype) {                                                                    \
+    case DType::F32: return fn<float>(__VA_ARGS__);                                   \
+    case DType::F64: return fn<double>(__VA_ARGS__);                                  \
+    case DType::I64: return fn<int64_t>(__VA_ARGS__);                                 \
+    case DType::U8: return fn<uint8_t>(__VA_ARGS__);                                  \
+  }
+
+}  // namespace
+
+void cpu_index_select(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) {
+  OXM_DISPATCH(x.dtype, index_select_t, x, dim, idx, out)
+}
+void cpu_index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
+  OXM_DISPATCH(out.dtype, index_add_t, out, dim, idx, src)
+}
+void cpu_gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) {
+  OXM_DISPATCH(x.dtype, gather_t, x, dim, idx, out)
+}
+void cpu_scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
+  OXM_DISPATCH(out.dtype, scatter_add_t, out, dim, idx, src)
+}
+
+}  // namespace oxmera::detail

@@ -1,0 +1,319 @@
+// Index and assembly ops: index_select, index_add, gather, scatter_add, cat, stack, pad, one_hot, with
+// their backward rules (each is the adjoint of another op in this file).
+#include <algorithm>
+
+#include "autograd/node.hpp"
+#include "backend/backend.hpp"
+#include "ops/ops_internal.hpp"
+#include "oxmera/autograd.hpp"
+
+namespace oxmera {
+namespace {
+
+using detail::Node;
+
+// Host copy of an I64 index tensor, every value checked against [0, size).
+Tensor checked_index(const Tensor& index, int64_t size, const char* op, int64_t dim, const Shape& shape) {
+  detail::check_defined(index, op, "index");
+  OXM_CHECK(index.dtype() == DType::I64, DTypeMismatch, op, ": index must be i64, got ", index.dtype(),
+            "; cast with .to(DType::I64)");
+  Tensor host = index.to(Device::cpu()).contiguous();
+  const int64_t* p = host.impl()->ptr<int64_t>();
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    OXM_CHECK(p[i] >= 0 && p[i] < size, IndexOutOfBounds, op, ": index ", p[i], " (at position ", i,
+              ") is out of range for dim ", dim, " of size ", size, " (shape ", shape, ")");
+  }
+  return index.device().is_cpu() ? host : index;
+}
+
+void check_same(const Tensor& a, const Tensor& b, const char* op, const char* what) {
+  detail::check_defined(b, op, what);
+  OXM_CHECK(a.dtype() == b.dtype(), DTypeMismatch, op, ": ", what, " has dtype ", b.dtype(), " but self has ",
+            a.dtype());
+  OXM_CHECK(a.device() == b.device(), DeviceMismatch, op, ": ", what, " is on ", b.device(), " but self is on ",
+            a.device());
+}
+
+struct IndexSelectNode final : Node {
+  int64_t dim;
+  Shape in_shape;
+  Tensor index;
+  const char* name() const override { return "index_select"; }
+  void apply(Tensor* g, Tensor* gin) override {
+    gin[0] = zeros(in_shape, g[0].dtype()).to(g[0].device()).index_add(dim, index, g[0]);
+  }
+};
+struct IndexAddNode final : Node {
+  int64_t dim;
+  Tensor index;
+  const char* name() const override { return "index_add"; }
+  void apply(Tensor* g, Tensor* gin) override {
+    if (needs_grad(0)) gin[0] = g[0];
+    if (needs_grad(1)) gin[1] = g[0].index_select(dim, index);
+  }
+};
+struct GatherNode final : Node {
+  int64_t dim;
+  Shape in_shape;
+  Tensor index;
+  const char* name() const override { return "gather"; }
+  void apply(Tensor* g, Tensor* gin) override {
+    gin[0] = zeros(in_shape, g[0].dtype()).to(g[0].device()).scatter_add(dim, index, g[0]);
+  }
+};
+struct ScatterAddNode final : Node {
+  int64_t dim;
+  Tensor index;
+  const char* name() const override { return "scatter_add"; }
+  void apply(Tensor* g, Tensor* gin) override {
+    if (needs_grad(0)) gin[0] = g[0];
+    if (needs_grad(1)) gin[1] = g[0].gather(dim, index);
+  }
+};
+struct CatNode final : Node {
+  int64_t dim;
+  std::vector<int64_t> sizes;
+  const char* name() const override { return "cat"; }
+  void apply(Tensor* g, Tensor* gin) override {
+    int64_t off = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (needs_grad(i)) gin[i] = g[0].narrow(dim, off, sizes[i]);
+      off += sizes[i];
+    }
+  }
+};
+
+// Registers a node with edges to `inputs` on `out`, when any input is being differentiated.
+template <class N>
+void record(Tensor& out, std::initializer_list<const Tensor*> inputs, N* n) {
+  for (const Tensor* t : inputs) n->next.push_back(detail::edge_of(*t));
+  detail::set_history(out, n);
+}
+
+}  // namespace
+
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
+  const char* op = "index_select";
+  detail::check_defined(*this, op);
+  const auto& x = *impl_;
+  OXM_CHECK(!x.shape.empty(), InvalidArgument, op, ": self must have at least one dim");
+  const int64_t d = normalize_dim(dim, this->dim(), op);
+  detail::check_defined(index, op, "index");
+  OXM_CHECK(index.dim() <= 1, InvalidArgument, op, ": index must be 1-d or 0-d, got shape ", index.shape());
+  Tensor idx = checked_index(index, x.shape[d], op, dim, x.shape);
+  OXM_CHECK(idx.device() == x.device(), DeviceMismatch, op, ": index is on ", idx.device(), ", self on ", x.device());
+  Shape out_shape = x.shape;
+  out_shape[d] = idx.numel();
+  Tensor out = detail::make_empty(out_shape, x.dtype, x.device(), op);
+  if (out.numel()) detail::backend_for(x.device(), op).index_select(x, d, *idx.impl(), *out.impl());
+  if (detail::needs_tape(*this)) {
+    auto* n = new IndexSelectNode();
+    n->dim = d;
+    n->in_shape = x.shape;
+    n->index = idx;
+    record(out, {this}, n);
+  }
+  return out;
+}
+
+Tensor Tensor::index_add(int64_t dim, const Tensor& index, const Tensor& src) const {
+  const char* op = "index_add";
+  detail::check_defined(*this, op);
+  check_same(*this, src, op, "src");
+  const auto& x = *impl_;
+  OXM_CHECK(!x.shape.empty(), InvalidArgument, op, ": self must have at least one dim");
+  const int64_t d = normalize_dim(dim, this->dim(), op);
+  detail::check_defined(index, op, "index");
+  OXM_CHECK(index.dim() <= 1, InvalidArgument, op, ": index must be 1-d or 0-d, got shape ", index.shape());
+  Shape want = x.shape;
+  want[d] = index.numel();
+  OXM_CHECK(src.shape() == want, ShapeMismatch, op, ": src has shape ", src.shape(), " but self ", x.shape,
+            " with ", index.numel(), " indices along dim ", dim, " needs ", want);
+  Tensor idx = checked_index(index, x.shape[d], op, dim, x.shape);
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = clone();
+  }
+  if (idx.numel() && out.numel())
+    detail::backend_for(x.device(), op).index_add(*out.impl(), d, *idx.impl(), *src.impl());
+  if (detail::needs_tape(*this, src)) {
+    auto* n = new IndexAddNode();
+    n->dim = d;
+    n->index = idx;
+    record(out, {this, &src}, n);
+  }
+  return out;
+}
+
+namespace {
+// Shared validation of gather/scatter_add: same rank, index dims within the data's (other than dim).
+int64_t check_gather_shapes(const Tensor& self, const Tensor& index, const Tensor* src, int64_t dim, const char* op) {
+  detail::check_defined(index, op, "index");
+  const int64_t rank = self.dim();
+  const int64_t d = normalize_dim(dim, rank, op);
+  OXM_CHECK(index.dim() == rank, ShapeMismatch, op, ": index has rank ", index.dim(), " but self has rank ", rank,
+            " (shapes ", index.shape(), " and ", self.shape(), ")");
+  for (int64_t i = 0; i < rank; ++i) {
+    OXM_CHECK(i == d || index.shape()[i] <= self.shape()[i], ShapeMismatch, op, ": index shape ", index.shape(),
+              " exceeds self shape ", self.shape(), " at dim ", i);
+    if (src) {
+      OXM_CHECK(index.shape()[i] <= src->shape()[i], ShapeMismatch, op, ": index shape ", index.shape(),
+                " exceeds src shape ", src->shape(), " at dim ", i);
+    }
+  }
+  return d;
+}
+}  // namespace
+
+Tensor Tensor::gather(int64_t dim, const Tensor& index) const {
+  const char* op = "gather";
+  detail::check_defined(*this, op);
+  const auto& x = *impl_;
+  const int64_t d = check_gather_shapes(*this, index, nullptr, dim, op);
+  Tensor idx = checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape);
+  Tensor out = detail::make_empty(idx.shape(), x.dtype, x.device(), op);
+  if (out.numel()) detail::backend_for(x.device(), op).gather(x, d, *idx.impl(), *out.impl());
+  if (detail::needs_tape(*this)) {
+    auto* n = new GatherNode();
+    n->dim = d;
+    n->in_shape = x.shape;
+    n->index = idx;
+    record(out, {this}, n);
+  }
+  return out;
+}
+
+Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const {
+  const char* op = "scatter_add";
+  detail::check_defined(*this, op);
+  check_same(*this, src, op, "src");
+  OXM_CHECK(src.dim() == this->dim(), ShapeMismatch, op, ": src has rank ", src.dim(), " but self has rank ",
+            this->dim());
+  const auto& x = *impl_;
+  const int64_t d = check_gather_shapes(*this, index, &src, dim, op);
+  Tensor idx = checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape);
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = clone();
+  }
+  if (idx.numel()) detail::backend_for(x.device(), op).scatter_add(*out.impl(), d, *idx.impl(), *src.impl());
+  if (detail::needs_tape(*this, src)) {
+    OXM_CHECK(!src.requires_grad() || src.shape() == idx.shape(), NotImplemented, op,
+              ": the gradient for src needs src and index of one shape (got ", src.shape(), " and ", idx.shape(), ")");
+    auto* n = new ScatterAddNode();
+    n->dim = d;
+    n->index = idx;
+    record(out, {this, &src}, n);
+  }
+  return out;
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  const char* op = "cat";
+  OXM_CHECK(!tensors.empty(), InvalidArgument, op, ": needs at least one tensor");
+  const Tensor& first = tensors[0];
+  detail::check_defined(first, op);
+  const int64_t rank = first.dim();
+  OXM_CHECK(rank > 0, InvalidArgument, op, ": 0-d tensors cannot be concatenated; unsqueeze them or use stack");
+  const int64_t d = normalize_dim(dim, rank, op);
+  Shape out_shape = first.shape();
+  int64_t total = 0;
+  bool any_grad = false;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    check_same(first, t, op, "a tensor");
+    OXM_CHECK(t.dim() == rank, ShapeMismatch, op, ": tensor ", i, " has shape ", t.shape(), ", tensor 0 has ",
+              first.shape(), " (ranks differ)");
+    for (int64_t k = 0; k < rank; ++k)
+      OXM_CHECK(k == d || t.shape()[k] == out_shape[k], ShapeMismatch, op, ": tensor ", i, " has shape ", t.shape(),
+                " but tensor 0 has ", first.shape(), "; all dims except ", dim, " must match");
+    OXM_CHECK(!__builtin_add_overflow(total, t.shape()[d], &total), InvalidArgument, op, ": size overflow");
+    any_grad |= detail::needs_tape(t);
+  }
+  out_shape[d] = total;
+  Tensor out = detail::make_empty(out_shape, first.dtype(), first.device(), op);
+  {
+    NoGradGuard ng;
+    int64_t off = 0;
+    for (const Tensor& t : tensors) {
+      const int64_t n = t.shape()[d];
+      if (n > 0 && t.numel() > 0) {
+        Tensor dst = out.narrow(d, off, n);
+        detail::backend_for(out.device(), op).copy(*t.impl(), *dst.impl());
+      }
+      off += n;
+    }
+  }
+  if (any_grad) {
+    auto* n = new CatNode();
+    n->dim = d;
+    for (const Tensor& t : tensors) {
+      n->sizes.push_back(t.shape()[d]);
+      n->next.push_back(detail::edge_of(t));
+    }
+    detail::set_history(out, n);
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  OXM_CHECK(!tensors.empty(), InvalidArgument, "stack: needs at least one tensor");
+  detail::check_defined(tensors[0], "stack");
+  const int64_t rank = tensors[0].dim();
+  OXM_CHECK(dim >= -rank - 1 && dim <= rank, IndexOutOfBounds, "stack: dim ", dim, " out of range for rank ", rank,
+            " inputs (valid: ", -rank - 1, "..", rank, ")");
+  const int64_t d = dim < 0 ? dim + rank + 1 : dim;
+  std::vector<Tensor> parts;
+  parts.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    detail::check_defined(tensors[i], "stack");
+    OXM_CHECK(tensors[i].shape() == tensors[0].shape(), ShapeMismatch, "stack: tensor ", i, " has shape ",
+              tensors[i].shape(), " but tensor 0 has ", tensors[0].shape());
+    parts.push_back(tensors[i].unsqueeze(d));
+  }
+  return cat(parts, d);
+}
+
+Tensor pad(const Tensor& t, int64_t dim, int64_t before, int64_t after, double value) {
+  const char* op = "pad";
+  detail::check_defined(t, op);
+  OXM_CHECK(before >= 0 && after >= 0, InvalidArgument, op, ": padding must be >= 0, got before=", before,
+            " after=", after, "; use narrow to crop");
+  const int64_t d = normalize_dim(dim, t.dim(), op);
+  OXM_CHECK(t.dim() > 0, InvalidArgument, op, ": cannot pad a 0-d tensor");
+  Tensor fill = full({1}, value, t.dtype()).to(t.device());
+  Shape sb = t.shape(), sa = t.shape();
+  sb[d] = before;
+  sa[d] = after;
+  std::vector<Tensor> parts;
+  if (before) parts.push_back(fill.reshape(Shape(t.dim(), 1)).broadcast_to(sb));
+  parts.push_back(t);
+  if (after) parts.push_back(fill.reshape(Shape(t.dim(), 1)).broadcast_to(sa));
+  return parts.size() == 1 ? t.clone() : cat(parts, d);
+}
+
+Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype) {
+  const char* op = "one_hot";
+  detail::check_defined(index, op, "index");
+  OXM_CHECK(index.dtype() == DType::I64, DTypeMismatch, op, ": index must be i64, got ", index.dtype());
+  Tensor host = index.to(Device::cpu()).contiguous();
+  const int64_t* p = host.impl()->ptr<int64_t>();
+  if (num_classes < 0) {
+    OXM_CHECK(num_classes == -1, InvalidArgument, op, ": num_classes must be >= 0 or -1 (infer), got ", num_classes);
+    OXM_CHECK(host.numel() > 0, InvalidArgument, op, ": cannot infer num_classes from an empty index");
+    num_classes = *std::max_element(p, p + host.numel()) + 1;
+  }
+  Tensor idx = checked_index(host, num_classes, op, -1, Shape{num_classes});
+  Shape s = index.shape();
+  s.push_back(num_classes);
+  Tensor out = zeros(s, dtype);
+  if (out.numel()) {
+    Tensor ones_src = ones(idx.shape(), dtype).unsqueeze(-1);
+    out = out.scatter_add(-1, idx.unsqueeze(-1), ones_src);
+  }
+  return out.to(index.device());
+}
+
+}  // namespace oxmera
