@@ -27,4 +27,9 @@ class Generator {
   bool has_cached_ = false;
 };
 
+// The process-wide generator used when a layer is built without an explicit one. Not thread-safe: seed
+// it (manual_seed) and build models from one thread, or pass a Generator explicitly.
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
 }  // namespace oxmera

@@ -30,6 +30,11 @@ struct OptimizerStep {
   bool first_step = false;             // SGD: momentum buffer initialised from the gradient
 };
 
+// Geometry of a 2-d sliding window (convolution, pooling): kernel, stride, padding, dilation, output size.
+struct ConvGeometry {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, oh = 0, ow = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -72,6 +77,13 @@ class Backend {
   virtual void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) = 0;
   // out[p with p[dim] = idx[p]] += src[p] over p in row-major order (deterministic for duplicates).
   virtual void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) = 0;
+
+  // ---- convolution helpers (im2col). x: [N, C, H, W], any strides; cols: contiguous [N, C*kh*kw, oh*ow]
+  // where row (c, i, j), column (y, z) holds x[n, c, y*sh - ph + i*dh, z*sw - pw + j*dw], or `pad_value`
+  // outside the image.
+  virtual void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) = 0;
+  // The adjoint: x_grad (contiguous [N, C, H, W], zero-filled by the caller) += col2im(cols).
+  virtual void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) = 0;
 
   // ---- fused optimizer update of one parameter: one pass over its memory (one launch on a GPU).
   // param, grad and the state buffers are contiguous tensors of one shape and dtype.

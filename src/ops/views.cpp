@@ -40,6 +40,16 @@ struct SliceNode final : Node {
     gin[0] = z;
   }
 };
+struct DiagonalNode final : Node {
+  Shape in_shape;
+  int64_t offset = 0, dim1 = 0, dim2 = 1;
+  const char* name() const override { return "diagonal"; }
+  void apply(Tensor* g, Tensor* gin) override {
+    Tensor z = zeros(in_shape, g[0].dtype()).to(g[0].device());
+    z.diagonal(offset, dim1, dim2).copy_(g[0]);
+    gin[0] = z;
+  }
+};
 struct IdentityNode final : Node {
   const char* name_;
   explicit IdentityNode(const char* n) : name_(n) {}
@@ -247,6 +257,38 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   return slice_impl(*this, d, start, end, step, false, "slice");
 }
 Tensor Tensor::select(int64_t d, int64_t index) const { return slice_impl(*this, d, index, 0, 1, true, "select"); }
+
+Tensor Tensor::diagonal(int64_t offset, int64_t dim1, int64_t dim2) const {
+  detail::check_defined(*this, "diagonal");
+  const auto& t = *impl_;
+  const int64_t rank = static_cast<int64_t>(t.shape.size());
+  OXM_CHECK(rank >= 2, InvalidArgument, "diagonal: needs at least 2 dims, got shape ", t.shape);
+  const int64_t d1 = normalize_dim(dim1, rank, "diagonal"), d2 = normalize_dim(dim2, rank, "diagonal");
+  OXM_CHECK(d1 != d2, InvalidArgument, "diagonal: dim1 and dim2 are the same dim (", dim1, ", ", dim2, ")");
+  int64_t len = offset >= 0 ? std::min(t.shape[d1], t.shape[d2] - offset) : std::min(t.shape[d1] + offset, t.shape[d2]);
+  len = std::max<int64_t>(len, 0);
+  int64_t off = t.offset;
+  if (len > 0) off += offset >= 0 ? offset * t.strides[d2] : -offset * t.strides[d1];
+  Shape shape;
+  Strides strides;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == d1 || d == d2) continue;
+    shape.push_back(t.shape[d]);
+    strides.push_back(t.strides[d]);
+  }
+  shape.push_back(len);
+  strides.push_back(t.strides[d1] + t.strides[d2]);
+  Tensor out = detail::make_view(*this, shape, strides, off);
+  if (detail::needs_tape(*this)) {
+    auto* n = new DiagonalNode();
+    n->in_shape = t.shape;
+    n->offset = offset;
+    n->dim1 = d1;
+    n->dim2 = d2;
+    record(out, *this, n);
+  }
+  return out;
+}
 
 Tensor Tensor::unsqueeze(int64_t d) const {
   detail::check_defined(*this, "unsqueeze");

@@ -55,6 +55,12 @@ void Generator::set_state(const State& st) noexcept {
   has_cached_ = st.has_cached;
 }
 
+Generator& default_generator() {
+  static Generator* g = new Generator(0);
+  return *g;
+}
+void manual_seed(uint64_t seed) { default_generator() = Generator(seed); }
+
 // ---------------------------------------------------------------- constructors
 namespace {
 Tensor host_empty(const Shape& shape, DType dtype, const char* op) {

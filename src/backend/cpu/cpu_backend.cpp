@@ -12,6 +12,11 @@
 #include "oxmera/version.hpp"
 
 namespace oxmera::detail {
+
+// cpu_optim.cpp
+void cpu_optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
+                        TensorImpl* s1, TensorImpl* s2);
+
 namespace {
 
 std::atomic<int> g_threads{0};
@@ -71,6 +76,16 @@ class CpuBackend final : public Backend {
   }
   void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
     cpu_scatter_add(out, dim, idx, src);
+  }
+  void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) override {
+    cpu_im2col(x, cols, g, pad_value);
+  }
+  void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) override {
+    cpu_col2im(cols, x_grad, g);
+  }
+  void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
+                      TensorImpl* s1, TensorImpl* s2) override {
+    cpu_optimizer_step(s, param, grad, s0, s1, s2);
   }
 
  private:

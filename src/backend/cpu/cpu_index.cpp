@@ -145,6 +145,63 @@ void scatter_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Te
   });
 }
 
+template <class T>
+void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) {
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const int64_t s0 = x.strides[0], s1 = x.strides[1], s2 = x.strides[2], s3 = x.strides[3];
+  const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
+  const T* xp = x.ptr<T>();
+  T* cp = cols.ptr<T>();
+  const T pad = static_cast<T>(pad_value);
+  parallel_for(N * C * K, std::max<int64_t>(1, 16384 / std::max<int64_t>(L, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      const int64_t n = row / (C * K), c = (row / K) % C, i = (row % K) / g.kw, j = row % g.kw;
+      const T* plane = xp + n * s0 + c * s1;
+      T* out = cp + row * L;
+      for (int64_t y = 0; y < g.oh; ++y) {
+        const int64_t h = y * g.sh - g.ph + i * g.dh;
+        T* orow = out + y * g.ow;
+        if (h < 0 || h >= H) {
+          for (int64_t z = 0; z < g.ow; ++z) orow[z] = pad;
+          continue;
+        }
+        const T* xrow = plane + h * s2;
+        const int64_t w0 = -g.pw + j * g.dw;
+        for (int64_t z = 0; z < g.ow; ++z) {
+          const int64_t w = z * g.sw + w0;
+          orow[z] = (w >= 0 && w < W) ? xrow[w * s3] : pad;
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void col2im_t(const TensorImpl& cols, TensorImpl& xg, const ConvGeometry& g) {
+  const int64_t N = xg.shape[0], C = xg.shape[1], H = xg.shape[2], W = xg.shape[3];
+  const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
+  const T* cp = cols.ptr<T>();
+  T* xp = xg.ptr<T>();
+  // One (n, c) plane per task: every write to a plane comes from its own K rows, in a fixed order.
+  parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(K * L, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      T* plane = xp + nc * H * W;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t i = k / g.kw, j = k % g.kw;
+        const T* in = cp + (nc * K + k) * L;
+        for (int64_t y = 0; y < g.oh; ++y) {
+          const int64_t h = y * g.sh - g.ph + i * g.dh;
+          if (h < 0 || h >= H) continue;
+          for (int64_t z = 0; z < g.ow; ++z) {
+            const int64_t w = z * g.sw - g.pw + j * g.dw;
+            if (w >= 0 && w < W) plane[h * W + w] += in[y * g.ow + z];
+          }
+        }
+      }
+    }
+  });
+}
+
 #define OXM_DISPATCH(dtype, fn, ...)                                                  \
   switch (dtype) {                                                                    \
     case DType::F32: return fn<float>(__VA_ARGS__);                                   \
@@ -166,6 +223,21 @@ void cpu_gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorI
 }
 void cpu_scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
   OXM_DISPATCH(out.dtype, scatter_add_t, out, dim, idx, src)
+}
+
+void cpu_im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) {
+  switch (x.dtype) {
+    case DType::F32: return im2col_t<float>(x, cols, g, pad_value);
+    case DType::F64: return im2col_t<double>(x, cols, g, pad_value);
+    default: OXM_FAIL(UnsupportedDType, "im2col: dtype ", x.dtype, " is not supported (f32, f64)");
+  }
+}
+void cpu_col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
+  switch (cols.dtype) {
+    case DType::F32: return col2im_t<float>(cols, x_grad, g);
+    case DType::F64: return col2im_t<double>(cols, x_grad, g);
+    default: OXM_FAIL(UnsupportedDType, "col2im: dtype ", cols.dtype, " is not supported (f32, f64)");
+  }
 }
 
 }  // namespace oxmera::detail

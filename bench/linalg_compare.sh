@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# oxmera vs torch 1.13 on forward+backward of Cholesky-based logdet, [3, 64, n, n] f32, n = 4 and 16.
+# Alternates the two (A B A B ...) ROUNDS times with the same thread count and prints medians and ratios.
+# Usage: bench/linalg_compare.sh [build-dir] [threads] [rounds]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+threads=${2:-2}
+rounds=${3:-3}
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+# torch gets OpenBLAS's AVX-512 kernels (what a careful user would do); oxmera chooses its own.
+torch_env=(env OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512)
+ox_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+declare -A ox torch
+for r in $(seq "$rounds"); do
+  while read -r name time; do ox[$name]+="$time "; done < <("${ox_env[@]}" "$build/bench/oxmera_bench" \
+      --benchmark_filter='BM_CholeskyLogdet' --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+      2>/dev/null | awk '/_median/ {split($1, p, "/"); print "n=" p[2], $2}')
+  while read -r _ n t; do torch[$n]+="${t#median_us=} "; done < <("${torch_env[@]}" /usr/bin/python3 bench/linalg_torch.py "$threads")
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "threads=$threads rounds=$rounds  (microseconds, median over rounds)"
+for n in n=4 n=16; do
+  o=$(echo "${ox[$n]}" | median); t=$(echo "${torch[$n]}" | median)
+  printf "%-5s oxmera %8.1f us  torch %8.1f us  ratio %.3f\n" "$n" "$o" "$t" "$(echo "$o / $t" | bc -l)"
+done

@@ -1,0 +1,7 @@
+#pragma once
+// oxmera::nn: modules, layers, functional forms, initialisers and losses.
+#include "oxmera/nn/functional.hpp"
+#include "oxmera/nn/init.hpp"
+#include "oxmera/nn/layers.hpp"
+#include "oxmera/nn/loss.hpp"
+#include "oxmera/nn/module.hpp"

@@ -1,0 +1,39 @@
+#pragma once
+// Functional forms of the nn layers. They work for f32 and f64 (so they can be gradchecked in f64);
+// the Module classes hold f32 parameters and call these.
+#include <array>
+
+#include "oxmera/random.hpp"
+#include "oxmera/tensor.hpp"
+
+namespace oxmera::nn::functional {
+
+using Pair = std::array<int64_t, 2>;
+
+// Sliding 2-d blocks of x [N, C, H, W] as columns: [N, C*kh*kw, L] (torch.nn.functional.unfold).
+Tensor unfold(const Tensor& x, Pair kernel, Pair dilation = {1, 1}, Pair padding = {0, 0}, Pair stride = {1, 1});
+// x [N, C, H, W], weight [O, C/groups, kh, kw], bias [O] or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = {1, 1},
+              Pair padding = {0, 0}, Pair dilation = {1, 1}, int64_t groups = 1);
+// stride {0, 0} means stride = kernel (torch's default). Padding is implicit -inf (max) or 0 (avg).
+Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0},
+                  Pair dilation = {1, 1});
+Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0},
+                  bool count_include_pad = true);
+// y = x W^T + b with weight [out, in] (torch layout).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// Normalises over the trailing dims `normalized_shape` (biased variance).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+// x [N, C] or [N, C, H, W]. In training, normalises with the batch statistics (biased variance) and, when
+// running stats are given, updates them in place: r = (1 - momentum) r + momentum * batch (unbiased variance
+// for running_var), as torch does. In eval, normalises with the running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+// Inverted dropout: zeroes each element with probability p, scales the rest by 1/(1-p); identity when
+// not training. The mask is drawn from `gen`.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+// Rows of weight [V, D] for I64 indices of any shape: [..., D].
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+
+}  // namespace oxmera::nn::functional

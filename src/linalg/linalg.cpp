@@ -1,0 +1,401 @@
+// Small batched linear algebra: host f64 kernels (Cholesky, triangular solves, Jacobi eigh) and their
+// backward rules; logdet, det, solve and inverse are compositions of these differentiable pieces.
+#include "oxmera/linalg.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "autograd/node.hpp"
+#include "backend/cpu/parallel.hpp"
+#include "oxmera/autograd.hpp"
+
+namespace oxmera::linalg {
+namespace {
+
+using detail::Node;
+
+// A fresh contiguous f64 host copy of a batch of matrices [..., r, c].
+struct Batch {
+  Tensor t;
+  int64_t count = 0, rows = 0, cols = 0;
+  double* mat(int64_t b) const { return t.impl()->ptr<double>() + b * rows * cols; }
+};
+Batch host_batch(const Tensor& a) {
+  NoGradGuard ng;
+  Batch b;
+  b.t = a.detach().to(Device::cpu()).to(DType::F64).clone();
+  const Shape& s = a.shape();
+  b.rows = s[s.size() - 2];
+  b.cols = s[s.size() - 1];
+  b.count = b.rows * b.cols == 0 ? Shape(s.data(), s.size() - 2).product() : a.numel() / (b.rows * b.cols);
+  return b;
+}
+// Back to the caller's dtype and device (no history).
+Tensor to_like(const Tensor& host_f64, const Tensor& like) {
+  NoGradGuard ng;
+  return host_f64.to(like.dtype()).to(like.device());
+}
+
+std::string batch_index_str(int64_t b, const Shape& shape) {
+  Shape batch(shape.data(), shape.size() - 2);
+  if (batch.empty()) return "0 (unbatched)";
+  Shape idx(batch.size());
+  int64_t r = b;
+  for (size_t d = batch.size(); d-- > 0;) {
+    idx[d] = r % batch[d];
+    r /= batch[d];
+  }
+  return std::to_string(b) + " " + idx.str();
+}
+
+void check_square(const Tensor& a, const char* op) {
+  detail::check_defined(a, op);
+  OXM_CHECK(a.dim() >= 2, InvalidArgument, op, ": needs a matrix or a batch of matrices [..., n, n], got shape ",
+            a.shape());
+  OXM_CHECK(a.shape()[a.dim() - 1] == a.shape()[a.dim() - 2], ShapeMismatch, op,
+            ": needs square matrices, got shape ", a.shape());
+  OXM_CHECK(is_floating(a.dtype()), UnsupportedDType, op, ": dtype ", a.dtype(), " is not supported (f32, f64)");
+}
+
+// In place: lower Cholesky factor; returns the failing pivot or -1.
+int64_t chol(double* a, int64_t n, double* bad) {
+  for (int64_t j = 0; j < n; ++j) {
+    double s = a[j * n + j];
+    for (int64_t k = 0; k < j; ++k) s -= a[j * n + k] * a[j * n + k];
+    if (!(s > 0.0)) {
+      *bad = s;
+      return j;
+    }
+    const double d = std::sqrt(s);
+    a[j * n + j] = d;
+    for (int64_t i = j + 1; i < n; ++i) {
+      double v = a[i * n + j];
+      for (int64_t k = 0; k < j; ++k) v -= a[i * n + k] * a[j * n + k];
+      a[i * n + j] = v / d;
+    }
+    for (int64_t k = j + 1; k < n; ++k) a[j * n + k] = 0.0;
+  }
+  return -1;
+}
+
+// In place on x (n x m): solves T x = x for triangular T (n x n, row-major; lower or upper, optionally
+// transposed, so that T^T of a lower factor is an upper solve). Returns the zero-pivot row or -1.
+int64_t tri_solve(const double* T, int64_t n, double* x, int64_t m, bool upper, bool transpose) {
+  auto at = [&](int64_t i, int64_t k) { return transpose ? T[k * n + i] : T[i * n + k]; };
+  const bool up = upper != transpose;  // effective triangle
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t i = up ? n - 1 - s : s;
+    const double d = at(i, i);
+    if (d == 0.0) return i;
+    for (int64_t c = 0; c < m; ++c) {
+      double v = x[i * m + c];
+      if (up) {
+        for (int64_t k = i + 1; k < n; ++k) v -= at(i, k) * x[k * m + c];
+      } else {
+        for (int64_t k = 0; k < i; ++k) v -= at(i, k) * x[k * m + c];
+      }
+      x[i * m + c] = v / d;
+    }
+  }
+  return -1;
+}
+
+// ---------------------------------------------------------------- cholesky
+struct CholeskyNode final : Node {
+  detail::SavedTensor L;
+  const char* name() const override { return "cholesky"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor Lt = L.get("cholesky");
+    Batch l = host_batch(Lt), g = host_batch(gout[0]);
+    const int64_t n = l.rows;
+    detail::parallel_for(l.count, 16, [&](int64_t b0, int64_t e0) {
+      std::vector<double> P(static_cast<size_t>(n * n)), Y(static_cast<size_t>(n * n));
+      for (int64_t b = b0; b < e0; ++b) {
+        const double* Lm = l.mat(b);
+        double* G = g.mat(b);
+        // P = Phi(L^T gL): lower triangle, halved diagonal.
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double v = 0;
+            if (j <= i)
+              for (int64_t k = 0; k < n; ++k) v += Lm[k * n + i] * G[k * n + j];
+            P[i * n + j] = j < i ? v : (j == i ? 0.5 * v : 0.0);
+          }
+        // X = L^{-T} P, then Y = X L^{-1} computed as (L^{-T} X^T)^T.
+        tri_solve(Lm, n, P.data(), n, false, true);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) Y[i * n + j] = P[j * n + i];
+        tri_solve(Lm, n, Y.data(), n, false, true);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) G[i * n + j] = 0.5 * (Y[j * n + i] + Y[i * n + j]);
+      }
+    });
+    gin[0] = to_like(g.t, gout[0]);
+  }
+};
+
+// ---------------------------------------------------------------- solve_triangular
+struct SolveTriangularNode final : Node {
+  detail::SavedTensor T, X;
+  bool upper = false;
+  Shape t_shape, b_shape;
+  const char* name() const override { return "solve_triangular"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor t = T.get(name()), x = X.get(name());
+    // gB = T^{-T} gX;  gT = -gB X^T restricted to T's triangle.
+    Tensor gB = solve_triangular(t.transpose(-2, -1), gout[0], !upper);
+    if (needs_grad(1)) gin[1] = detail::sum_to(gB, b_shape);
+    if (needs_grad(0)) {
+      Tensor gT = -gB.matmul(x.transpose(-2, -1));
+      const int64_t n = t.shape()[t.dim() - 1];
+      Tensor mask = arange(n, DType::I64).unsqueeze(1).to(DType::F64);
+      Tensor cols = arange(n, DType::I64).unsqueeze(0).to(DType::F64);
+      Tensor keep = (upper ? mask.le(cols) : mask.ge(cols)).to(gT.dtype()).to(gT.device());
+      gin[0] = detail::sum_to(gT * keep, t_shape);
+    }
+  }
+};
+
+// ---------------------------------------------------------------- eigh
+void jacobi_eigh(double* a, int64_t n, double* w, double* V) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      V[i * n + j] = i == j ? 1.0 : 0.0;
+      if (j > i) a[i * n + j] = a[j * n + i];  // from the lower triangle
+    }
+  double scale = 0;
+  for (int64_t i = 0; i < n * n; ++i) scale += a[i] * a[i];
+  for (int sweep = 0; sweep < 100; ++sweep) {
+    double off = 0;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = p + 1; q < n; ++q) off += a[p * n + q] * a[p * n + q];
+    if (off <= 1e-30 * scale || off == 0.0) break;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = p + 1; q < n; ++q) {
+        const double apq = a[p * n + q];
+        if (apq == 0.0) continue;
+        const double theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
+        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::abs(theta) + std::sqrt(theta * theta + 1.0));
+        const double c = 1.0 / std::sqrt(t * t + 1.0), s = t * c;
+        for (int64_t k = 0; k < n; ++k) {  // columns p, q
+          const double akp = a[k * n + p], akq = a[k * n + q];
+          a[k * n + p] = c * akp - s * akq;
+          a[k * n + q] = s * akp + c * akq;
+        }
+        for (int64_t k = 0; k < n; ++k) {  // rows p, q
+          const double apk = a[p * n + k], aqk = a[q * n + k];
+          a[p * n + k] = c * apk - s * aqk;
+          a[q * n + k] = s * apk + c * aqk;
+        }
+        for (int64_t k = 0; k < n; ++k) {
+          const double vkp = V[k * n + p], vkq = V[k * n + q];
+          V[k * n + p] = c * vkp - s * vkq;
+          V[k * n + q] = s * vkp + c * vkq;
+        }
+      }
+  }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return a[x * n + x] < a[y * n + y]; });
+  std::vector<double> Vs(static_cast<size_t>(n * n));
+  for (int64_t j = 0; j < n; ++j) {
+    w[j] = a[order[j] * n + order[j]];
+    // Sign convention: the largest-magnitude component of each eigenvector is positive (deterministic).
+    int64_t big = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (std::abs(V[i * n + order[j]]) > std::abs(V[big * n + order[j]])) big = i;
+    const double sg = V[big * n + order[j]] < 0 ? -1.0 : 1.0;
+    for (int64_t i = 0; i < n; ++i) Vs[i * n + j] = sg * V[i * n + order[j]];
+  }
+  std::copy(Vs.begin(), Vs.end(), V);
+}
+
+struct EighNode final : Node {
+  detail::SavedTensor w, V;
+  EighNode() { num_outputs = 2; }
+  const char* name() const override { return "eigh"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor wv = w.get(name()), Vv = V.get(name());
+    const int64_t n = wv.shape()[wv.dim() - 1];
+    Tensor inner;  // V^T gA V in the eigenbasis
+    if (gout[1].defined()) {
+      Tensor VtgV = Vv.transpose(-2, -1).matmul(gout[1]);
+      Tensor skew = (VtgV - VtgV.transpose(-2, -1)) * 0.5;
+      Tensor E = wv.unsqueeze(-2) - wv.unsqueeze(-1);  // E_ij = w_j - w_i
+      // Repeated eigenvalues make the eigenvectors' gradient undefined: say so rather than return inf/NaN.
+      Tensor scale = wv.abs().max({-1}, true).unsqueeze(-1) + 1.0;
+      Tensor gap = E.abs() + eye(n, wv.dtype()).to(wv.device()) * 1e300;
+      const bool degenerate = (gap / scale).min().item<double>() <= 1e-10 ? true : false;
+      OXM_CHECK(!degenerate || n <= 1, InvalidArgument,
+                "eigh backward: the gradient through the eigenvectors is undefined for repeated eigenvalues "
+                "(relative gap <= 1e-10); use only the eigenvalues or perturb the matrix");
+      Tensor Ed = E + eye(n, wv.dtype()).to(wv.device());
+      inner = skew / Ed * (1.0 - eye(n, wv.dtype()).to(wv.device()));
+    }
+    if (gout[0].defined()) {
+      Tensor d = diag_embed(gout[0]);
+      inner = inner.defined() ? inner + d : d;
+    }
+    gin[0] = Vv.matmul(inner).matmul(Vv.transpose(-2, -1));
+  }
+};
+
+}  // namespace
+
+Tensor cholesky(const Tensor& a) {
+  check_square(a, "cholesky");
+  Batch m = host_batch(a);
+  const int64_t n = m.rows;
+  std::vector<int64_t> fail(static_cast<size_t>(m.count), -1);
+  std::vector<double> bad(static_cast<size_t>(m.count), 0.0);
+  detail::parallel_for(m.count, 64, [&](int64_t b0, int64_t e0) {
+    for (int64_t b = b0; b < e0; ++b) fail[b] = chol(m.mat(b), n, &bad[b]);
+  });
+  for (int64_t b = 0; b < m.count; ++b)
+    OXM_CHECK(fail[b] < 0, NotPositiveDefinite, "cholesky: the matrix at batch index ", batch_index_str(b, a.shape()),
+              " of shape ", a.shape(), " is not positive definite: pivot ", fail[b], " is ", bad[b],
+              " (must be > 0)");
+  Tensor L = to_like(m.t, a);
+  if (detail::needs_tape(a)) {
+    auto* node = new CholeskyNode();
+    node->next.push_back(detail::edge_of(a));
+    node->L.save(L, true);
+    detail::set_history(L, node);
+  }
+  return L;
+}
+
+Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
+  const char* op = "solve_triangular";
+  check_square(t, op);
+  detail::check_defined(b, op, "b");
+  OXM_CHECK(b.dim() >= 2, InvalidArgument, op, ": b must be [..., n, k], got shape ", b.shape());
+  OXM_CHECK(b.dtype() == t.dtype(), DTypeMismatch, op, ": matrix is ", t.dtype(), " but b is ", b.dtype());
+  OXM_CHECK(b.device() == t.device(), DeviceMismatch, op, ": matrix is on ", t.device(), " but b on ", b.device());
+  const int64_t n = t.shape()[t.dim() - 1];
+  OXM_CHECK(b.shape()[b.dim() - 2] == n, ShapeMismatch, op, ": matrix ", t.shape(), " and b ", b.shape(),
+            " disagree on n");
+  Shape tb(t.shape().data(), t.dim() - 2), bb(b.shape().data(), b.dim() - 2);
+  Shape batch = broadcast_shapes(tb, bb, op);
+  Shape ts = batch, bs = batch;
+  ts.push_back(n);
+  ts.push_back(n);
+  bs.push_back(n);
+  bs.push_back(b.shape()[b.dim() - 1]);
+  Batch T = host_batch(t.detach().broadcast_to(ts)), X = host_batch(b.detach().broadcast_to(bs));
+  std::vector<int64_t> fail(static_cast<size_t>(T.count), -1);
+  detail::parallel_for(T.count, 64, [&](int64_t b0, int64_t e0) {
+    for (int64_t i = b0; i < e0; ++i) fail[i] = tri_solve(T.mat(i), n, X.mat(i), X.cols, upper, false);
+  });
+  for (int64_t i = 0; i < T.count; ++i)
+    OXM_CHECK(fail[i] < 0, InvalidArgument, op, ": the triangular matrix at batch index ", batch_index_str(i, ts),
+              " has a zero on its diagonal at row ", fail[i], " (singular)");
+  Tensor x = to_like(X.t, b);
+  if (detail::needs_tape(t, b)) {
+    auto* node = new SolveTriangularNode();
+    node->next.push_back(detail::edge_of(t));
+    node->next.push_back(detail::edge_of(b));
+    node->upper = upper;
+    node->t_shape = t.shape();
+    node->b_shape = b.shape();
+    node->T.save(t, false);
+    node->X.save(x, true);
+    detail::set_history(x, node);
+  }
+  return x;
+}
+
+Tensor cholesky_solve(const Tensor& b, const Tensor& L) {
+  return solve_triangular(L.transpose(-2, -1), solve_triangular(L, b, false), true);
+}
+
+Tensor solve(const Tensor& a, const Tensor& b) {
+  check_square(a, "solve");
+  detail::check_defined(b, "solve", "b");
+  // torch's rule: b is a vector (batch) when it is 1-d or has exactly a's shape without the last dim.
+  const bool vector = b.dim() == 1 || (b.dim() == a.dim() - 1 && b.shape() == Shape(a.shape().data(), a.dim() - 1));
+  Tensor bm = vector ? b.unsqueeze(-1) : b;
+  Tensor x = cholesky_solve(bm, cholesky(a));
+  return vector ? x.squeeze(-1) : x;
+}
+
+Tensor inverse(const Tensor& a) {
+  check_square(a, "inverse");
+  const int64_t n = a.shape()[a.dim() - 1];
+  return cholesky_solve(eye(n, a.dtype()).to(a.device()), cholesky(a));
+}
+
+Tensor diag(const Tensor& a) {
+  detail::check_defined(a, "diag");
+  OXM_CHECK(a.dim() >= 1, InvalidArgument, "diag: needs at least one dim, got a 0-d tensor");
+  if (a.dim() == 1) return diag_embed(a);
+  return a.diagonal(0, -2, -1);
+}
+
+Tensor diag_embed(const Tensor& v) {
+  detail::check_defined(v, "diag_embed");
+  OXM_CHECK(v.dim() >= 1, InvalidArgument, "diag_embed: needs at least one dim, got a 0-d tensor");
+  const int64_t n = v.shape()[v.dim() - 1];
+  return v.unsqueeze(-1) * eye(n, v.dtype()).to(v.device());
+}
+
+Tensor trace(const Tensor& a) {
+  check_square(a, "trace");
+  return a.diagonal(0, -2, -1).sum({-1});
+}
+
+Tensor logdet(const Tensor& a) {
+  check_square(a, "logdet");
+  return cholesky(a).diagonal(0, -2, -1).log().sum({-1}) * 2.0;
+}
+
+Tensor det(const Tensor& a) { return logdet(a).exp(); }
+
+EighResult eigh(const Tensor& a) {
+  const char* op = "eigh";
+  check_square(a, op);
+  Batch m = host_batch(a);
+  const int64_t n = m.rows;
+  // Symmetry check, per matrix, relative to its largest magnitude.
+  for (int64_t b = 0; b < m.count; ++b) {
+    const double* A = m.mat(b);
+    double amax = 0, worst = 0;
+    int64_t wi = 0, wj = 0;
+    for (int64_t i = 0; i < n * n; ++i) amax = std::max(amax, std::abs(A[i]));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = i + 1; j < n; ++j) {
+        const double d = std::abs(A[i * n + j] - A[j * n + i]);
+        if (d > worst || std::isnan(d)) {
+          worst = d;
+          wi = i;
+          wj = j;
+        }
+      }
+    OXM_CHECK(!(worst > EIGH_SYMMETRY_TOL * amax) && !std::isnan(worst), NotSymmetric, "eigh: the matrix at batch index ",
+              batch_index_str(b, a.shape()), " is not symmetric: |a[", wi, "][", wj, "] - a[", wj, "][", wi, "]| = ",
+              worst, " exceeds EIGH_SYMMETRY_TOL (", EIGH_SYMMETRY_TOL, ") x max|a| (", amax,
+              "); symmetrise it explicitly if that is intended");
+  }
+  Shape ws(a.shape().data(), a.dim() - 1);
+  Tensor w = zeros(ws, DType::F64), V = zeros(a.shape(), DType::F64);
+  double* wp = w.impl()->ptr<double>();
+  double* vp = V.impl()->ptr<double>();
+  detail::parallel_for(m.count, 4, [&](int64_t b0, int64_t e0) {
+    for (int64_t b = b0; b < e0; ++b) jacobi_eigh(m.mat(b), n, wp + b * n, vp + b * n * n);
+  });
+  EighResult r{to_like(w, a), to_like(V, a)};
+  if (detail::needs_tape(a)) {
+    auto* node = new EighNode();
+    node->next.push_back(detail::edge_of(a));
+    node->w.save(r.eigenvalues, true);
+    node->V.save(r.eigenvectors, true);
+    node->refcount.fetch_add(1);  // two outputs hold it
+    detail::set_history(r.eigenvalues, node, 0);
+    detail::set_history(r.eigenvectors, node, 1);
+  }
+  return r;
+}
+
+}  // namespace oxmera::linalg

@@ -1,0 +1,221 @@
+// nn functional ops. unfold (im2col) is a backend op with its own backward (col2im); everything else is
+// composed from differentiable tensor ops.
+#include "oxmera/nn/functional.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/node.hpp"
+#include "backend/backend.hpp"
+#include "oxmera/autograd.hpp"
+
+namespace oxmera::nn::functional {
+namespace {
+
+struct UnfoldNode final : detail::Node {
+  detail::ConvGeometry g;
+  Shape in_shape;
+  const char* name() const override { return "unfold"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor gx = zeros(in_shape, gout[0].dtype()).to(gout[0].device());
+    Tensor gc = gout[0].contiguous();
+    detail::backend_for(gx.device(), "unfold backward").col2im(*gc.impl(), *gx.impl(), g);
+    gin[0] = gx;
+  }
+};
+
+void check_pair(Pair p, int64_t min, const char* op, const char* what) {
+  OXM_CHECK(p[0] >= min && p[1] >= min, InvalidArgument, op, ": ", what, " must be >= ", min, ", got [", p[0], ", ",
+            p[1], "]");
+}
+
+detail::ConvGeometry geometry(const Tensor& x, Pair k, Pair d, Pair p, Pair s, const char* op) {
+  check_pair(k, 1, op, "kernel size");
+  check_pair(d, 1, op, "dilation");
+  check_pair(p, 0, op, "padding");
+  check_pair(s, 1, op, "stride");
+  const int64_t H = x.shape()[2], W = x.shape()[3];
+  detail::ConvGeometry g{k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1], 0, 0};
+  const int64_t eh = H + 2 * p[0] - d[0] * (k[0] - 1) - 1, ew = W + 2 * p[1] - d[1] * (k[1] - 1) - 1;
+  OXM_CHECK(eh >= 0 && ew >= 0, InvalidArgument, op, ": input ", x.shape(), " is smaller than the dilated kernel [",
+            d[0] * (k[0] - 1) + 1, ", ", d[1] * (k[1] - 1) + 1, "] after padding [", p[0], ", ", p[1], "]");
+  g.oh = eh / s[0] + 1;
+  g.ow = ew / s[1] + 1;
+  return g;
+}
+
+void check_4d(const Tensor& x, const char* op) {
+  detail::check_defined(x, op);
+  OXM_CHECK(x.dim() == 4, ShapeMismatch, op, ": expected a 4-d input [N, C, H, W], got shape ", x.shape());
+  OXM_CHECK(is_floating(x.dtype()), UnsupportedDType, op, ": dtype ", x.dtype(), " is not supported (f32, f64)");
+}
+
+Tensor unfold_impl(const Tensor& x, const detail::ConvGeometry& g, double pad_value, const char* op) {
+  const int64_t N = x.shape()[0], C = x.shape()[1];
+  Shape out_shape{N, C * g.kh * g.kw, g.oh * g.ow};
+  Tensor cols = detail::make_empty(out_shape, x.dtype(), x.device(), op);
+  if (cols.numel()) detail::backend_for(x.device(), op).im2col(*x.impl(), *cols.impl(), g, pad_value);
+  if (detail::needs_tape(x)) {
+    auto* n = new UnfoldNode();
+    n->g = g;
+    n->in_shape = x.shape();
+    n->next.push_back(detail::edge_of(x));
+    detail::set_history(cols, n);
+  }
+  return cols;
+}
+
+Pair default_stride(Pair stride, Pair kernel) { return stride[0] == 0 && stride[1] == 0 ? kernel : stride; }
+
+}  // namespace
+
+Tensor unfold(const Tensor& x, Pair kernel, Pair dilation, Pair padding, Pair stride) {
+  check_4d(x, "unfold");
+  return unfold_impl(x, geometry(x, kernel, dilation, padding, stride, "unfold"), 0.0, "unfold");
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding, Pair dilation,
+              int64_t groups) {
+  const char* op = "conv2d";
+  check_4d(x, op);
+  detail::check_defined(weight, op, "weight");
+  OXM_CHECK(weight.dim() == 4, ShapeMismatch, op, ": weight must be [out, in/groups, kh, kw], got ", weight.shape());
+  OXM_CHECK(weight.dtype() == x.dtype(), DTypeMismatch, op, ": input is ", x.dtype(), " but weight is ",
+            weight.dtype());
+  OXM_CHECK(groups >= 1, InvalidArgument, op, ": groups must be >= 1, got ", groups);
+  const int64_t N = x.shape()[0], C = x.shape()[1], O = weight.shape()[0];
+  OXM_CHECK(C % groups == 0 && O % groups == 0, InvalidArgument, op, ": in_channels ", C, " and out_channels ", O,
+            " must both be divisible by groups ", groups);
+  OXM_CHECK(weight.shape()[1] * groups == C, ShapeMismatch, op, ": input has ", C, " channels but weight ",
+            weight.shape(), " with groups ", groups, " expects ", weight.shape()[1] * groups);
+  auto g = geometry(x, {weight.shape()[2], weight.shape()[3]}, dilation, padding, stride, op);
+  const int64_t K = (C / groups) * g.kh * g.kw, L = g.oh * g.ow;
+  Tensor cols = unfold_impl(x, g, 0.0, op).view({N, groups, K, L});
+  Tensor w = weight.reshape({groups, O / groups, K});
+  Tensor out = w.matmul(cols).reshape({N, O, g.oh, g.ow});  // [G, O/G, K] x [N, G, K, L]: no copy of w
+  if (bias.defined()) {
+    OXM_CHECK(bias.shape() == Shape({O}), ShapeMismatch, op, ": bias must be [", O, "], got ", bias.shape());
+    out = out + bias.reshape({1, O, 1, 1});
+  }
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation) {
+  const char* op = "max_pool2d";
+  check_4d(x, op);
+  stride = default_stride(stride, kernel);
+  OXM_CHECK(padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], InvalidArgument, op,
+            ": padding must be at most half the kernel size (torch's rule), got padding [", padding[0], ", ",
+            padding[1], "] for kernel [", kernel[0], ", ", kernel[1], "]");
+  auto g = geometry(x, kernel, dilation, padding, stride, op);
+  const int64_t N = x.shape()[0], C = x.shape()[1];
+  Tensor cols = unfold_impl(x, g, -std::numeric_limits<double>::infinity(), op);
+  return cols.view({N, C, g.kh * g.kw, g.oh * g.ow}).max({2}).view({N, C, g.oh, g.ow});
+}
+
+Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, bool count_include_pad) {
+  const char* op = "avg_pool2d";
+  check_4d(x, op);
+  stride = default_stride(stride, kernel);
+  OXM_CHECK(padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], InvalidArgument, op,
+            ": padding must be at most half the kernel size, got padding [", padding[0], ", ", padding[1],
+            "] for kernel [", kernel[0], ", ", kernel[1], "]");
+  auto g = geometry(x, kernel, {1, 1}, padding, stride, op);
+  const int64_t N = x.shape()[0], C = x.shape()[1];
+  Tensor cols = unfold_impl(x, g, 0.0, op).view({N, C, g.kh * g.kw, g.oh * g.ow});
+  if (count_include_pad || (padding[0] == 0 && padding[1] == 0))
+    return cols.mean({2}).view({N, C, g.oh, g.ow});
+  // Divide by the number of in-image elements of each window.
+  Tensor ones_img = ones({1, 1, x.shape()[2], x.shape()[3]}, x.dtype()).to(x.device());
+  Tensor counts;
+  {
+    NoGradGuard ng;
+    counts = unfold_impl(ones_img, g, 0.0, op).sum({1}).view({1, 1, g.oh * g.ow});
+  }
+  return (cols.sum({2}) / counts).view({N, C, g.oh, g.ow});
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_defined(x, "linear");
+  detail::check_defined(weight, "linear", "weight");
+  OXM_CHECK(weight.dim() == 2, ShapeMismatch, "linear: weight must be [out, in], got ", weight.shape());
+  OXM_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], ShapeMismatch, "linear: input ", x.shape(),
+            " has last dim ", x.dim() ? x.shape().back() : 0, " but weight ", weight.shape(), " expects ",
+            weight.shape()[1]);
+  Tensor y = x.dim() == 1 ? x.unsqueeze(0).matmul(weight.t()).squeeze(0) : x.matmul(weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  detail::check_defined(x, "layer_norm");
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  OXM_CHECK(k >= 1 && x.dim() >= k, ShapeMismatch, "layer_norm: normalized_shape ", normalized_shape,
+            " does not fit input ", x.shape());
+  for (int64_t i = 0; i < k; ++i)
+    OXM_CHECK(x.shape()[x.dim() - k + i] == normalized_shape[i], ShapeMismatch, "layer_norm: input ", x.shape(),
+              " does not end with normalized_shape ", normalized_shape);
+  Dims dims;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  Tensor mu = x.mean(dims, true);
+  Tensor xc = x - mu;
+  Tensor var = xc.square().mean(dims, true);
+  Tensor y = xc * (var + eps).rsqrt();
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  const char* op = "batch_norm";
+  detail::check_defined(x, op);
+  OXM_CHECK(x.dim() == 2 || x.dim() == 4, ShapeMismatch, op, ": expected [N, C] or [N, C, H, W], got ", x.shape());
+  const int64_t C = x.shape()[1];
+  Dims dims = x.dim() == 4 ? Dims{0, 2, 3} : Dims{0};
+  Shape bshape = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
+  Tensor mean, var;
+  if (training) {
+    const int64_t count = x.numel() / std::max<int64_t>(C, 1);
+    OXM_CHECK(count > 1, InvalidArgument, op, ": training needs more than one value per channel, got input ",
+              x.shape());
+    mean = x.mean(dims, true);
+    var = (x - mean).square().mean(dims, true);
+    if (running_mean.defined() && running_var.defined()) {
+      NoGradGuard ng;
+      Tensor m = mean.detach().reshape({C}), v = var.detach().reshape({C}) * (double(count) / double(count - 1));
+      Tensor rm = running_mean, rv = running_var;
+      rm.mul_(1.0 - momentum).add_(m, momentum);
+      rv.mul_(1.0 - momentum).add_(v, momentum);
+    }
+  } else {
+    OXM_CHECK(running_mean.defined() && running_var.defined(), InvalidArgument, op,
+              ": evaluation mode needs running statistics (track_running_stats)");
+    mean = running_mean.reshape(bshape);
+    var = running_var.reshape(bshape);
+  }
+  Tensor y = (x - mean) * (var + eps).rsqrt();
+  if (weight.defined()) y = y * weight.reshape(bshape);
+  if (bias.defined()) y = y + bias.reshape(bshape);
+  return y;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  detail::check_defined(x, "dropout");
+  OXM_CHECK(p >= 0.0 && p <= 1.0, InvalidArgument, "dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return x * 0.0;
+  Tensor keep = rand(x.shape(), gen, DType::F64).ge(full({}, p, DType::F64));
+  return x * (keep * (1.0 / (1.0 - p))).to(x.dtype()).to(x.device());
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  detail::check_defined(indices, "embedding", "indices");
+  detail::check_defined(weight, "embedding", "weight");
+  OXM_CHECK(weight.dim() == 2, ShapeMismatch, "embedding: weight must be [num_embeddings, dim], got ", weight.shape());
+  Shape out = indices.shape();
+  out.push_back(weight.shape()[1]);
+  return weight.index_select(0, indices.reshape({-1})).reshape(out);
+}
+
+}  // namespace oxmera::nn::functional

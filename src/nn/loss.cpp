@@ -1,0 +1,252 @@
+// Loss functions composed of differentiable tensor ops; see include/oxmera/nn/loss.hpp for the contract.
+#include "oxmera/nn/loss.hpp"
+
+#include <string>
+#include <vector>
+
+#include "oxmera/error.hpp"
+
+namespace oxmera::nn {
+namespace {
+
+void check_defined(const Tensor& t, const char* op, const char* what) {
+  OXM_CHECK(t.defined(), InvalidArgument, op, ": ", what, " is an undefined tensor");
+}
+
+void check_float_input(const Tensor& x, const char* op, const char* what) {
+  check_defined(x, op, what);
+  OXM_CHECK(is_floating(x.dtype()), UnsupportedDType, op, ": ", what, " must be f32 or f64, got ", x.dtype(),
+            " (shape ", x.shape(), "); cast with .to(DType::F32)");
+}
+
+// `t` (named `what`) must have x's dtype and device.
+void check_like(const Tensor& x, const Tensor& t, const char* op, const char* xname, const char* what) {
+  check_defined(t, op, what);
+  OXM_CHECK(t.dtype() == x.dtype(), DTypeMismatch, op, ": ", what, " has dtype ", t.dtype(), " (shape ", t.shape(),
+            ") but ", xname, " has dtype ", x.dtype(), " (shape ", x.shape(), "); cast with .to(DType::",
+            x.dtype() == DType::F64 ? "F64" : "F32", ")");
+  OXM_CHECK(t.device() == x.device(), DeviceMismatch, op, ": ", what, " is on ", t.device(), " but ", xname,
+            " is on ", x.device());
+}
+
+// Applies the reduction; Mean over no elements is EmptyReduction (torch returns NaN).
+Tensor reduce(const Tensor& loss, Reduction r, const char* op, const Shape& input_shape) {
+  switch (r) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return loss.sum();
+    case Reduction::Mean:
+      OXM_CHECK(loss.numel() > 0, EmptyReduction, op, ": reduction 'mean' over zero elements (input shape ",
+                input_shape, ") is undefined (torch returns NaN); use Reduction::Sum or skip empty batches");
+      return loss.mean();
+  }
+  OXM_FAIL(InvalidArgument, op, ": unknown reduction");
+}
+
+// Class targets, validated on the host. `safe` replaces ignored targets by 0 (so gather stays in range), `keep`
+// is a u8 mask of the targets that count.
+struct ClassTargets {
+  Tensor safe;
+  Tensor keep;
+  int64_t kept = 0;
+  int64_t class_dim = 0;
+  int64_t num_classes = 0;
+};
+
+ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op,
+                           const char* xname) {
+  check_defined(target, op, "target");
+  const Shape& xs = input.shape();
+  OXM_CHECK(input.dim() >= 1, ShapeMismatch, op, ": ", xname, " must have shape [N, C], [N, C, d1, ...] or [C], got ",
+            xs);
+  OXM_CHECK(target.dtype() == DType::I64, DTypeMismatch, op, ": class targets must be i64, got ", target.dtype(),
+            " (target shape ", target.shape(), ", ", xname, " shape ", xs, "); cast with .to(DType::I64)",
+            is_floating(target.dtype()) && std::string(op) == "cross_entropy"
+                ? " or pass class probabilities of the logits' shape and dtype"
+                : "");
+  OXM_CHECK(target.device() == input.device(), DeviceMismatch, op, ": target is on ", target.device(), " but ",
+            xname, " is on ", input.device());
+  ClassTargets ct;
+  ct.class_dim = input.dim() == 1 ? 0 : 1;
+  ct.num_classes = xs[ct.class_dim];
+  Shape want = xs;
+  want.erase(ct.class_dim);
+  OXM_CHECK(target.shape() == want, ShapeMismatch, op, ": target shape ", target.shape(), " does not match ", xname,
+            " shape ", xs, "; expected a target of shape ", want, " (", xname, " without its class dim ",
+            ct.class_dim, ")");
+  const std::vector<int64_t> t = target.to(Device::cpu()).to_vector<int64_t>();
+  std::vector<int64_t> safe(t.size());
+  std::vector<uint8_t> keep(t.size());
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == ignore_index) {
+      safe[i] = 0;
+      keep[i] = 0;
+      continue;
+    }
+    OXM_CHECK(t[i] >= 0 && t[i] < ct.num_classes, IndexOutOfBounds, op, ": target ", t[i], " (at flat position ", i,
+              " of target shape ", target.shape(), ") is out of range for ", ct.num_classes, " classes (", xname,
+              " shape ", xs, "); class targets must be in [0, ", ct.num_classes, ") or equal ignore_index (",
+              ignore_index, ")");
+    safe[i] = t[i];
+    keep[i] = 1;
+    ++ct.kept;
+  }
+  ct.safe = from_vector<int64_t>(safe, want).to(input.device());
+  ct.keep = from_vector<uint8_t>(keep, want).to(input.device());
+  return ct;
+}
+
+void check_class_weight(const Tensor& input, const Tensor& weight, int64_t num_classes, const char* op,
+                        const char* xname) {
+  check_like(input, weight, op, xname, "weight");
+  OXM_CHECK(weight.dim() == 1 && weight.size(0) == num_classes, ShapeMismatch, op, ": weight must have shape [",
+            num_classes, "] (one entry per class of ", xname, " shape ", input.shape(), "), got ", weight.shape());
+}
+
+// The weight as a [1, C, 1, ...] view broadcasting against an input of `rank` with classes at `class_dim`.
+Tensor weight_view(const Tensor& weight, int64_t rank, int64_t class_dim) {
+  Shape s(static_cast<size_t>(rank), 1);
+  s[class_dim] = weight.size(0);
+  return weight.reshape(s);
+}
+
+// Mean denominator of nll/cross_entropy: the total weight of the kept targets (their count without weight).
+// Zero is EmptyReduction (torch returns NaN).
+Tensor class_mean_denominator(const ClassTargets& ct, const Tensor& picked_weight, const Tensor& zero,
+                              const char* op, const Shape& xs) {
+  OXM_CHECK(ct.kept > 0, EmptyReduction, op, ": reduction 'mean' over zero targets (input shape ", xs, ", ",
+            ct.safe.numel(), " targets, all of them equal to ignore_index or none at all) is undefined (torch "
+            "returns NaN); use Reduction::Sum or skip such batches");
+  if (!picked_weight.defined()) return scalar(static_cast<double>(ct.kept), zero.dtype()).to(zero.device());
+  Tensor denom = where(ct.keep, picked_weight, zero).sum();
+  OXM_CHECK(denom.to(DType::F64).item<double>() != 0.0, EmptyReduction, op,
+            ": reduction 'mean' divides by the total class weight of the targets, which is 0 (input shape ", xs,
+            ", ", ct.kept, " non-ignored targets); torch returns NaN here; use Reduction::Sum or nonzero weights");
+  return denom;
+}
+
+// Shared body of nll_loss and cross_entropy on class targets; `logp` are log-probabilities.
+Tensor nll_core(const Tensor& logp, const ClassTargets& ct, const Tensor& weight, Reduction r, double label_smoothing,
+                const char* op, const Shape& xs) {
+  OXM_CHECK(ct.num_classes > 0 || ct.safe.numel() == 0, ShapeMismatch, op, ": input shape ", xs,
+            " has 0 classes but ", ct.safe.numel(), " targets");
+  const int64_t cd = ct.class_dim;
+  Tensor zero = scalar(0.0, logp.dtype()).to(logp.device());
+  Tensor picked_weight;  // weight[t] per target (where not ignored)
+  if (weight.defined()) picked_weight = weight.index_select(0, ct.safe.flatten()).reshape(ct.safe.shape());
+  Tensor picked = logp.gather(cd, ct.safe.unsqueeze(cd)).squeeze(cd);
+  Tensor el = where(ct.keep, weight.defined() ? -(picked * picked_weight) : -picked, zero);
+  Tensor denom;
+  if (r == Reduction::Mean) denom = class_mean_denominator(ct, picked_weight, zero, op, xs);
+  Tensor nll = r == Reduction::None ? el : r == Reduction::Sum ? el.sum() : el.sum() / denom;
+  if (!(label_smoothing > 0.0)) return nll;
+  // torch 1.13 cross_entropy_loss_label_smoothing: the smoothing term is -sum_c w_c log p_c per target, zeroed
+  // for ignored targets, reduced with the same denominator as the nll term.
+  Tensor smooth = weight.defined() ? -(logp * weight_view(weight, logp.dim(), cd)).sum({cd}) : -logp.sum({cd});
+  smooth = where(ct.keep, smooth, zero);
+  Tensor sred = r == Reduction::None ? smooth : r == Reduction::Sum ? smooth.sum() : smooth.sum() / denom;
+  return (1.0 - label_smoothing) * nll + sred * (label_smoothing / static_cast<double>(ct.num_classes));
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const char* op = "mse_loss";
+  check_float_input(input, op, "input");
+  check_like(input, target, op, "input", "target");
+  OXM_CHECK(input.shape() == target.shape(), ShapeMismatch, op, ": input shape ", input.shape(),
+            " and target shape ", target.shape(), " differ (torch would broadcast with a warning); reshape or "
+            "broadcast_to explicitly");
+  return reduce((input - target).square(), reduction, op, input.shape());
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, Reduction reduction,
+                int64_t ignore_index) {
+  const char* op = "nll_loss";
+  check_float_input(log_probs, op, "log_probs");
+  ClassTargets ct = class_targets(log_probs, target, ignore_index, op, "log_probs");
+  if (weight.defined()) check_class_weight(log_probs, weight, ct.num_classes, op, "log_probs");
+  return nll_core(log_probs, ct, weight, reduction, 0.0, op, log_probs.shape());
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  const char* op = "cross_entropy";
+  check_float_input(logits, op, "logits");
+  check_defined(target, op, "target");
+  const Shape& xs = logits.shape();
+  OXM_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, InvalidArgument, op,
+            ": label_smoothing must be in [0, 1], got ", o.label_smoothing);
+  OXM_CHECK(logits.dim() >= 1, ShapeMismatch, op, ": logits must have shape [N, C], [N, C, d1, ...] or [C], got ",
+            xs);
+  const int64_t cd = logits.dim() == 1 ? 0 : 1;
+  const int64_t num_classes = xs[cd];
+  if (o.weight.defined()) check_class_weight(logits, o.weight, num_classes, op, "logits");
+
+  if (is_floating(target.dtype()) && target.shape() == xs) {
+    // Class probabilities (torch's cross_entropy_loss_prob_target).
+    check_like(logits, target, op, "logits", "target (class probabilities)");
+    OXM_CHECK(o.ignore_index < 0, InvalidArgument, op, ": ignore_index (", o.ignore_index,
+              ") is not supported for class-probability targets; leave it negative (default -100)");
+    Tensor p = o.label_smoothing > 0.0
+                   ? target * (1.0 - o.label_smoothing) + o.label_smoothing / static_cast<double>(num_classes)
+                   : target;
+    Tensor logp = logits.log_softmax(cd);
+    Tensor prod = logp * p;
+    if (o.weight.defined()) prod = prod * weight_view(o.weight, logits.dim(), cd);
+    switch (o.reduction) {
+      case Reduction::None: return -prod.sum({cd});
+      case Reduction::Sum: return -prod.sum();
+      case Reduction::Mean:
+        OXM_CHECK(logits.numel() > 0, EmptyReduction, op, ": reduction 'mean' over zero elements (logits shape ",
+                  xs, ") is undefined (torch returns NaN); use Reduction::Sum or skip empty batches");
+        return -prod.sum() / static_cast<double>(logits.numel() / num_classes);
+    }
+    OXM_FAIL(InvalidArgument, op, ": unknown reduction");
+  }
+  ClassTargets ct = class_targets(logits, target, o.ignore_index, op, "logits");
+  if (ct.num_classes == 0 || ct.safe.numel() == 0) {
+    // Nothing to softmax over (log_softmax of an empty tensor is never needed).
+    return nll_core(logits, ct, o.weight, o.reduction, o.label_smoothing, op, xs);
+  }
+  return nll_core(logits.log_softmax(cd), ct, o.weight, o.reduction, o.label_smoothing, op, xs);
+}
+
+namespace {
+// weight / pos_weight must broadcast to the input's shape without enlarging it.
+void check_broadcasts_to(const Tensor& x, const Tensor& w, const char* op, const char* what) {
+  check_like(x, w, op, "input", what);
+  bool ok = w.dim() <= x.dim();
+  for (int64_t i = 1; ok && i <= w.dim(); ++i) {
+    const int64_t a = w.size(-i), b = x.size(-i);
+    ok = a == b || a == 1;
+  }
+  OXM_CHECK(ok, ShapeMismatch, op, ": ", what, " shape ", w.shape(), " does not broadcast to the input shape ",
+            x.shape());
+}
+}  // namespace
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                                        const Tensor& pos_weight, Reduction reduction) {
+  const char* op = "binary_cross_entropy_with_logits";
+  check_float_input(logits, op, "input");
+  check_like(logits, target, op, "input", "target");
+  OXM_CHECK(target.shape() == logits.shape(), ShapeMismatch, op, ": target shape ", target.shape(),
+            " must equal the input shape ", logits.shape());
+  if (weight.defined()) check_broadcasts_to(logits, weight, op, "weight");
+  if (pos_weight.defined()) check_broadcasts_to(logits, pos_weight, op, "pos_weight");
+  const Tensor& x = logits;
+  const Tensor& t = target;
+  // m = max(-x, 0) only shifts the log-sum-exp; the expression's derivative in m is exactly 0, so it is detached.
+  Tensor m = (-x).relu().detach();
+  Tensor lse = ((-m).exp() + (-x - m).exp()).log();  // log(1 + exp(-x)) - m, never overflowing
+  Tensor loss;
+  if (pos_weight.defined()) {
+    Tensor log_weight = (pos_weight - 1.0) * t + 1.0;
+    loss = (1.0 - t) * x + log_weight * (lse + m);
+  } else {
+    loss = (1.0 - t) * x + m + lse;
+  }
+  if (weight.defined()) loss = loss * weight;
+  return reduce(loss, reduction, op, logits.shape());
+}
+
+}  // namespace oxmera::nn
