@@ -174,9 +174,10 @@ BENCHMARK(BM_BatchedMatmulBcast)
 
 // Forward + backward of logdet via Cholesky on a batch of SPD matrices (issue #3's goal vs torch 1.13).
 static void BM_CholeskyLogdet(benchmark::State& state) {
+  using oxmera::Tensor;
   const int64_t n = state.range(0);
-  Tensor x = randn({3, 64, n, n}, 7);
-  Tensor a = (x.matmul(x.transpose(-2, -1)) / static_cast<double>(n) + eye(n) * 0.5).detach().requires_grad_();
+  Tensor x = oxmera::randn({3, 64, n, n}, 7);
+  Tensor a = (x.matmul(x.transpose(-2, -1)) / static_cast<double>(n) + oxmera::eye(n) * 0.5).detach().requires_grad_();
   for (auto _ : state) {
     Tensor y = oxmera::linalg::logdet(a).sum();
     y.backward();

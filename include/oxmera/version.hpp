@@ -10,4 +10,6 @@ struct BuildInfo {
 BuildInfo build_info() noexcept;
 // Name of the GEMM implementation in use (loads it on first call), e.g. "OpenBLAS 0.3.21 (SkylakeX)".
 const char* blas_name();
+// The CPU kernel set chosen for this machine at start-up: "isa_avx512", "isa_avx2" or "isa_base".
+const char* cpu_kernel_isa();
 }  // namespace oxmera

@@ -126,4 +126,5 @@ void set_num_threads(int n) {
   detail::blas_set_threads(n);
 }
 int get_num_threads() { return detail::cpu_threads(); }
+const char* cpu_kernel_isa() { return detail::cpu_backend().name(); }
 }  // namespace oxmera

@@ -1,0 +1,140 @@
+// The `oxmera` command: doctor, train, bench.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <oxmera/oxmera.hpp>
+
+#include "doctor.hpp"
+#include "train.hpp"
+#ifdef OXMERA_HAVE_RESEARCH
+#include "research.hpp"
+#endif
+
+namespace {
+
+int cmd_doctor(bool json, const std::string& fixture) {
+  nlohmann::json report;
+  if (!fixture.empty()) {
+    std::ifstream f(fixture);
+    if (!f) throw std::runtime_error("cannot open fixture " + fixture);
+    try {
+      report = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error("fixture " + fixture + " is not valid JSON: " + e.what());
+    }
+  } else {
+    report = oxmera_cli::probe_report();
+  }
+  if (json) {
+    std::cout << report.dump(2) << '\n';
+  } else {
+    oxmera_cli::render_report(report, std::cout);
+  }
+  return 0;
+}
+
+int cmd_train(const oxmera_cli::TrainOptions& opt) {
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  std::printf("oxmera train: MLP 2-32-32-2 (tanh) on two spirals, Adam lr %g, batch %lld, %d epochs, seed %llu, %s\n",
+              opt.lr, static_cast<long long>(opt.batch), opt.epochs, static_cast<unsigned long long>(opt.seed),
+              opt.device.c_str());
+  std::fflush(stdout);
+  auto on_batch = [&](int epoch, int64_t b, int64_t nb) {
+    if (!tty) return;
+    const int width = 30;
+    const int filled = static_cast<int>(width * b / nb);
+    std::printf("\r  epoch %3d [%.*s%*s] %lld/%lld", epoch, filled, "##############################", width - filled, "",
+                static_cast<long long>(b), static_cast<long long>(nb));
+    std::fflush(stdout);
+  };
+  auto on_epoch = [&](const oxmera_cli::EpochStats& s) {
+    if (tty) std::printf("\r\033[K");
+    std::printf("epoch %3d/%d  loss %.4f  accuracy %5.1f%%  %9.0f samples/s\n", s.epoch, opt.epochs, s.loss,
+                100.0 * s.accuracy, s.samples_per_s);
+    std::fflush(stdout);
+  };
+  oxmera_cli::run_demo_training(opt, on_batch, on_epoch);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"oxmera: a native C++20 tensor and deep-learning framework", "oxmera"};
+  app.set_version_flag("--version", std::string("oxmera ") + oxmera::kVersion);
+  app.require_subcommand(1);
+
+  bool doctor_json = false;
+  std::string fixture;
+  auto* doctor = app.add_subcommand("doctor", "What this machine and build can do");
+  doctor->add_flag("--json", doctor_json, "Print the report as JSON");
+  doctor->add_option("--fixture", fixture, "Render a recorded report (JSON) instead of probing");
+
+  oxmera_cli::TrainOptions topt;
+  bool tui = false;
+  std::string replay, checkpoint, resume;
+  auto* train = app.add_subcommand("train", "Train the demo model (two spirals, MLP)");
+  train->add_option("--device", topt.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  train->add_option("--epochs", topt.epochs, "Epochs (default 12)")->check(CLI::Range(1, 1000000));
+  train->add_option("--seed", topt.seed, "Seed (default 7)");
+  train->add_option("--batch", topt.batch, "Batch size (default 32)")->check(CLI::Range(1, 1 << 20));
+  train->add_option("--lr", topt.lr, "Adam learning rate (default 0.01)")->check(CLI::PositiveNumber);
+  train->add_option("--metrics", topt.metrics, "Write one JSON object per epoch to this file");
+  train->add_flag("--tui", tui, "Live terminal dashboard");
+  train->add_option("--replay", replay, "Drive the dashboard from a recorded fixture");
+  train->add_option("--checkpoint", checkpoint, "Save model+optimizer+RNG here at each epoch end");
+  train->add_option("--resume", resume, "Continue from a checkpoint");
+
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+#ifdef OXMERA_HAVE_RESEARCH
+  oxmera_cli::ResearchOptions ropt;
+  auto* research = bench->add_subcommand("research", "The research workload (three stacked-seed fits)");
+  research->add_option("--device", ropt.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  research->add_option("--epochs", ropt.epochs, "Epochs (default 100)")->check(CLI::Range(1, 1000000));
+  research->add_option("--replicas", ropt.replicas, "Stacked replicas R (default 3)")->check(CLI::Range(1, 1024));
+  research->add_option("--seed", ropt.seed, "Seed (default 0)");
+  research->add_option("--fit", ropt.fit, "mlp-h16, linear-lag5, deepsets-H30 or all");
+  research->add_option("--dump", ropt.dump, "Write data and initial parameters as safetensors");
+  research->add_option("--out", ropt.out, "Write the results as JSON");
+#endif
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);  // help on stdout, exit 0
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e, std::cerr, std::cerr);
+    return 1;  // usage errors exit 1, whatever CLI11's internal code
+  }
+
+  try {
+    if (*doctor) return cmd_doctor(doctor_json, fixture);
+    if (*train) {
+      if (tui || !replay.empty())
+        throw oxmera::Error(oxmera::ErrorKind::NotImplemented,
+                            "train: the live dashboard (--tui, --replay) is not implemented yet; use the plain mode");
+      if (!checkpoint.empty() || !resume.empty())
+        throw oxmera::Error(oxmera::ErrorKind::NotImplemented,
+                            "train: --checkpoint/--resume are not implemented yet");
+      return cmd_train(topt);
+    }
+#ifdef OXMERA_HAVE_RESEARCH
+    if (*research) return oxmera_cli::run_research(ropt, std::cout);
+#endif
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "oxmera: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

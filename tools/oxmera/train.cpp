@@ -1,0 +1,119 @@
+// The demo task of `oxmera train`: two interleaved spirals, MLP 2-32-32-2 with tanh, Adam, cross entropy.
+#include "train.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include <oxmera/oxmera.hpp>
+
+namespace oxmera_cli {
+namespace {
+
+using namespace oxmera;
+
+struct Spirals {
+  Tensor x;       // [n, 2] f32
+  Tensor labels;  // [n] i64
+};
+
+// 256 points, 2 classes, one turn per arm, Gaussian noise 0.08.
+Spirals make_spirals(int64_t n, double noise, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<float> xs;
+  std::vector<int64_t> ys;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t cls = i % 2;
+    const double frac = static_cast<double>(i / 2) / static_cast<double>(n / 2);
+    const double r = 0.1 + 0.9 * frac, angle = 2.0 * M_PI * frac + static_cast<double>(cls) * M_PI;
+    xs.push_back(static_cast<float>(r * std::cos(angle) + noise * gen.next_normal()));
+    xs.push_back(static_cast<float>(r * std::sin(angle) + noise * gen.next_normal()));
+    ys.push_back(cls);
+  }
+  return {from_vector(xs, {n, 2}), from_vector(ys, {n})};
+}
+
+// SplitMix64-driven Fisher-Yates permutation (the same shuffle the research workload uses).
+std::vector<int64_t> shuffled(int64_t n, uint64_t seed) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  uint64_t state = seed;
+  auto next = [&state] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t i = n - 1; i > 0; --i) std::swap(p[i], p[next() % static_cast<uint64_t>(i + 1)]);
+  return p;
+}
+
+}  // namespace
+
+EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(int, int64_t, int64_t)>& on_batch,
+                             const std::function<void(const EpochStats&)>& on_epoch) {
+  if (opt.epochs < 1) throw std::invalid_argument("--epochs must be >= 1");
+  if (opt.batch < 1) throw std::invalid_argument("--batch must be >= 1");
+  if (!(opt.lr > 0)) throw std::invalid_argument("--lr must be > 0");
+  Device device = opt.device == "cuda" ? Device::cuda() : Device::cpu();
+  if (opt.device != "cpu" && opt.device != "cuda") throw std::invalid_argument("--device must be cpu or cuda");
+  init();
+  const int64_t n = 256;
+  Spirals data = make_spirals(n, 0.08, opt.seed);
+  Generator gen(opt.seed);
+  nn::Sequential model{std::make_shared<nn::Linear>(2, 32, true, gen), std::make_shared<nn::Tanh>(),
+                       std::make_shared<nn::Linear>(32, 32, true, gen), std::make_shared<nn::Tanh>(),
+                       std::make_shared<nn::Linear>(32, 2, true, gen)};
+  model.to(device);
+  Tensor x = data.x.to(device), labels = data.labels.to(device);
+  optim::AdamOptions ao;
+  ao.lr = opt.lr;
+  optim::Adam adam(model.parameters(), ao);
+  std::ofstream metrics;
+  if (!opt.metrics.empty()) {
+    metrics.open(opt.metrics);
+    if (!metrics) throw std::runtime_error("cannot open --metrics file " + opt.metrics);
+  }
+  const int64_t batches = (n + opt.batch - 1) / opt.batch;
+  EpochStats stats;
+  for (int epoch = 1; epoch <= opt.epochs; ++epoch) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto order = shuffled(n, opt.seed + static_cast<uint64_t>(epoch));
+    double loss_sum = 0;
+    for (int64_t b = 0; b < batches; ++b) {
+      const int64_t lo = b * opt.batch, hi = std::min(n, lo + opt.batch);
+      Tensor idx = from_vector(std::vector<int64_t>(order.begin() + lo, order.begin() + hi), {hi - lo});
+      Tensor loss = nn::cross_entropy(model(x.index_select(0, idx)), labels.index_select(0, idx));
+      adam.zero_grad();
+      loss.backward();
+      adam.step();
+      loss_sum += loss.item<float>() * static_cast<double>(hi - lo);
+      if (on_batch) on_batch(epoch, b + 1, batches);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    Tensor pred;
+    {
+      NoGradGuard ng;
+      pred = model(x).argmax(1);
+    }
+    auto p = pred.to_vector<int64_t>();
+    auto y = data.labels.to_vector<int64_t>();
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; ++i) correct += p[i] == y[i];
+    stats = {epoch, loss_sum / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n),
+             static_cast<double>(n) / std::max(secs, 1e-9)};
+    if (metrics) {
+      metrics << "{\"epoch\": " << stats.epoch << ", \"loss\": " << stats.loss << ", \"accuracy\": " << stats.accuracy
+              << ", \"samples_per_s\": " << stats.samples_per_s << "}\n";
+      metrics.flush();
+    }
+    if (on_epoch) on_epoch(stats);
+  }
+  return stats;
+}
+
+}  // namespace oxmera_cli
