@@ -3,7 +3,8 @@
 # other scripts). Set OXMERA_WITH_TORCH=1 to also install python3-torch for the optional parity suite.
 set -euo pipefail
 oxmera_packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libbenchmark-dev
-                 libopenblas-dev libopenblas0-openmp nlohmann-json3-dev libcli11-dev)
+                 libopenblas-dev libopenblas0-openmp nlohmann-json3-dev libcli11-dev
+                 libncurses-dev libvterm-dev)
 if [ "${OXMERA_WITH_TORCH:-0}" = "1" ]; then
   oxmera_packages+=(python3 python3-numpy python3-torch)
 fi

@@ -108,3 +108,10 @@ TEST(Build, InfoAndBlas) {
   EXPECT_GE(get_num_threads(), 1);
   EXPECT_OXM_ERROR(set_num_threads(0), InvalidArgument, "set_num_threads");
 }
+
+TEST(Errors, OutOfMemoryIsTyped) {
+  // 2^48 bytes exceeds the 47-bit user address space, so every allocator refuses it whatever the overcommit
+  // policy; oxmera frees its cache, retries once, then reports OutOfMemory.
+  EXPECT_OXM_ERROR(zeros({int64_t{1} << 46}), OutOfMemory, "cannot allocate");
+  EXPECT_EQ(zeros({2}).sum().item<float>(), 0.0f);  // still usable afterwards
+}

@@ -25,7 +25,8 @@ struct Batch {
 Batch host_batch(const Tensor& a) {
   NoGradGuard ng;
   Batch b;
-  b.t = a.detach().to(Device::cpu()).to(DType::F64).clone();
+  b.t = a.detach().to(Device::cpu()).to(DType::F64);
+  if (b.t.shares_storage(a) || !b.t.is_contiguous()) b.t = b.t.clone();  // kernels write in place
   const Shape& s = a.shape();
   b.rows = s[s.size() - 2];
   b.cols = s[s.size() - 1];
@@ -81,7 +82,8 @@ int64_t chol(double* a, int64_t n, double* bad) {
 }
 
 // In place on x (n x m): solves T x = x for triangular T (n x n, row-major; lower or upper, optionally
-// transposed, so that T^T of a lower factor is an upper solve). Returns the zero-pivot row or -1.
+// transposed, so that T^T of a lower factor is an upper solve). Row-oriented: each step is an axpy over a
+// row of x (vectorisable). Returns the zero-pivot row or -1.
 int64_t tri_solve(const double* T, int64_t n, double* x, int64_t m, bool upper, bool transpose) {
   auto at = [&](int64_t i, int64_t k) { return transpose ? T[k * n + i] : T[i * n + k]; };
   const bool up = upper != transpose;  // effective triangle
@@ -89,17 +91,24 @@ int64_t tri_solve(const double* T, int64_t n, double* x, int64_t m, bool upper, 
     const int64_t i = up ? n - 1 - s : s;
     const double d = at(i, i);
     if (d == 0.0) return i;
-    for (int64_t c = 0; c < m; ++c) {
-      double v = x[i * m + c];
-      if (up) {
-        for (int64_t k = i + 1; k < n; ++k) v -= at(i, k) * x[k * m + c];
-      } else {
-        for (int64_t k = 0; k < i; ++k) v -= at(i, k) * x[k * m + c];
-      }
-      x[i * m + c] = v / d;
+    double* xi = x + i * m;
+    const int64_t k0 = up ? i + 1 : 0, k1 = up ? n : i;
+    for (int64_t k = k0; k < k1; ++k) {
+      const double t = at(i, k);
+      const double* xk = x + k * m;
+      for (int64_t c = 0; c < m; ++c) xi[c] -= t * xk[c];
     }
+    const double inv = 1.0 / d;
+    for (int64_t c = 0; c < m; ++c) xi[c] *= inv;
   }
   return -1;
+}
+
+// Batches of small matrices: parallel only when a batch carries enough work to pay for a fork/join.
+template <class F>
+void for_batches(int64_t count, int64_t n, F&& f) {
+  const int64_t work = std::max<int64_t>(n * n * n, 1);
+  detail::parallel_for(count, std::max<int64_t>(1, 262144 / work), [&](int64_t b0, int64_t e0) { f(b0, e0); });
 }
 
 // ---------------------------------------------------------------- cholesky
@@ -110,19 +119,24 @@ struct CholeskyNode final : Node {
     Tensor Lt = L.get("cholesky");
     Batch l = host_batch(Lt), g = host_batch(gout[0]);
     const int64_t n = l.rows;
-    detail::parallel_for(l.count, 16, [&](int64_t b0, int64_t e0) {
+    for_batches(l.count, n, [&](int64_t b0, int64_t e0) {
       std::vector<double> P(static_cast<size_t>(n * n)), Y(static_cast<size_t>(n * n));
       for (int64_t b = b0; b < e0; ++b) {
         const double* Lm = l.mat(b);
         double* G = g.mat(b);
-        // P = Phi(L^T gL): lower triangle, halved diagonal.
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            double v = 0;
-            if (j <= i)
-              for (int64_t k = 0; k < n; ++k) v += Lm[k * n + i] * G[k * n + j];
-            P[i * n + j] = j < i ? v : (j == i ? 0.5 * v : 0.0);
+        // P = Phi(L^T gL): lower triangle, halved diagonal. Row axpys: P[i] += L[k][i] * G[k] (L[k][i] = 0, i > k).
+        std::fill(P.begin(), P.end(), 0.0);
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t i = 0; i <= k; ++i) {
+            const double lki = Lm[k * n + i];
+            double* Pi = P.data() + i * n;
+            const double* Gk = G + k * n;
+            for (int64_t j = 0; j < n; ++j) Pi[j] += lki * Gk[j];
           }
+        for (int64_t i = 0; i < n; ++i) {
+          P[i * n + i] *= 0.5;
+          for (int64_t j = i + 1; j < n; ++j) P[i * n + j] = 0.0;
+        }
         // X = L^{-T} P, then Y = X L^{-1} computed as (L^{-T} X^T)^T.
         tri_solve(Lm, n, P.data(), n, false, true);
         for (int64_t i = 0; i < n; ++i)
@@ -227,7 +241,7 @@ struct EighNode final : Node {
       // Repeated eigenvalues make the eigenvectors' gradient undefined: say so rather than return inf/NaN.
       Tensor scale = wv.abs().max({-1}, true).unsqueeze(-1) + 1.0;
       Tensor gap = E.abs() + eye(n, wv.dtype()).to(wv.device()) * 1e300;
-      const bool degenerate = (gap / scale).min().item<double>() <= 1e-10 ? true : false;
+      const bool degenerate = (gap / scale).min().to(DType::F64).item<double>() <= 1e-10;
       OXM_CHECK(!degenerate || n <= 1, InvalidArgument,
                 "eigh backward: the gradient through the eigenvectors is undefined for repeated eigenvalues "
                 "(relative gap <= 1e-10); use only the eigenvalues or perturb the matrix");
@@ -250,7 +264,7 @@ Tensor cholesky(const Tensor& a) {
   const int64_t n = m.rows;
   std::vector<int64_t> fail(static_cast<size_t>(m.count), -1);
   std::vector<double> bad(static_cast<size_t>(m.count), 0.0);
-  detail::parallel_for(m.count, 64, [&](int64_t b0, int64_t e0) {
+  for_batches(m.count, n, [&](int64_t b0, int64_t e0) {
     for (int64_t b = b0; b < e0; ++b) fail[b] = chol(m.mat(b), n, &bad[b]);
   });
   for (int64_t b = 0; b < m.count; ++b)
@@ -286,7 +300,7 @@ Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
   bs.push_back(b.shape()[b.dim() - 1]);
   Batch T = host_batch(t.detach().broadcast_to(ts)), X = host_batch(b.detach().broadcast_to(bs));
   std::vector<int64_t> fail(static_cast<size_t>(T.count), -1);
-  detail::parallel_for(T.count, 64, [&](int64_t b0, int64_t e0) {
+  for_batches(T.count, n, [&](int64_t b0, int64_t e0) {
     for (int64_t i = b0; i < e0; ++i) fail[i] = tri_solve(T.mat(i), n, X.mat(i), X.cols, upper, false);
   });
   for (int64_t i = 0; i < T.count; ++i)
@@ -346,9 +360,77 @@ Tensor trace(const Tensor& a) {
   return a.diagonal(0, -2, -1).sum({-1});
 }
 
+namespace {
+// logdet of SPD a with the fused backward gA = g a^{-1}, a^{-1} = L^{-T} L^{-1} from the saved factor (what
+// torch's logdet backward computes, without going through the general Cholesky backward).
+struct LogdetNode final : Node {
+  Tensor L64;  // f64 host Cholesky factors [count, n, n] (internal: never written after the forward)
+  Shape in_shape;
+  const char* name() const override { return "logdet"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const int64_t n = in_shape[in_shape.size() - 1];
+    const int64_t count = n == 0 ? 0 : L64.numel() / (n * n);
+    Tensor g = gout[0].detach().to(Device::cpu()).to(DType::F64).contiguous();
+    const double* gp = g.impl()->ptr<double>();
+    Tensor out = empty(in_shape, DType::F64);
+    double* op = out.impl()->ptr<double>();
+    const double* lp = L64.impl()->ptr<double>();
+    for_batches(count, n, [&](int64_t b0, int64_t e0) {
+      std::vector<double> inv(static_cast<size_t>(n * n));
+      for (int64_t b = b0; b < e0; ++b) {
+        const double* Lm = lp + b * n * n;
+        // inv = L^{-1} (lower): solve L X = I column block at once.
+        std::fill(inv.begin(), inv.end(), 0.0);
+        for (int64_t i = 0; i < n; ++i) inv[i * n + i] = 1.0;
+        tri_solve(Lm, n, inv.data(), n, false, false);
+        // a^{-1} = inv^T inv, scaled by the incoming gradient; symmetric by construction.
+        double* O = op + b * n * n;
+        std::fill(O, O + n * n, 0.0);
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t i = 0; i <= k; ++i) {
+            const double v = inv[k * n + i] * gp[b];
+            double* Oi = O + i * n;
+            const double* Ik = inv.data() + k * n;
+            for (int64_t j = 0; j <= k; ++j) Oi[j] += v * Ik[j];
+          }
+      }
+    });
+    gin[0] = to_like(out, gout[0]);
+  }
+};
+}  // namespace
+
 Tensor logdet(const Tensor& a) {
   check_square(a, "logdet");
-  return cholesky(a).diagonal(0, -2, -1).log().sum({-1}) * 2.0;
+  Batch m = host_batch(a);
+  const int64_t n = m.rows;
+  std::vector<int64_t> fail(static_cast<size_t>(m.count), -1);
+  std::vector<double> bad(static_cast<size_t>(m.count), 0.0);
+  Shape out_shape(a.shape().data(), a.dim() - 2);
+  Tensor ld = empty(out_shape, DType::F64);
+  double* lp = ld.impl()->ptr<double>();
+  for_batches(m.count, n, [&](int64_t b0, int64_t e0) {
+    for (int64_t b = b0; b < e0; ++b) {
+      fail[b] = chol(m.mat(b), n, &bad[b]);
+      double s = 0;
+      if (fail[b] < 0)
+        for (int64_t i = 0; i < n; ++i) s += std::log(m.mat(b)[i * n + i]);
+      lp[b] = 2.0 * s;
+    }
+  });
+  for (int64_t b = 0; b < m.count; ++b)
+    OXM_CHECK(fail[b] < 0, NotPositiveDefinite, "logdet: the matrix at batch index ", batch_index_str(b, a.shape()),
+              " of shape ", a.shape(), " is not positive definite: Cholesky pivot ", fail[b], " is ", bad[b],
+              " (must be > 0); logdet supports symmetric positive definite matrices");
+  Tensor out = to_like(ld, a);
+  if (detail::needs_tape(a)) {
+    auto* node = new LogdetNode();
+    node->next.push_back(detail::edge_of(a));
+    node->L64 = m.t;
+    node->in_shape = a.shape();
+    detail::set_history(out, node);
+  }
+  return out;
 }
 
 Tensor det(const Tensor& a) { return logdet(a).exp(); }
@@ -382,7 +464,7 @@ EighResult eigh(const Tensor& a) {
   Tensor w = zeros(ws, DType::F64), V = zeros(a.shape(), DType::F64);
   double* wp = w.impl()->ptr<double>();
   double* vp = V.impl()->ptr<double>();
-  detail::parallel_for(m.count, 4, [&](int64_t b0, int64_t e0) {
+  for_batches(m.count, 8 * n, [&](int64_t b0, int64_t e0) {  // Jacobi: several sweeps of n^3 work
     for (int64_t b = b0; b < e0; ++b) jacobi_eigh(m.mat(b), n, wp + b * n, vp + b * n * n);
   });
   EighResult r{to_like(w, a), to_like(V, a)};

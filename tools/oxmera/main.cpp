@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <oxmera/oxmera.hpp>
 
+#include "dashboard.hpp"
 #include "doctor.hpp"
 #include "train.hpp"
 #ifdef OXMERA_HAVE_RESEARCH
@@ -120,9 +121,8 @@ int main(int argc, char** argv) {
   try {
     if (*doctor) return cmd_doctor(doctor_json, fixture);
     if (*train) {
-      if (tui || !replay.empty())
-        throw oxmera::Error(oxmera::ErrorKind::NotImplemented,
-                            "train: the live dashboard (--tui, --replay) is not implemented yet; use the plain mode");
+      if (!replay.empty()) return oxmera_cli::run_replay(replay);
+      if (tui) return oxmera_cli::run_tui_training(topt);
       if (!checkpoint.empty() || !resume.empty())
         throw oxmera::Error(oxmera::ErrorKind::NotImplemented,
                             "train: --checkpoint/--resume are not implemented yet");
