@@ -3,7 +3,8 @@
 # small CNN on 28x28x1 (batch 64), cross entropy + Adam; one step = forward + loss + zero_grad + backward + step.
 # Alternates oxmera / torch (A B A B ...) ROUNDS times per thread count, same thread count on both sides,
 # and prints per workload the median oxmera and torch us/step over rounds and the median (min/max) of the
-# per-round ratios oxmera/torch (< 1: oxmera faster). See ../shared/spec/measuring.md.
+# per-round ratios oxmera/torch (< 1: oxmera faster), plus the median over rounds of each side's 10th-percentile
+# step time (a steadier figure when other processes steal a core). See ../shared/spec/measuring.md.
 # Usage: bench/train_compare.sh [build-dir] [threads...] ; env ROUNDS (3), MLP_STEPS (2000), CNN_STEPS (200)
 #   No build dir: configures and builds ./build (Release, Ninja). With one: rebuilds the target there.
 #   Optional: LIBTORCH_BIN=path to a libtorch build of the same benchmark (same arguments and output format)
@@ -38,12 +39,12 @@ for n in $threads_list; do
       awk -v w="$w" -v n="$n" -v ref="$ref" '
         function med(a, k,   i, j, t) { for (i = 2; i <= k; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
                                        return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
-        $3 == w && ($1 == "ox" || $1 == ref) { for (f = 4; f <= NF; f++) if ($f ~ /^median_us=/) { v = substr($f, 11) }
-                  if ($1 == "ox") o[$2] = v; else t[$2] = v }
+        $3 == w && ($1 == "ox" || $1 == ref) { for (f = 4; f <= NF; f++) { if ($f ~ /^median_us=/) v = substr($f, 11); if ($f ~ /^p10_us=/) p = substr($f, 8) }
+                  if ($1 == "ox") { o[$2] = v; op[$2] = p } else { t[$2] = v; tp[$2] = p } }
         END { k = 0; lo = 1e30; hi = 0
-              for (r in o) if (r in t) { k++; oa[k] = o[r]; ta[k] = t[r]; q = o[r] / t[r]; ra[k] = q; if (q < lo) lo = q; if (q > hi) hi = q }
-              printf "%-4s threads=%s  oxmera %9.1f us  %-8s %9.1f us  ratio oxmera/%s %.3f (min %.3f, max %.3f, %d pairs)\n",
-                     w, n, med(oa, k), ref, med(ta, k), ref, med(ra, k), lo, hi, k }' "$tmp"
+              for (r in o) if (r in t) { k++; oa[k] = o[r]; ta[k] = t[r]; q = o[r] / t[r]; ra[k] = q; opa[k] = op[r]; tpa[k] = tp[r]; if (q < lo) lo = q; if (q > hi) hi = q }
+              printf "%-4s threads=%s  oxmera %7.1f us  %-8s %7.1f us  ratio oxmera/%s %.3f (min %.3f, max %.3f, %d pairs)  [p10: %.1f vs %.1f]\n",
+                     w, n, med(oa, k), ref, med(ta, k), ref, med(ra, k), lo, hi, k, med(opa, k), med(tpa, k) }' "$tmp"
     done
   done
   rm -f "$tmp"

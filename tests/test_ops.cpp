@@ -530,18 +530,22 @@ TEST(Matmul, BatchBroadcastingAndLayouts) {
 
 TEST(VecMath, ExpF32MatchesLibmWithinFewUlp) {
   double worst = 0;
-  for (int i = -200000; i <= 200000; ++i) {
-    float x = static_cast<float>(i) * 4.4e-4f;  // [-88, 88]
+  for (int i = -236000; i <= 200000; ++i) {
+    float x = static_cast<float>(i) * 4.4e-4f;  // [-103.8, 88]
     float got = oxmera::detail::exp_f32(x);
     double want = std::exp(static_cast<double>(x));
-    if (want < 1.2e-38) continue;  // denormal range: flushed
+    if (want < 1.2e-38) {  // subnormal results: absolute error within a couple of subnormal steps
+      EXPECT_LE(std::abs(got - want), 3e-45) << x;
+      continue;
+    }
     worst = std::max(worst, std::abs(got - want) / want);
   }
   EXPECT_LT(worst, 4e-7);
   EXPECT_EQ(oxmera::detail::exp_f32(-INFINITY), 0.0f);
   EXPECT_EQ(oxmera::detail::exp_f32(INFINITY), INFINITY);
   EXPECT_EQ(oxmera::detail::exp_f32(100.f), INFINITY);
-  EXPECT_EQ(oxmera::detail::exp_f32(-100.f), 0.0f);
+  EXPECT_NEAR(oxmera::detail::exp_f32(-100.f), std::exp(-100.0), 3e-45);
+  EXPECT_EQ(oxmera::detail::exp_f32(-110.f), 0.0f);
   EXPECT_TRUE(std::isnan(oxmera::detail::exp_f32(NAN)));
   EXPECT_EQ(oxmera::detail::exp_f32(0.f), 1.0f);
 }
@@ -561,4 +565,23 @@ TEST(Softmax, LongContiguousRowsAndNaN) {
   }
   auto n = from_vector<float>({1, NAN, 2}, {3}).softmax(0).to_vector<float>();
   for (float f : n) EXPECT_TRUE(std::isnan(f));
+}
+
+TEST(VecMath, TanhAndSigmoidF32MatchLibm) {
+  double worst_t = 0, worst_s = 0;
+  for (int i = -100000; i <= 100000; ++i) {
+    const float x = static_cast<float>(i) * 2e-4f;  // [-20, 20], dense around the 0.4 switch
+    const double t = std::tanh(static_cast<double>(x)), sg = 1.0 / (1.0 + std::exp(-static_cast<double>(x)));
+    if (t != 0) worst_t = std::max(worst_t, std::abs(oxmera::detail::tanh_f32(x) - t) / std::abs(t));
+    worst_s = std::max(worst_s, std::abs(oxmera::detail::sigmoid_f32(x) - sg) / sg);
+  }
+  EXPECT_LT(worst_t, 1e-6);
+  EXPECT_LT(worst_s, 1e-6);
+  EXPECT_EQ(oxmera::detail::tanh_f32(1e-30f), 1e-30f);
+  EXPECT_EQ(oxmera::detail::tanh_f32(100.f), 1.0f);
+  EXPECT_EQ(oxmera::detail::tanh_f32(-100.f), -1.0f);
+  EXPECT_TRUE(std::isnan(oxmera::detail::tanh_f32(NAN)));
+  EXPECT_EQ(oxmera::detail::sigmoid_f32(-INFINITY), 0.0f);
+  EXPECT_EQ(oxmera::detail::sigmoid_f32(INFINITY), 1.0f);
+  EXPECT_TRUE(std::isnan(oxmera::detail::sigmoid_f32(NAN)));
 }

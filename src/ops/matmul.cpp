@@ -62,7 +62,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = detail::make_empty(out_shape, ai.dtype, ai.device(), "matmul");
   Tensor av = ops::broadcast_view(gemm_compatible(a), a_full);
   Tensor bv = ops::broadcast_view(gemm_compatible(b), b_full);
-  if (out.numel() > 0) detail::backend_for(ai.device(), "matmul").matmul(*av.impl(), *bv.impl(), *out.impl());
+  if (out.numel() > 0) {
+    auto& be = detail::backend_for(ai.device(), "matmul");
+    if (k == 1) {
+      // An outer product: out[..., i, j] = a[..., i, 0] * b[..., 0, j], exactly what GEMM computes.
+      Tensor ab = ops::broadcast_view(av, out_shape), bb = ops::broadcast_view(bv, out_shape);
+      be.binary(ops::BinaryOp::Mul, *ab.impl(), *bb.impl(), *out.impl());
+    } else {
+      be.matmul(*av.impl(), *bv.impl(), *out.impl());
+    }
+  }
   if (detail::needs_tape(a, b)) {
     auto* node = new MatmulNode();
     node->next.push_back(detail::edge_of(a));

@@ -1,6 +1,7 @@
 // The `oxmera` command: doctor, train, bench.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -39,7 +40,20 @@ int cmd_doctor(bool json, const std::string& fixture) {
   return 0;
 }
 
-int cmd_train(const oxmera_cli::TrainOptions& opt) {
+// Plain mode: SIGINT/SIGTERM/SIGHUP ask the run to stop after its current step (and save); a second one
+// kills at once.
+volatile int g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+  g_stop_signal = sig;
+}
+
+int cmd_train(oxmera_cli::TrainOptions opt) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_stop_signal);
+  opt.stop = &g_stop_signal;
   const bool tty = isatty(STDOUT_FILENO) != 0;
   std::printf("oxmera train: MLP 2-32-32-2 (tanh) on two spirals, Adam lr %g, batch %lld, %d epochs, seed %llu, %s\n",
               opt.lr, static_cast<long long>(opt.batch), opt.epochs, static_cast<unsigned long long>(opt.seed),
@@ -59,7 +73,15 @@ int cmd_train(const oxmera_cli::TrainOptions& opt) {
                 100.0 * s.accuracy, s.samples_per_s);
     std::fflush(stdout);
   };
-  oxmera_cli::run_demo_training(opt, on_batch, on_epoch);
+  auto result = oxmera_cli::run_demo_training(opt, on_batch, on_epoch);
+  if (result.stopped_by) {
+    if (tty) std::printf("\r\033[K");
+    std::printf("stopped by signal %d after step; %s\n", result.stopped_by,
+                opt.checkpoint.empty() ? "no checkpoint requested" : ("checkpoint saved to " + opt.checkpoint).c_str());
+    std::fflush(stdout);
+    std::signal(result.stopped_by, SIG_DFL);
+    std::raise(result.stopped_by);  // die by the signal (128+N)
+  }
   return 0;
 }
 
@@ -122,10 +144,13 @@ int main(int argc, char** argv) {
     if (*doctor) return cmd_doctor(doctor_json, fixture);
     if (*train) {
       if (!replay.empty()) return oxmera_cli::run_replay(replay);
-      if (tui) return oxmera_cli::run_tui_training(topt);
-      if (!checkpoint.empty() || !resume.empty())
-        throw oxmera::Error(oxmera::ErrorKind::NotImplemented,
-                            "train: --checkpoint/--resume are not implemented yet");
+      if (tui) {
+        topt.checkpoint = checkpoint;
+        topt.resume = resume;
+        return oxmera_cli::run_tui_training(topt);
+      }
+      topt.checkpoint = checkpoint;
+      topt.resume = resume;
       return cmd_train(topt);
     }
 #ifdef OXMERA_HAVE_RESEARCH

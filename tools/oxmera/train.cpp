@@ -3,7 +3,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -73,18 +76,49 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   optim::AdamOptions ao;
   ao.lr = opt.lr;
   optim::Adam adam(model.parameters(), ao);
+  const int64_t batches_per_epoch = (n + opt.batch - 1) / opt.batch;
+  // The run's identity: a checkpoint only resumes a run with the same data, model and schedule.
+  char lr_hex[64];
+  std::snprintf(lr_hex, sizeof lr_hex, "%a", opt.lr);
+  const std::map<std::string, std::string> identity = {
+      {"train.seed", std::to_string(opt.seed)}, {"train.batch", std::to_string(opt.batch)}, {"train.lr", lr_hex}};
+  int64_t step = 0;
+  double resumed_loss_sum = 0;
+  if (!opt.resume.empty()) {
+    std::map<std::string, std::string> md;
+    step = load_checkpoint(opt.resume, model, adam, {}, &md);
+    for (const auto& [k, v] : identity) {
+      auto it = md.find(k);
+      if (it == md.end() || it->second != v)
+        throw std::runtime_error("--resume " + opt.resume + ": the checkpoint was written by a run with a different " +
+                                 k.substr(6) + " (" + (it == md.end() ? std::string("none") : it->second) +
+                                 " vs " + v + ")");
+    }
+    auto ls = md.find("train.epoch_loss_sum");
+    if (ls != md.end()) resumed_loss_sum = std::strtod(ls->second.c_str(), nullptr);
+  }
+  auto save = [&](double epoch_loss_sum) {
+    if (opt.checkpoint.empty()) return;
+    auto md = identity;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", epoch_loss_sum);  // hex float: exact
+    md["train.epoch_loss_sum"] = buf;
+    save_checkpoint(opt.checkpoint, model, adam, step, {}, md);
+  };
   std::ofstream metrics;
   if (!opt.metrics.empty()) {
     metrics.open(opt.metrics);
     if (!metrics) throw std::runtime_error("cannot open --metrics file " + opt.metrics);
   }
-  const int64_t batches = (n + opt.batch - 1) / opt.batch;
+  const int64_t batches = batches_per_epoch;
   EpochStats stats;
-  for (int epoch = 1; epoch <= opt.epochs; ++epoch) {
+  const int first_epoch = static_cast<int>(step / batches) + 1;
+  for (int epoch = first_epoch; epoch <= opt.epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
     auto order = shuffled(n, opt.seed + static_cast<uint64_t>(epoch));
-    double loss_sum = 0;
-    for (int64_t b = 0; b < batches; ++b) {
+    const int64_t first_batch = epoch == first_epoch ? step % batches : 0;
+    double loss_sum = epoch == first_epoch ? resumed_loss_sum : 0.0;
+    for (int64_t b = first_batch; b < batches; ++b) {
       const int64_t lo = b * opt.batch, hi = std::min(n, lo + opt.batch);
       Tensor idx = from_vector(std::vector<int64_t>(order.begin() + lo, order.begin() + hi), {hi - lo});
       Tensor loss = nn::cross_entropy(model(x.index_select(0, idx)), labels.index_select(0, idx));
@@ -92,8 +126,15 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
       loss.backward();
       adam.step();
       loss_sum += loss.item<float>() * static_cast<double>(hi - lo);
+      ++step;
       if (on_batch) on_batch(epoch, b + 1, batches);
+      if (opt.stop && *opt.stop && b + 1 < batches) {
+        save(loss_sum);
+        stats.stopped_by = *opt.stop;
+        return stats;
+      }
     }
+    save(0.0);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     Tensor pred;
     {
@@ -112,6 +153,10 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
       metrics.flush();
     }
     if (on_epoch) on_epoch(stats);
+    if (opt.stop && *opt.stop) {  // the epoch's checkpoint is already saved
+      stats.stopped_by = *opt.stop;
+      return stats;
+    }
   }
   return stats;
 }

@@ -11,12 +11,18 @@ struct TrainOptions {
   uint64_t seed = 7;
   int64_t batch = 32;
   double lr = 0.01;
-  std::string metrics;  // JSON lines, one object per epoch
+  std::string metrics;     // JSON lines, one object per epoch
+  std::string checkpoint;  // saved atomically at each epoch end, and after the current step on a stop request
+  std::string resume;      // continue bit-identically from this checkpoint
+  // When it becomes non-zero (a signal number, set by a handler), training stops after the current step,
+  // saves the checkpoint (if any) and returns with EpochStats::stopped_by set.
+  const volatile int* stop = nullptr;
 };
 
 struct EpochStats {
   int epoch = 0;
   double loss = 0, accuracy = 0, samples_per_s = 0;
+  int stopped_by = 0;  // the stop value when interrupted, else 0
 };
 
 // Progress callbacks: on_batch(epoch, batch_index, batches_per_epoch) after each step; on_epoch after each
