@@ -1,4 +1,5 @@
 // CPU kernels of the index ops (gathers and deterministic scatters). Memory-bound: one build for all ISAs.
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/cpu_index.hpp"
@@ -167,10 +168,18 @@ void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, doub
         }
         const T* xrow = plane + h * s2;
         const int64_t w0 = -g.pw + j * g.dw;
-        for (int64_t z = 0; z < g.ow; ++z) {
-          const int64_t w = z * g.sw + w0;
-          orow[z] = (w >= 0 && w < W) ? xrow[w * s3] : pad;
+        // Output columns whose input column w = z*sw + w0 lies inside [0, W): [z_lo, z_hi).
+        const int64_t z_lo = std::min<int64_t>(g.ow, w0 >= 0 ? 0 : (-w0 + g.sw - 1) / g.sw);
+        const int64_t z_hi = std::max<int64_t>(z_lo, std::min<int64_t>(g.ow, W - w0 <= 0 ? 0 : (W - w0 + g.sw - 1) / g.sw));
+        for (int64_t z = 0; z < z_lo; ++z) orow[z] = pad;
+        const T* src = xrow + (z_lo * g.sw + w0) * s3;
+        const int64_t step = g.sw * s3;
+        if (step == 1) {
+          for (int64_t z = z_lo; z < z_hi; ++z) orow[z] = src[z - z_lo];
+        } else {
+          for (int64_t z = z_lo; z < z_hi; ++z) orow[z] = src[(z - z_lo) * step];
         }
+        for (int64_t z = z_hi; z < g.ow; ++z) orow[z] = pad;
       }
     }
   });

@@ -476,6 +476,36 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
     op_[0] = static_cast<T>(acc.result());
     return;
   }
+  if (!inner_contig && kept.ndim > 0 && kept.stride[0] == 1 && kept.out_stride[0] == 1 && op != ReduceOp::Sum) {
+    // Column max/min: whole rows compared into per-column bests (vectorised), NaN tracked per column.
+    const int64_t L = kept.size[0];
+    Group outer = kept;
+    for (int d = 0; d + 1 < kept.ndim; ++d) {
+      outer.size[d] = kept.size[d + 1];
+      outer.stride[d] = kept.stride[d + 1];
+      outer.out_stride[d] = kept.out_stride[d + 1];
+    }
+    outer.ndim = kept.ndim - 1;
+    const int64_t MO = outer.numel();
+    const bool is_max = op == ReduceOp::Max;
+    parallel_for(MO, std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(L * R, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t mo = b; mo < e; ++mo) {
+        const T* xb = xp + outer.offset(mo);
+        T* ob = op_ + outer.offset(mo, true);
+        const T* first = xb + red.offset(0);
+        for (int64_t j = 0; j < L; ++j) ob[j] = first[j];
+        for (int64_t r = 1; r < R; ++r) {
+          const T* row = xb + red.offset(r);
+          if (is_max) {
+            for (int64_t j = 0; j < L; ++j) ob[j] = (row[j] > ob[j] || row[j] != row[j]) && ob[j] == ob[j] ? row[j] : ob[j];
+          } else {
+            for (int64_t j = 0; j < L; ++j) ob[j] = (row[j] < ob[j] || row[j] != row[j]) && ob[j] == ob[j] ? row[j] : ob[j];
+          }
+        }
+      }
+    });
+    return;
+  }
   if (!inner_contig && kept.ndim > 0 && kept.stride[0] == 1 && kept.out_stride[0] == 1 && op == ReduceOp::Sum) {
     // Column reduction (reduced dims outside a contiguous kept run): whole rows are added into plain lanes
     // (vectorised) for blocks of 256 rows, and the block partials are combined with compensation.
