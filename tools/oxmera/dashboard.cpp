@@ -56,7 +56,16 @@ volatile bool g_have_cooked = false;
 int g_in_fd = STDIN_FILENO;
 const int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
+// While training runs, a signal is deferred: the step finishes, the checkpoint (if any) is saved, and then
+// the terminal is restored and the signal re-raised. A second signal, or one outside training, acts at once.
+volatile int g_deferred_signal = 0;
+volatile bool g_training_active = false;
+
 extern "C" void on_fatal_signal(int sig) {
+  if (g_training_active && g_deferred_signal == 0) {
+    g_deferred_signal = sig;
+    return;
+  }
   // CAN aborts any escape sequence ncurses may have been halfway through, then: attributes off, main
   // screen, cursor visible. All async-signal-safe.
   if (g_restore_len > 0) {
@@ -496,11 +505,21 @@ int run_tui_training(const TrainOptions& opt) {
     m.epochs_done = s.epoch;
     term.draw(m);
   };
+  TrainOptions topt = opt;
+  topt.stop = &g_deferred_signal;
+  EpochStats result;
   try {
-    run_demo_training(opt, on_batch, on_epoch);
+    g_training_active = true;
+    result = run_demo_training(topt, on_batch, on_epoch);
+    g_training_active = false;
   } catch (const Quit&) {
+    g_training_active = false;
     return 0;
+  } catch (...) {
+    g_training_active = false;
+    throw;
   }
+  if (result.stopped_by) on_fatal_signal(result.stopped_by);  // restores the terminal, dies by the signal
   m.done = true;
   term.draw(m);
   while (!term.poll(100)) term.draw(m);
