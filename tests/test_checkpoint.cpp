@@ -20,26 +20,7 @@ namespace {
 using namespace oxmera;
 namespace fs = std::filesystem;
 
-class Checkpoint : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "oxmera-ckpt-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-  std::string dir_;
-};
+class Checkpoint : public oxt::TempDirTest {};
 
 // x [N,3,4,4] -> BatchNorm2d -> Flatten -> Linear -> ReLU -> Dropout -> LayerNorm -> Linear -> [N,3]
 std::shared_ptr<nn::Sequential> make_model(uint64_t init_seed, uint64_t dropout_seed) {

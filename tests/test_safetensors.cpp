@@ -60,26 +60,7 @@ uint32_t f32_bits(float f) {
   return u;
 }
 
-class Safetensors : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "oxmera-st-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-  std::string dir_;
-};
+class Safetensors : public oxt::TempDirTest {};
 
 // ------------------------------------------------------------------------------------------- round trips
 TEST_F(Safetensors, RoundTripEveryDtypeWithMetadata) {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Parity of oxmera::einsum (values and the gradients of every operand) against torch.einsum.
 
-Usage: /usr/bin/python3 test_einsum_parity.py PATH/TO/einsum_torch_driver [-v]
+Usage: /usr/bin/python3 test_einsum_parity.py PATH/TO/einsum_torch_parity_driver [-v]
 
 Runs the spec table (the one of tests/test_einsum.cpp plus a few larger shapes) in f64 and f32 through the driver
 (protocol in einsum_driver.cpp) with a random seed for the backward pass, computes the same with torch and

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Parity of oxmera::linalg (values and input gradients) against torch.linalg (Debian python3-torch 1.13).
 
-Usage: /usr/bin/python3 test_linalg_parity.py PATH/TO/linalg_torch_driver [-v]
+Usage: /usr/bin/python3 test_linalg_parity.py PATH/TO/linalg_torch_parity_driver [-v]
 
 Runs cholesky, logdet (vs torch.logdet and vs 2*log(diag(cholesky)).sum), det, solve (matrix, vector and
 broadcast-batch b), cholesky_solve, inverse, solve_triangular (lower/upper), eigh (eigenvalues; |V| and the

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Parity of oxmera::nn losses (values and input gradients) against torch.nn.functional.
 
-Usage: /usr/bin/python3 test_loss_parity.py PATH/TO/loss_torch_driver [-v]
+Usage: /usr/bin/python3 test_loss_parity.py PATH/TO/loss_torch_parity_driver [-v]
 
 Builds a grid of cases with numpy (fixed seed), runs the driver once on all of them (protocol in
 loss_driver.cpp), computes the same with torch and compares: |got - want| <= rtol * (|want| + max|want|)
@@ -223,7 +223,7 @@ for dt in ["f32", "f64"]:
 
 def main():
     if len(sys.argv) < 2:
-        print("usage: test_loss_parity.py PATH/TO/loss_torch_driver [-v]")
+        print("usage: test_loss_parity.py PATH/TO/loss_torch_parity_driver [-v]")
         return 2
     verbose = "-v" in sys.argv[2:]
     lines = []

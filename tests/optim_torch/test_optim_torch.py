@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Parity of oxmera.optim (optimizers, schedulers, clip_grad_norm_) against torch.optim (1.13).
 
-Usage: /usr/bin/python3 test_optim_torch.py PATH/TO/optim_torch_driver [-v]
+Usage: /usr/bin/python3 test_optim_torch.py PATH/TO/optim_torch_parity_driver [-v]
 
 Each configuration runs 20 steps in the driver and in torch on the same initial parameters and the same
 gradients (closed-form formulas, repeated from optim_torch_driver.cpp), and compares the parameters after

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Parity of oxmera ops (forward and backward) against PyTorch.
 
-Usage: /usr/bin/python3 test_torch_parity.py PATH/TO/parity_driver [-v]
+Usage: /usr/bin/python3 test_torch_parity.py PATH/TO/torch_parity_driver [-v]
 
-Generates cases with numpy (fixed seed), runs parity_driver once with all of them (see parity_driver.cpp
+Generates cases with numpy (fixed seed), runs torch_parity_driver once with all of them (see parity_driver.cpp
 for the line protocol), computes the same with torch and compares. Prints `parity: N passed, M failed`
 and exits 1 on any failure; exits 77 (`parity: skipped ...`) when torch or numpy cannot be imported.
 Debian 12: apt-get install -y python3-torch python3-numpy (use /usr/bin/python3, not a pyenv shim).
@@ -601,7 +601,7 @@ def check(case, rest):
 
 def main():
     if len(sys.argv) < 2:
-        print("usage: test_torch_parity.py PATH/TO/parity_driver [-v]")
+        print("usage: test_torch_parity.py PATH/TO/torch_parity_driver [-v]")
         return 2
     driver = sys.argv[1]
     verbose = "-v" in sys.argv[2:]

@@ -391,6 +391,18 @@ struct Group {
   }
 };
 
+// The group without its innermost dim (the dims above a contiguous run).
+Group drop_innermost(const Group& g) {
+  Group o = g;
+  for (int d = 0; d + 1 < g.ndim; ++d) {
+    o.size[d] = g.size[d + 1];
+    o.stride[d] = g.stride[d + 1];
+    o.out_stride[d] = g.out_stride[d + 1];
+  }
+  o.ndim = g.ndim > 0 ? g.ndim - 1 : 0;
+  return o;
+}
+
 void group_push(Group& g, int64_t size, int64_t stride, int64_t out_stride) {
   if (size == 1) return;
   if (g.ndim > 0 && stride == g.stride[g.ndim - 1] * g.size[g.ndim - 1] &&
@@ -433,12 +445,7 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
       SumAcc<T> acc;
       if (inner_contig) {
         int64_t runs = R / red.size[0];
-        Group outer = red;  // dims above the contiguous run
-        for (int d = 0; d + 1 < red.ndim; ++d) {
-          outer.size[d] = red.size[d + 1];
-          outer.stride[d] = red.stride[d + 1];
-        }
-        outer.ndim = red.ndim - 1;
+        const Group outer = drop_innermost(red);  // dims above the contiguous run
         for (int64_t r = 0; r < runs; ++r) acc.add(sum_contig<T, A>(xp + base + outer.offset(r), red.size[0]));
       } else {
         for (int64_t r = 0; r < R; ++r) acc.add(static_cast<A>(xp[base + red.offset(r)]));
@@ -479,13 +486,7 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
   if (!inner_contig && kept.ndim > 0 && kept.stride[0] == 1 && kept.out_stride[0] == 1 && op != ReduceOp::Sum) {
     // Column max/min: whole rows compared into per-column bests (vectorised), NaN tracked per column.
     const int64_t L = kept.size[0];
-    Group outer = kept;
-    for (int d = 0; d + 1 < kept.ndim; ++d) {
-      outer.size[d] = kept.size[d + 1];
-      outer.stride[d] = kept.stride[d + 1];
-      outer.out_stride[d] = kept.out_stride[d + 1];
-    }
-    outer.ndim = kept.ndim - 1;
+    const Group outer = drop_innermost(kept);
     const int64_t MO = outer.numel();
     const bool is_max = op == ReduceOp::Max;
     parallel_for(MO, std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(L * R, 1)), [&](int64_t b, int64_t e) {
@@ -510,13 +511,7 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
     // Column reduction (reduced dims outside a contiguous kept run): whole rows are added into plain lanes
     // (vectorised) for blocks of 256 rows, and the block partials are combined with compensation.
     const int64_t L = kept.size[0];
-    Group outer = kept;
-    for (int d = 0; d + 1 < kept.ndim; ++d) {
-      outer.size[d] = kept.size[d + 1];
-      outer.stride[d] = kept.stride[d + 1];
-      outer.out_stride[d] = kept.out_stride[d + 1];
-    }
-    outer.ndim = kept.ndim - 1;
+    const Group outer = drop_innermost(kept);
     const int64_t MO = outer.numel();
     constexpr int64_t kCols = 512, kRows = 256;
     const int64_t col_blocks = (L + kCols - 1) / kCols;
