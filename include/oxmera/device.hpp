@@ -33,5 +33,8 @@ std::ostream& operator<<(std::ostream& os, const Device& d);
 bool device_available(Device d) noexcept;
 // Registers optional (GPU) backends. Idempotent; the CPU backend needs no call.
 void init();
+// What the device is ("NVIDIA H200, 139.8 GiB, compute capability 9.0, driver 13.0"), or, when it is
+// unavailable, exactly why (not compiled in, the driver's error, no device). Never throws.
+std::string device_description(Device d);
 
 }  // namespace oxmera

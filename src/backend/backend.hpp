@@ -5,6 +5,7 @@
 // `to_host` / `synchronize` only where the host reads values. A GPU backend (CUDA now, Metal later) is a
 // subclass registered for its DeviceKind by oxmera::init().
 #include <cstddef>
+#include <string>
 
 #include "ops/op_defs.hpp"
 #include "oxmera/memory.hpp"
@@ -48,6 +49,8 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void synchronize() {}
+  // One line for `oxmera doctor`: what this device is (name, memory, capability, driver).
+  virtual std::string describe() const { return name(); }
   virtual MemoryStats memory_stats() const = 0;
   virtual void empty_cache() = 0;
 

@@ -4,12 +4,21 @@
 #include <mutex>
 
 #include "backend/backend.hpp"
+#include "oxmera/tensor.hpp"
 #include "oxmera/version.hpp"
+#ifdef OXMERA_WITH_CUDA
+#include <string>
+
+#include "backend/cuda/cuda_backend.hpp"
+#endif
 
 namespace oxmera::detail {
 namespace {
 std::array<std::atomic<Backend*>, kNumDeviceKinds> g_backends{};
 std::mutex g_register_mu;
+// Why init() registered no CUDA backend (the driver's error); published once through g_cuda_probed.
+std::string g_cuda_why;
+std::atomic<bool> g_cuda_probed{false};
 }  // namespace
 
 void Backend::optimizer_step(const OptimizerStep&, TensorImpl&, const TensorImpl&, TensorImpl*, TensorImpl*,
@@ -36,6 +45,11 @@ Backend& backend_for(Device device, const char* op) {
   Backend* be = g_backends[static_cast<int>(device.kind())].load(std::memory_order_acquire);
   OXM_CHECK(device.index() == 0, BackendUnavailable, op, ": device ", device,
             " is not supported; only index 0 of a GPU kind is (no multi-GPU yet)");
+  if (be == nullptr && device.is_cuda() && build_info().cuda_compiled &&
+      g_cuda_probed.load(std::memory_order_acquire))
+    OXM_FAIL(BackendUnavailable, op, ": no backend for ", device,
+             ": this build has CUDA support but no usable device was found (", g_cuda_why,
+             "); check the driver and `oxmera doctor`");
   OXM_CHECK(be != nullptr, BackendUnavailable, op, ": no backend for ", device,
             build_info().cuda_compiled
                 ? " is registered: call oxmera::init() first, and check `oxmera doctor` for the GPU status"
@@ -56,8 +70,33 @@ bool device_available(Device d) noexcept {
 MemoryStats memory_stats(Device device) { return detail::backend_for(device, "memory_stats").memory_stats(); }
 void empty_cache(Device device) { detail::backend_for(device, "empty_cache").empty_cache(); }
 
+std::string device_description(Device d) {
+  if (d.is_cpu()) {
+    if (d.index() != 0) return "no such device (the CPU is cpu:0)";
+    return std::to_string(get_num_threads()) + " threads, kernels " + cpu_kernel_isa();
+  }
+  if (d.index() != 0) return "only index 0 of a GPU kind is supported";
+  if (detail::Backend* be = detail::g_backends[static_cast<int>(d.kind())].load()) return be->describe();
+  if (d.is_cuda() && !build_info().cuda_compiled) return "not compiled into this build (-DOXMERA_CUDA=ON)";
+#ifdef OXMERA_WITH_CUDA
+  if (d.is_cuda() && detail::g_cuda_probed.load(std::memory_order_acquire)) return detail::g_cuda_why;
+#endif
+  return "no backend registered (call oxmera::init())";
+}
+
 void init() {
-  // GPU backends register here once they exist in the build (see docs/ARCHITECTURE.md).
+#ifdef OXMERA_WITH_CUDA
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string why;
+    if (detail::Backend* be = detail::create_cuda_backend(why)) {
+      detail::register_backend(be);
+    } else {
+      detail::g_cuda_why = why.empty() ? std::string("unknown reason") : why;
+      detail::g_cuda_probed.store(true, std::memory_order_release);
+    }
+  });
+#endif
 }
 
 BuildInfo build_info() noexcept {

@@ -112,12 +112,9 @@ nlohmann::json probe_report() {
   json devices = json::array();
   devices.push_back({{"name", "cpu"}, {"available", true}, {"detail", std::to_string(oxmera::get_num_threads()) + " threads"}});
   oxmera::init();
-  if (oxmera::device_available(oxmera::Device::cuda())) {
-    devices.push_back({{"name", "cuda:0"}, {"available", true}, {"detail", "registered"}});
-  } else {
-    std::string why = bi.cuda_compiled ? "no usable GPU or driver" : "not compiled into this build (-DOXMERA_CUDA=ON)";
-    devices.push_back({{"name", "cuda:0"}, {"available", false}, {"detail", why}});
-  }
+  const auto gpu = oxmera::Device::cuda();
+  devices.push_back(
+      {{"name", "cuda:0"}, {"available", oxmera::device_available(gpu)}, {"detail", oxmera::device_description(gpu)}});
   json caps = json::array({
       {{"area", "tensor"}, {"status", "strided views, broadcasting, overflow-checked shapes"}},
       {{"area", "dtypes"}, {"status", "f32, f64 (cpu), i64, u8 (storage)"}},

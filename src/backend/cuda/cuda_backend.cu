@@ -1,0 +1,358 @@
+#include <cstdio>
+// The CUDA backend: one device (cuda:0), one stream, a size-bucketed caching allocator with stream-ordered
+// reuse, cuBLAS for matmul, and the kernels of cuda_*.cu. Launches are asynchronous; the host waits only in
+// copy_to_host (and in arg_reduce, whose NaN answer the host reads).
+#include <cublas_v2.h>
+
+#include <bit>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace oxmera::detail::cuda {
+
+namespace {
+cudaStream_t g_stream = nullptr;
+int g_sms = 1;
+std::string g_description = "cuda";  // set once when the backend is created
+
+std::string gib(int64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+// Size classes: 512 B minimum, then two per power of two (0.75 p and p), as the host allocator.
+size_t bucket(size_t n) {
+  if (n <= 512) return 512;
+  const size_t p = std::bit_ceil(n), three_q = p / 2 + p / 4;
+  return n <= three_q ? three_q : p;
+}
+
+class DeviceAllocator {
+ public:
+  void* allocate(size_t n) {
+    const size_t b = bucket(n);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(b);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_ -= static_cast<int64_t>(b);
+      ++stats_.cache_hits;
+      return account(p, b);
+    }
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, b);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: clear it, free the cache, retry once
+      release_locked();
+      e = cudaMalloc(&p, b);
+    }
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      OXM_FAIL(OutOfMemory, "cuda:0: out of memory allocating ", gib(static_cast<int64_t>(b)), " (", b,
+               " bytes) after freeing the cache: allocated ", gib(stats_.allocated_bytes), ", reserved ",
+               gib(stats_.allocated_bytes + cached_), ", peak ", gib(stats_.peak_allocated_bytes), "; device free ",
+               gib(static_cast<int64_t>(free_b)), " of ", gib(static_cast<int64_t>(total_b)));
+    }
+    check(e, "allocate", "cudaMalloc");
+    ++stats_.system_allocations;
+    return account(p, b);
+  }
+  void deallocate(void* p, size_t n) noexcept {
+    if (!p) return;
+    const size_t b = bucket(n);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.allocated_bytes -= static_cast<int64_t>(b);
+    cached_ += static_cast<int64_t>(b);
+    try {
+      free_[b].push_back(p);
+    } catch (...) {  // no memory for the free list: give the block back instead
+      cudaFree(p);
+      cached_ -= static_cast<int64_t>(b);
+    }
+  }
+  MemoryStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    MemoryStats s = stats_;
+    s.reserved_bytes = s.allocated_bytes + cached_;
+    return s;
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_locked();
+  }
+
+ private:
+  void* account(void* p, size_t b) {
+    stats_.allocated_bytes += static_cast<int64_t>(b);
+    if (stats_.allocated_bytes > stats_.peak_allocated_bytes) stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    return p;
+  }
+  void release_locked() {
+    // Cached blocks may still be read by queued kernels: let the stream drain first.
+    if (g_stream) cudaStreamSynchronize(g_stream);
+    for (auto& [b, v] : free_)
+      for (void* p : v) cudaFree(p);
+    free_.clear();
+    cached_ = 0;
+  }
+  mutable std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  int64_t cached_ = 0;
+  MemoryStats stats_;
+};
+
+DeviceAllocator* g_alloc = nullptr;
+
+const char* cublas_status(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "cuBLAS error";
+  }
+}
+void check_blas(cublasStatus_t s, const char* op, const char* what) {
+  OXM_CHECK(s == CUBLAS_STATUS_SUCCESS, Backend, "cuda: ", op, ": ", what, " failed: ", cublas_status(s), " (",
+            static_cast<int>(s), ")");
+}
+
+// One matrix operand as cuBLAS sees it: row-major rows x cols with strides (rs, cs), one of them 1.
+struct MatLayout {
+  bool trans;
+  int64_t ld;
+};
+MatLayout layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if (cs == 1 || cols == 1) return {false, rows == 1 ? std::max<int64_t>(cols, 1) : std::max(rs, cols)};
+  return {true, cols == 1 ? std::max<int64_t>(rows, 1) : std::max(cs, rows)};
+}
+
+}  // namespace
+
+void fail(cudaError_t e, const char* op, const char* what) {
+  cudaGetLastError();
+  OXM_FAIL(Backend, "cuda: ", op, ": ", what, " failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+cudaStream_t stream() { return g_stream; }
+int sm_count() { return g_sms; }
+void* scratch_alloc(size_t n) { return g_alloc->allocate(n); }
+void scratch_free(void* p, size_t n) noexcept { g_alloc->deallocate(p, n); }
+
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(cublasHandle_t h) : blas_(h) {}
+  DeviceKind kind() const override { return DeviceKind::CUDA; }
+  const char* name() const override { return "cuda"; }
+  std::string describe() const override { return g_description; }
+  void* allocate(size_t n) override { return g_alloc->allocate(n); }
+  void deallocate(void* p, size_t n) noexcept override { g_alloc->deallocate(p, n); }
+  MemoryStats memory_stats() const override { return g_alloc->stats(); }
+  void empty_cache() override { g_alloc->release(); }
+  void copy_from_host(void* dst, const void* src, size_t n) override {
+    // Pageable source: staged by the driver before this returns, so the caller may free it right away.
+    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream), "copy_from_host", "cudaMemcpyAsync");
+  }
+  void copy_to_host(void* dst, const void* src, size_t n) override {
+    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_stream), "copy_to_host", "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(g_stream), "copy_to_host",
+          "synchronisation (an earlier asynchronous kernel may have failed)");
+  }
+  void synchronize() override { check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize"); }
+  void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) override { cuda::unary(op, x, out); }
+  void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
+    cuda::binary(op, a, b, out);
+  }
+  void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
+    cuda::where(m, a, b, out);
+  }
+  void copy(const TensorImpl& src, TensorImpl& dst) override { cuda::copy(src, dst); }
+  void fill(TensorImpl& dst, double v) override { cuda::fill(dst, v); }
+  void reduce(ops::ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) override {
+    cuda::reduce(op, x, out, mask);
+  }
+  bool arg_reduce(ops::ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) override {
+    return cuda::arg_reduce(op, x, out, dim);
+  }
+  void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) override {
+    cuda::softmax(x, out, dim, log);
+  }
+  void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override;
+  void index_select(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) override {
+    cuda::index_select(x, dim, idx, out);
+  }
+  void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
+    cuda::index_add(out, dim, idx, src);
+  }
+  void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) override {
+    cuda::gather(x, dim, idx, out);
+  }
+  void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
+    cuda::scatter_add(out, dim, idx, src);
+  }
+  void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) override {
+    cuda::im2col(x, cols, g, pad_value);
+  }
+  void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) override {
+    cuda::col2im(cols, x_grad, g);
+  }
+  void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
+                      TensorImpl* s1, TensorImpl* s2) override {
+    cuda::optimizer_step(s, param, grad, s0, s1, s2);
+  }
+
+ private:
+  std::mutex blas_mu_;  // a cuBLAS handle must not be used by two threads at once
+  cublasHandle_t blas_;
+};
+
+void CudaBackend::matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  OXM_CHECK(a.dtype == DType::F32 && b.dtype == DType::F32, UnsupportedDType, "matmul: dtype ", a.dtype,
+            " is not supported on cuda (f32)");
+  const size_t r = out.shape.size();
+  const int64_t m = out.shape[r - 2], n = out.shape[r - 1], k = a.shape[r - 1];
+  if (m == 0 || n == 0) return;
+  Shape bshape(out.shape.begin(), r - 2);
+  const int64_t B = bshape.product();
+  if (B == 0) return;
+  float* cp = out.ptr<float>();
+  if (k == 0) {
+    check(cudaMemsetAsync(cp, 0, static_cast<size_t>(B * m * n) * sizeof(float), g_stream), "matmul", "cudaMemsetAsync");
+    return;
+  }
+  OXM_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && B <= INT32_MAX, NotImplemented,
+            "matmul: dims beyond 2^31 are not supported by cuBLAS (m ", m, ", n ", n, ", k ", k, ", batch ", B, ")");
+  const MatLayout la = layout(m, k, a.strides[r - 2], a.strides[r - 1]);
+  const MatLayout lb = layout(k, n, b.strides[r - 2], b.strides[r - 1]);
+  // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets (B, A) with the row-major layouts.
+  const cublasOperation_t opa = la.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const float one = 1.f, zero = 0.f;
+  const float* ap = a.ptr<float>();
+  const float* bp = b.ptr<float>();
+  // Batch dims coalesced jointly for a and b (out is contiguous): one stride each = strided batched call.
+  int64_t bs[kMaxDims], as_[kMaxDims], bst[kMaxDims], os[kMaxDims];
+  OXM_CHECK(r - 2 <= static_cast<size_t>(kMaxDims), NotImplemented, "matmul: more than ", kMaxDims, " batch dims");
+  for (size_t d = 0; d + 2 < r; ++d) {
+    bs[d] = bshape[d];
+    as_[d] = a.strides[d];
+    bst[d] = b.strides[d];
+    os[d] = out.strides[d];
+  }
+  const int64_t* sp[3] = {os, as_, bst};
+  Plan<3> plan;
+  const bool fits = make_plan<3>(static_cast<int>(r - 2), bs, sp, plan);
+  std::lock_guard<std::mutex> lock(blas_mu_);
+  check_blas(cublasSetStream(blas_, g_stream), "matmul", "cublasSetStream");
+  if (fits && plan.ndim <= 1) {
+    const int64_t sa = plan.ndim ? plan.stride[1][0] : 0, sb = plan.ndim ? plan.stride[2][0] : 0;
+    if (B == 1) {
+      check_blas(cublasSgemm(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, bp,
+                             static_cast<int>(lb.ld), ap, static_cast<int>(la.ld), &zero, cp, static_cast<int>(n)),
+                 "matmul", "cublasSgemm");
+    } else {
+      check_blas(cublasSgemmStridedBatched(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m),
+                                           static_cast<int>(k), &one, bp, static_cast<int>(lb.ld), sb, ap,
+                                           static_cast<int>(la.ld), sa, &zero, cp, static_cast<int>(n), m * n,
+                                           static_cast<int>(B)),
+                 "matmul", "cublasSgemmStridedBatched");
+    }
+    return;
+  }
+  // General broadcast batch (e.g. a stride-0 dim outside a strided one): pointer arrays, nothing materialised.
+  std::vector<const float*> host(static_cast<size_t>(3 * B));
+  auto offset = [&](const int64_t* st, int64_t i) {
+    int64_t off = 0;
+    for (size_t d = r - 2; d-- > 0;) {
+      off += (i % bs[d]) * st[d];
+      i /= bs[d];
+    }
+    return off;
+  };
+  for (int64_t i = 0; i < B; ++i) {
+    host[static_cast<size_t>(i)] = bp + offset(bst, i);
+    host[static_cast<size_t>(B + i)] = ap + offset(as_, i);
+    host[static_cast<size_t>(2 * B + i)] = cp + i * m * n;
+  }
+  const size_t bytes = host.size() * sizeof(float*);
+  void* dev = scratch_alloc(bytes);
+  cudaError_t e = cudaMemcpyAsync(dev, host.data(), bytes, cudaMemcpyHostToDevice, g_stream);
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  if (e == cudaSuccess) {
+    auto** arr = static_cast<const float**>(dev);
+    st = cublasSgemmBatched(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, arr,
+                            static_cast<int>(lb.ld), arr + B, static_cast<int>(la.ld), &zero,
+                            const_cast<float**>(arr + 2 * B), static_cast<int>(n), static_cast<int>(B));
+  }
+  scratch_free(dev, bytes);
+  check(e, "matmul", "cudaMemcpyAsync of the batch pointers");
+  check_blas(st, "matmul", "cublasSgemmBatched");
+}
+
+}  // namespace
+}  // namespace oxmera::detail::cuda
+
+namespace oxmera::detail {
+
+Backend* create_cuda_backend(std::string& why) noexcept {
+  try {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+      cudaGetLastError();
+      return nullptr;
+    }
+    if (count == 0) {
+      why = "the driver reports no CUDA device";
+      return nullptr;
+    }
+    auto describe = [](const char* what, cudaError_t err) {
+      return std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+    };
+    if ((e = cudaSetDevice(0)) != cudaSuccess) return why = describe("cudaSetDevice(0)", e), nullptr;
+    cudaDeviceProp prop{};
+    if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) return why = describe("cudaGetDeviceProperties", e), nullptr;
+    cudaStream_t s = nullptr;
+    if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
+      return why = describe("cudaStreamCreate", e), nullptr;
+    cublasHandle_t h = nullptr;
+    const cublasStatus_t bs = cublasCreate(&h);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+      cudaStreamDestroy(s);
+      why = std::string("cublasCreate failed: ") + cuda::cublas_status(bs);
+      return nullptr;
+    }
+    cublasSetStream(h, s);
+    cuda::g_stream = s;
+    cuda::g_sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    {
+      int driver = 0;
+      cudaDriverGetVersion(&driver);
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "%s, %.1f GiB, compute capability %d.%d, driver %d.%d", prop.name,
+                    static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0), prop.major, prop.minor,
+                    driver / 1000, (driver % 1000) / 10);
+      cuda::g_description = buf;
+    }
+    cuda::g_alloc = new cuda::DeviceAllocator();  // never destroyed: storages may outlive static destruction
+    return new cuda::CudaBackend(h);
+  } catch (const std::exception& ex) {
+    why = ex.what();
+    return nullptr;
+  }
+}
+
+}  // namespace oxmera::detail

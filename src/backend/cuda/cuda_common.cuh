@@ -1,0 +1,51 @@
+#pragma once
+// Shared by the CUDA backend's translation units (never included outside src/backend/cuda).
+#include <cuda_runtime.h>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/index_math.hpp"
+
+namespace oxmera::detail::cuda {
+
+// Throws Error(Backend) naming the op, what failed and the CUDA error; clears a non-sticky error first.
+[[noreturn]] void fail(cudaError_t e, const char* op, const char* what);
+inline void check(cudaError_t e, const char* op, const char* what) {
+  if (e != cudaSuccess) [[unlikely]]
+    fail(e, op, what);
+}
+// After a launch: configuration errors are reported now; execution errors surface at the next sync.
+inline void check_launch(const char* op) { check(cudaGetLastError(), op, "kernel launch"); }
+
+// The backend's single stream and the device's SM count (set once when the backend is created).
+cudaStream_t stream();
+int sm_count();
+// Temporary device memory from the caching allocator; freeing right after enqueueing the kernels that use it
+// is safe (one stream: a later user of the block runs after them).
+void* scratch_alloc(size_t nbytes);
+void scratch_free(void* p, size_t nbytes) noexcept;
+
+inline constexpr int kThreads = 256;
+inline unsigned blocks(int64_t n) { return static_cast<unsigned>(grid_blocks(n, kThreads, sm_count())); }
+
+// Shape / strides of a tensor as plain arrays (rank checked against kMaxDims).
+void check_rank(const TensorImpl& t, const char* op);
+
+// ---- kernels (cuda_elementwise.cu, cuda_reduce.cu, cuda_index.cu)
+void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out);
+void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
+void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
+void copy(const TensorImpl& src, TensorImpl& dst);
+void fill(TensorImpl& dst, double v);
+void reduce(ops::ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask);
+bool arg_reduce(ops::ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim);
+void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log);
+void index_select(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out);
+void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src);
+void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out);
+void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src);
+void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value);
+void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g);
+void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
+                    TensorImpl* s1, TensorImpl* s2);
+
+}  // namespace oxmera::detail::cuda

@@ -1,0 +1,372 @@
+// Index ops (gathers and deterministic scatters: one thread per output element, contributions added in the
+// CPU's order, no float atomics), im2col / col2im, and the fused optimizer steps (one launch per parameter).
+#include <cmath>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace oxmera::detail::cuda {
+namespace {
+
+#define OXM_GRID_LOOP(i, n)                                                                         \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,                     \
+               i##_step = static_cast<int64_t>(gridDim.x) * blockDim.x;                             \
+       i < (n); i += i##_step)
+
+void load(Geom& g, int s, const Strides& st) {
+  for (int d = 0; d < g.rank; ++d) g.stride[s][d] = st[d];
+}
+Geom geom_of(const Shape& shape, const char* op) {
+  OXM_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), NotImplemented, op, ": the cuda backend supports up to ",
+            kMaxDims, " dims, got shape ", shape);
+  Geom g;
+  g.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < g.rank; ++d) g.size[d] = shape[d];
+  return g;
+}
+
+// out[p] = x[p with p[dim] = idx[p]]: stride set 0 = out, 1 = x (dim stride 0), 2 = index positions.
+template <class T>
+__global__ void gather_kernel(Geom g, int64_t n, T* out, const T* x, const int64_t* idx, int64_t x_dim_stride) {
+  OXM_GRID_LOOP(p, n) {
+    int64_t c[kMaxDims];
+    g.coords(p, c);
+    out[g.dot(0, c)] = x[g.dot(1, c) + idx[g.dot(2, c)] * x_dim_stride];
+  }
+}
+
+// index_add: one thread per out element; out[..r..] += src[..i..] for every i with idx[i] == r, i ascending.
+template <class T>
+__global__ void index_add_kernel(Geom g, int64_t n, int dim, T* out, const T* src, int64_t src_dim_stride,
+                                 const int64_t* idx, int64_t nidx, int64_t idx_stride) {
+  OXM_GRID_LOOP(p, n) {
+    int64_t c[kMaxDims];
+    g.coords(p, c);
+    const int64_t r = c[dim];
+    c[dim] = 0;
+    const T* s = src + g.dot(1, c);
+    T* o = out + g.dot(0, c) + r * g.stride[0][dim];
+    T acc = *o;
+    for (int64_t i = 0; i < nidx; ++i)
+      if (idx[i * idx_stride] == r) acc += s[i * src_dim_stride];
+    *o = acc;
+  }
+}
+
+// scatter_add: one thread per out element q; scans the index positions p that share q's other coordinates
+// (p[dim] ascending = the CPU's row-major order for that element). Sets: 0 = out, 1 = idx, 2 = src; the
+// index shape is `isize` (dims may be smaller than out's).
+template <class T>
+__global__ void scatter_add_kernel(Geom g, int64_t n, int dim, Geom ig, T* out, const int64_t* idx, const T* src) {
+  OXM_GRID_LOOP(q, n) {
+    int64_t c[kMaxDims];
+    g.coords(q, c);
+    bool inside = true;
+    for (int d = 0; d < g.rank; ++d)
+      if (d != dim && c[d] >= ig.size[d]) inside = false;
+    if (!inside) continue;
+    const int64_t r = c[dim];
+    c[dim] = 0;
+    const int64_t ib = ig.dot(0, c), sb = ig.dot(1, c);
+    const int64_t is = ig.stride[0][dim], ss = ig.stride[1][dim];
+    T* o = out + g.dot(0, c) + r * g.stride[0][dim];
+    T acc = *o;
+    for (int64_t k = 0; k < ig.size[dim]; ++k)
+      if (idx[ib + k * is] == r) acc += src[sb + k * ss];
+    *o = acc;
+  }
+}
+
+template <int Bytes>
+struct Word;
+template <>
+struct Word<1> {
+  using type = uint8_t;
+};
+template <>
+struct Word<4> {
+  using type = uint32_t;
+};
+template <>
+struct Word<8> {
+  using type = uint64_t;
+};
+
+template <class T>
+void gather_launch(const Geom& g, TensorImpl& out, const TensorImpl& x, const TensorImpl& idx, int64_t xds,
+                   const char* op) {
+  const int64_t n = out.numel;
+  if (n == 0) return;
+  gather_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, out.ptr<T>(), x.ptr<T>(), idx.ptr<int64_t>(), xds);
+  check_launch(op);
+}
+void gather_bytes(const Geom& g, TensorImpl& out, const TensorImpl& x, const TensorImpl& idx, int64_t xds,
+                  const char* op) {
+  switch (itemsize(x.dtype)) {
+    case 1: return gather_launch<Word<1>::type>(g, out, x, idx, xds, op);
+    case 4: return gather_launch<Word<4>::type>(g, out, x, idx, xds, op);
+    case 8: return gather_launch<Word<8>::type>(g, out, x, idx, xds, op);
+    default: OXM_FAIL(UnsupportedDType, op, ": dtype ", x.dtype, " is not supported on cuda");
+  }
+}
+
+// ---------------------------------------------------------------- im2col / col2im
+template <class T>
+__global__ void im2col_kernel(int64_t n, const T* x, T* cols, int64_t C, int64_t H, int64_t W, int64_t s0, int64_t s1,
+                              int64_t s2, int64_t s3, ConvGeometry g, T pad) {
+  const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
+  OXM_GRID_LOOP(p, n) {
+    const int64_t l = p % L, row = p / L;
+    const int64_t nn = row / (C * K), c = (row / K) % C, i = (row % K) / g.kw, j = row % g.kw;
+    const int64_t y = l / g.ow, z = l % g.ow;
+    const int64_t h = y * g.sh - g.ph + i * g.dh, w = z * g.sw - g.pw + j * g.dw;
+    cols[p] = (h >= 0 && h < H && w >= 0 && w < W) ? x[nn * s0 + c * s1 + h * s2 + w * s3] : pad;
+  }
+}
+
+// One thread per input pixel: the taps k = (i, j) that read it, in increasing k (the CPU's order).
+template <class T>
+__global__ void col2im_kernel(int64_t n, const T* cols, T* xg, int64_t C, int64_t H, int64_t W, ConvGeometry g) {
+  const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
+  OXM_GRID_LOOP(p, n) {
+    const int64_t w = p % W, h = (p / W) % H, nc = p / (H * W);
+    T acc = xg[p];
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t y, z;
+      if (!col2im_source(h, k / g.kw, g.sh, g.ph, g.dh, g.oh, y)) continue;
+      if (!col2im_source(w, k % g.kw, g.sw, g.pw, g.dw, g.ow, z)) continue;
+      acc += cols[(nc * K + k) * L + y * g.ow + z];
+    }
+    xg[p] = acc;
+  }
+  (void)C;
+}
+
+// ---------------------------------------------------------------- optimizer
+// Scalars rounded to f32 on the host exactly as cpu_optim.cpp rounds them; same operation order.
+struct OptArgs {
+  OptimizerStep::Kind kind;
+  float wd, mom, damp1, neg_lr;              // SGD (mom, neg_lr, wd also RMSprop)
+  float b1, b2, omb1, omb2, neg_step_size, bc2_sqrt, eps, decay;  // Adam(W)
+  float alpha, oma;                          // RMSprop
+  bool use_wd, use_mom, first, nesterov, maximize, decoupled, use_l2, amsgrad, centered;
+};
+
+__device__ inline float nan_max(float a, float b) { return (a != a || a > b) ? a : b; }
+
+__global__ void optim_kernel(OptArgs a, int64_t n, float* p, const float* g, float* s0, float* s1, float* s2) {
+  OXM_GRID_LOOP(i, n) {
+    switch (a.kind) {
+      case OptimizerStep::Kind::SGD: {
+        float d = a.maximize ? -g[i] : g[i];
+        if (a.use_wd) d = d + a.wd * p[i];
+        if (a.use_mom) {
+          const float m = a.first ? d : s0[i] * a.mom + a.damp1 * d;
+          s0[i] = m;
+          d = a.nesterov ? d + a.mom * m : m;
+        }
+        p[i] = p[i] + a.neg_lr * d;
+        break;
+      }
+      case OptimizerStep::Kind::Adam:
+      case OptimizerStep::Kind::AdamW: {
+        float grad = a.maximize ? -g[i] : g[i];
+        float pi = p[i];
+        if (a.decoupled) pi = pi * a.decay;
+        if (a.use_l2) grad = grad + a.wd * pi;
+        const float mi = s0[i] * a.b1 + a.omb1 * grad;
+        const float vi = s1[i] * a.b2 + a.omb2 * grad * grad;
+        s0[i] = mi;
+        s1[i] = vi;
+        float denom_sq = vi;
+        if (a.amsgrad) {
+          denom_sq = nan_max(s2[i], vi);
+          s2[i] = denom_sq;
+        }
+        const float denom = sqrtf(denom_sq) / a.bc2_sqrt + a.eps;
+        p[i] = pi + a.neg_step_size * mi / denom;
+        break;
+      }
+      case OptimizerStep::Kind::RMSprop: {
+        float grad = a.maximize ? -g[i] : g[i];
+        if (a.use_wd) grad = grad + a.wd * p[i];
+        const float si = s0[i] * a.alpha + a.oma * grad * grad;
+        s0[i] = si;
+        float avg;
+        if (a.centered) {
+          const float ga = s2[i] * a.alpha + a.oma * grad;
+          s2[i] = ga;
+          avg = sqrtf(si + -1.f * ga * ga);
+        } else {
+          avg = sqrtf(si);
+        }
+        avg = avg + a.eps;
+        if (a.use_mom) {
+          const float bi = s1[i] * a.mom + grad / avg;
+          s1[i] = bi;
+          p[i] = p[i] + a.neg_lr * bi;
+        } else {
+          p[i] = p[i] + a.neg_lr * grad / avg;
+        }
+        break;
+      }
+    }
+  }
+}
+
+float* state(TensorImpl* t, const TensorImpl& param, const char* what, bool needed) {
+  if (!needed) return nullptr;
+  OXM_CHECK(t != nullptr, InvalidArgument, "optimizer_step: missing state buffer ", what);
+  OXM_CHECK(t->contiguous && t->dtype == param.dtype && t->numel == param.numel && t->device() == param.device(),
+            InvalidArgument, "optimizer_step: state buffer ", what,
+            " must be contiguous with the parameter's shape, dtype and device");
+  return t->ptr<float>();
+}
+
+}  // namespace
+
+void index_select(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) {
+  Geom g = geom_of(out.shape, "index_select");
+  load(g, 0, out.strides);
+  load(g, 1, x.strides);
+  const int64_t xds = x.shape.empty() ? 0 : x.strides[dim];
+  if (!x.shape.empty()) {
+    g.stride[1][dim] = 0;
+    g.stride[2][dim] = idx.shape.empty() ? 0 : idx.strides[0];
+  }
+  gather_bytes(g, out, x, idx, xds, "index_select");
+}
+
+void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) {
+  Geom g = geom_of(out.shape, "gather");
+  load(g, 0, out.strides);
+  load(g, 1, x.strides);
+  load(g, 2, idx.strides);
+  const int64_t xds = x.shape.empty() ? 0 : x.strides[dim];
+  if (!x.shape.empty()) g.stride[1][dim] = 0;
+  gather_bytes(g, out, x, idx, xds, "gather");
+}
+
+template <class T>
+void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
+  Geom g = geom_of(out.shape, "index_add");
+  load(g, 0, out.strides);
+  load(g, 1, src.strides);
+  const int64_t n = out.numel;
+  if (n == 0 || idx.numel == 0) return;
+  const int64_t sds = src.strides[dim];
+  g.stride[1][dim] = 0;
+  index_add_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), out.ptr<T>(), src.ptr<T>(),
+                                                             sds, idx.ptr<int64_t>(), idx.numel,
+                                                             idx.shape.empty() ? 0 : idx.strides[0]);
+  check_launch("index_add");
+}
+void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
+  if (out.shape.empty()) {  // 0-d: treat as 1 element along a virtual dim of size 1
+    OXM_FAIL(NotImplemented, "index_add: 0-d tensors are not supported on cuda");
+  }
+  switch (out.dtype) {
+    case DType::F32: return index_add_t<float>(out, dim, idx, src);
+    case DType::I64: return index_add_t<int64_t>(out, dim, idx, src);
+    default: OXM_FAIL(UnsupportedDType, "index_add: dtype ", out.dtype, " is not supported on cuda (f32, i64)");
+  }
+}
+
+template <class T>
+void scatter_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
+  Geom g = geom_of(out.shape, "scatter_add");
+  load(g, 0, out.strides);
+  Geom ig = geom_of(idx.shape, "scatter_add");
+  OXM_CHECK(ig.rank == g.rank, InvalidArgument, "scatter_add: index rank ", ig.rank, " differs from out rank ", g.rank);
+  load(ig, 0, idx.strides);
+  load(ig, 1, src.strides);
+  const int64_t n = out.numel;
+  if (n == 0 || idx.numel == 0) return;
+  scatter_add_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), ig, out.ptr<T>(),
+                                                               idx.ptr<int64_t>(), src.ptr<T>());
+  check_launch("scatter_add");
+}
+void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
+  if (out.shape.empty()) OXM_FAIL(NotImplemented, "scatter_add: 0-d tensors are not supported on cuda");
+  switch (out.dtype) {
+    case DType::F32: return scatter_add_t<float>(out, dim, idx, src);
+    case DType::I64: return scatter_add_t<int64_t>(out, dim, idx, src);
+    default: OXM_FAIL(UnsupportedDType, "scatter_add: dtype ", out.dtype, " is not supported on cuda (f32, i64)");
+  }
+}
+
+void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) {
+  OXM_CHECK(x.dtype == DType::F32, UnsupportedDType, "im2col: dtype ", x.dtype, " is not supported on cuda (f32)");
+  const int64_t n = cols.numel;
+  if (n == 0) return;
+  im2col_kernel<float><<<blocks(n), kThreads, 0, stream()>>>(n, x.ptr<float>(), cols.ptr<float>(), x.shape[1],
+                                                             x.shape[2], x.shape[3], x.strides[0], x.strides[1],
+                                                             x.strides[2], x.strides[3], g,
+                                                             static_cast<float>(pad_value));
+  check_launch("im2col");
+}
+
+void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
+  OXM_CHECK(cols.dtype == DType::F32, UnsupportedDType, "col2im: dtype ", cols.dtype, " is not supported on cuda (f32)");
+  OXM_CHECK(x_grad.contiguous, InvalidArgument, "col2im: x_grad must be contiguous");
+  const int64_t n = x_grad.numel;
+  if (n == 0) return;
+  col2im_kernel<float><<<blocks(n), kThreads, 0, stream()>>>(n, cols.ptr<float>(), x_grad.ptr<float>(),
+                                                             x_grad.shape[1], x_grad.shape[2], x_grad.shape[3], g);
+  check_launch("col2im");
+}
+
+void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
+                    TensorImpl* s1, TensorImpl* s2) {
+  OXM_CHECK(param.contiguous && grad.contiguous && grad.dtype == param.dtype && grad.numel == param.numel,
+            InvalidArgument, "optimizer_step: param and grad must be contiguous with one shape and dtype");
+  OXM_CHECK(param.dtype == DType::F32, UnsupportedDType, "optimizer_step: parameters on cuda must be f32, got ",
+            param.dtype);
+  if (param.numel == 0) return;
+  using K = OptimizerStep::Kind;
+  OptArgs a{};
+  a.kind = s.kind;
+  a.maximize = s.maximize;
+  a.wd = static_cast<float>(s.weight_decay);
+  a.mom = static_cast<float>(s.momentum);
+  a.neg_lr = static_cast<float>(-s.lr);
+  a.eps = static_cast<float>(s.eps);
+  float *p0 = nullptr, *p1 = nullptr, *p2 = nullptr;
+  if (s.kind == K::SGD) {
+    a.damp1 = static_cast<float>(1.0 - s.dampening);
+    a.use_wd = s.weight_decay != 0;
+    a.use_mom = s.momentum != 0;
+    a.first = s.first_step;
+    a.nesterov = s.nesterov;
+    p0 = state(s0, param, "momentum_buffer", a.use_mom);
+  } else if (s.kind == K::Adam || s.kind == K::AdamW) {
+    a.decoupled = s.kind == K::AdamW;
+    const double step = static_cast<double>(s.step);
+    const double bc1 = 1.0 - std::pow(s.beta1, step), bc2 = 1.0 - std::pow(s.beta2, step);
+    a.b1 = static_cast<float>(s.beta1);
+    a.b2 = static_cast<float>(s.beta2);
+    a.omb1 = static_cast<float>(1.0 - s.beta1);
+    a.omb2 = static_cast<float>(1.0 - s.beta2);
+    a.neg_step_size = static_cast<float>(-(s.lr / bc1));
+    a.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    a.decay = static_cast<float>(1.0 - s.lr * s.weight_decay);
+    a.use_l2 = !a.decoupled && s.weight_decay != 0;
+    a.amsgrad = s.amsgrad;
+    p0 = state(s0, param, "exp_avg", true);
+    p1 = state(s1, param, "exp_avg_sq", true);
+    p2 = state(s2, param, "max_exp_avg_sq", s.amsgrad);
+  } else {
+    a.alpha = static_cast<float>(s.alpha);
+    a.oma = static_cast<float>(1.0 - s.alpha);
+    a.use_wd = s.weight_decay != 0;
+    a.use_mom = s.momentum > 0;
+    a.centered = s.centered;
+    p0 = state(s0, param, "square_avg", true);
+    p1 = state(s1, param, "momentum_buffer", a.use_mom);
+    p2 = state(s2, param, "grad_avg", s.centered);
+  }
+  const int64_t n = param.numel;
+  optim_kernel<<<blocks(n), kThreads, 0, stream()>>>(a, n, param.ptr<float>(), grad.ptr<float>(), p0, p1, p2);
+  check_launch("optimizer_step");
+}
+
+}  // namespace oxmera::detail::cuda

@@ -1,0 +1,297 @@
+// Reductions over any dim set, arg-reductions and softmax. Deterministic: no float atomics; every output is
+// combined by a fixed tree inside a block and (for long reductions) fixed-size chunks summed in order.
+// f32 sums accumulate in f64 like the CPU backend.
+#include <cfloat>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace oxmera::detail::cuda {
+namespace {
+
+using ops::ArgReduceOp;
+using ops::ReduceOp;
+
+template <class T>
+struct AccOf {
+  using type = double;
+};
+template <>
+struct AccOf<int64_t> {
+  using type = int64_t;
+};
+
+template <class A>
+__host__ __device__ inline A identity(ReduceOp op) {
+  if constexpr (std::is_same_v<A, int64_t>) {
+    return op == ReduceOp::Sum ? 0 : (op == ReduceOp::Max ? INT64_MIN : INT64_MAX);
+  } else {
+    return op == ReduceOp::Sum ? 0.0 : (op == ReduceOp::Max ? -HUGE_VAL : HUGE_VAL);
+  }
+}
+// NaN propagates through max/min; i64 sums wrap.
+template <class A>
+__device__ inline A combine(ReduceOp op, A a, A b) {
+  if (op == ReduceOp::Sum) {
+    if constexpr (std::is_same_v<A, int64_t>)
+      return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+    else
+      return a + b;
+  }
+  if (a != a) return a;
+  if (b != b) return b;
+  return op == ReduceOp::Max ? (b > a ? b : a) : (b < a ? b : a);
+}
+
+// Block-wide combine of one value per thread in a fixed tree; thread 0 gets the result.
+template <class A>
+__device__ inline A block_combine(ReduceOp op, A v, A* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] = combine(op, sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+// One thread per output, reduced elements in order (short reductions with many outputs).
+template <class T>
+__global__ void reduce_thread_kernel(ReduceOp op, Group kept, Group red, const T* x, T* out, int64_t M, int64_t R) {
+  using A = typename AccOf<T>::type;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t m = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; m < M; m += step) {
+    const T* base = x + kept.offset(m);
+    A acc = identity<A>(op);
+    for (int64_t r = 0; r < R; ++r) acc = combine<A>(op, acc, static_cast<A>(base[red.offset(r)]));
+    out[kept.out_offset(m)] = static_cast<T>(acc);
+  }
+}
+
+// Block (m, c) reduces chunk c of output m. With one chunk it writes the output, else a partial.
+template <class T>
+__global__ void __launch_bounds__(kThreads) reduce_block_kernel(ReduceOp op, Group kept, Group red, const T* x,
+                                                                T* out, typename AccOf<T>::type* partial, int64_t R,
+                                                                int64_t chunks) {
+  using A = typename AccOf<T>::type;
+  __shared__ A sh[kThreads];
+  const int64_t m = blockIdx.x, c = blockIdx.y;
+  const int64_t len = (R + chunks - 1) / chunks, r0 = c * len, r1 = min(R, r0 + len);
+  const T* base = x + kept.offset(m);
+  A acc = identity<A>(op);
+  for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) acc = combine<A>(op, acc, static_cast<A>(base[red.offset(r)]));
+  acc = block_combine<A>(op, acc, sh);
+  if (threadIdx.x == 0) {
+    if (chunks == 1)
+      out[kept.out_offset(m)] = static_cast<T>(acc);
+    else
+      partial[m * chunks + c] = acc;
+  }
+}
+
+template <class T>
+__global__ void reduce_finish_kernel(ReduceOp op, Group kept, T* out, const typename AccOf<T>::type* partial,
+                                     int64_t M, int64_t chunks) {
+  using A = typename AccOf<T>::type;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t m = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; m < M; m += step) {
+    A acc = identity<A>(op);
+    for (int64_t c = 0; c < chunks; ++c) acc = combine<A>(op, acc, partial[m * chunks + c]);
+    out[kept.out_offset(m)] = static_cast<T>(acc);
+  }
+}
+
+template <class T>
+__global__ void fill_kept_kernel(Group kept, T* out, int64_t M, T v) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t m = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; m < M; m += step)
+    out[kept.out_offset(m)] = v;
+}
+
+const char* reduce_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : (op == ReduceOp::Max ? "max" : "min"); }
+
+template <class T>
+void reduce_t(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
+  using A = typename AccOf<T>::type;
+  const char* name = reduce_name(op);
+  check_rank(x, name);
+  const int rank = static_cast<int>(x.shape.size());
+  int64_t shape[kMaxDims], xs[kMaxDims], os[kMaxDims];
+  for (int d = 0; d < rank; ++d) {
+    shape[d] = x.shape[d];
+    xs[d] = x.strides[d];
+    os[d] = out.strides[d];
+  }
+  Group kept, red;
+  OXM_CHECK(make_reduce_groups(rank, shape, xs, os, mask, kept, red), NotImplemented, name, ": more than ", kMaxDims,
+            " non-mergeable dims");
+  const int64_t M = kept.numel(), R = red.numel();
+  if (M == 0) return;
+  const T* xp = x.ptr<T>();
+  T* op_ = out.ptr<T>();
+  if (R == 0) {
+    fill_kept_kernel<T><<<blocks(M), kThreads, 0, stream()>>>(kept, op_, M, static_cast<T>(identity<A>(op)));
+    return check_launch(name);
+  }
+  if (M >= 4096 && R <= 256) {
+    reduce_thread_kernel<T><<<blocks(M), kThreads, 0, stream()>>>(op, kept, red, xp, op_, M, R);
+    return check_launch(name);
+  }
+  const int64_t chunks = reduce_chunks(R);
+  OXM_CHECK(M <= INT32_MAX && (chunks == 1 || M * chunks <= (int64_t{1} << 31)), NotImplemented, name,
+            ": too many outputs for the cuda block reduction (", M, ")");
+  A* partial = nullptr;
+  const size_t pbytes = chunks > 1 ? static_cast<size_t>(M * chunks) * sizeof(A) : 0;
+  if (pbytes) partial = static_cast<A*>(scratch_alloc(pbytes));
+  dim3 grid(static_cast<unsigned>(M), static_cast<unsigned>(chunks));
+  reduce_block_kernel<T><<<grid, kThreads, 0, stream()>>>(op, kept, red, xp, op_, partial, R, chunks);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess && chunks > 1) {
+    reduce_finish_kernel<T><<<blocks(M), kThreads, 0, stream()>>>(op, kept, op_, partial, M, chunks);
+    e = cudaGetLastError();
+  }
+  if (pbytes) scratch_free(partial, pbytes);
+  check(e, name, "kernel launch");
+}
+
+// ---------------------------------------------------------------- arg reductions
+template <class T>
+__device__ inline bool better(bool is_max, T v, int64_t i, T bv, int64_t bi) {
+  if (is_max ? v > bv : v < bv) return true;
+  return v == bv && i < bi;
+}
+
+// One block per line (first index of the extreme, as the CPU's strict comparison gives); NaN sets *nan_flag.
+template <class T>
+__global__ void __launch_bounds__(kThreads) arg_kernel(bool is_max, Lines l, const T* x, int64_t* out, int* nan_flag) {
+  __shared__ T shv[kThreads];
+  __shared__ int64_t shi[kThreads];
+  const int64_t m = blockIdx.x;
+  const T* row = x + l.rest.offset(m);
+  T bv = row[0];
+  int64_t bi = 0;
+  bool nan = false;
+  for (int64_t i = threadIdx.x; i < l.len; i += blockDim.x) {
+    const T v = row[i * l.stride];
+    if constexpr (std::is_floating_point_v<T>) nan |= (v != v);
+    if (better(is_max, v, i, bv, bi)) {
+      bv = v;
+      bi = i;
+    }
+  }
+  if (nan) *nan_flag = 1;
+  shv[threadIdx.x] = bv;
+  shi[threadIdx.x] = bi;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s && better(is_max, shv[threadIdx.x + s], shi[threadIdx.x + s], shv[threadIdx.x], shi[threadIdx.x])) {
+      shv[threadIdx.x] = shv[threadIdx.x + s];
+      shi[threadIdx.x] = shi[threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[l.rest.out_offset(m)] = shi[0];
+}
+
+template <class T>
+bool arg_reduce_t(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) {
+  const char* name = op == ArgReduceOp::Argmax ? "argmax" : "argmin";
+  check_rank(x, name);
+  const int rank = static_cast<int>(x.shape.size());
+  int64_t shape[kMaxDims], xs[kMaxDims], os[kMaxDims];
+  for (int d = 0; d < rank; ++d) {
+    shape[d] = x.shape[d];
+    xs[d] = x.strides[d];
+    os[d] = out.strides[d];
+  }
+  Lines l;
+  OXM_CHECK(make_lines(rank, shape, xs, os, dim, l), NotImplemented, name, ": more than ", kMaxDims, " dims");
+  const int64_t M = l.rest.numel();
+  if (M == 0 || l.len == 0) return true;
+  OXM_CHECK(M <= INT32_MAX, NotImplemented, name, ": too many lines for the cuda kernel (", M, ")");
+  int* flag = static_cast<int*>(scratch_alloc(sizeof(int)));
+  int host_flag = 0;
+  cudaError_t e = cudaMemsetAsync(flag, 0, sizeof(int), stream());
+  if (e == cudaSuccess) {
+    const int threads = l.len >= kThreads ? kThreads : 32;
+    arg_kernel<T><<<static_cast<unsigned>(M), threads, 0, stream()>>>(op == ArgReduceOp::Argmax, l, x.ptr<T>(),
+                                                                        out.ptr<int64_t>(), flag);
+    e = cudaGetLastError();
+  }
+  // The NaN answer is read by the host: the one synchronisation this op needs.
+  if (e == cudaSuccess) e = cudaMemcpyAsync(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, stream());
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream());
+  scratch_free(flag, sizeof(int));
+  check(e, name, "kernel");
+  return host_flag == 0;
+}
+
+// ---------------------------------------------------------------- softmax
+// One block per line: max (NaN propagates; all -inf gives 0), f64 sum of exp, then the outputs, with the CPU
+// f32 row's rounding: log: x - (float(log(sum)) + max); else exp(x - max) * float(1 / sum).
+__global__ void __launch_bounds__(kThreads) softmax_kernel(Lines l, const float* x, float* out, bool log) {
+  __shared__ double sh[kThreads];
+  const int64_t m = blockIdx.x;
+  const float* row = x + l.rest.offset(m);
+  float* orow = out + l.rest.out_offset(m);
+  double mx = -HUGE_VAL;
+  for (int64_t i = threadIdx.x; i < l.len; i += blockDim.x) mx = combine<double>(ReduceOp::Max, mx, row[i * l.stride]);
+  mx = block_combine<double>(ReduceOp::Max, mx, sh);
+  __syncthreads();  // everyone has read sh[0] before it is reused
+  float fmx = static_cast<float>(mx);
+  if (fmx == -INFINITY) fmx = 0.f;
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < l.len; i += blockDim.x) {
+    const float e = expf(row[i * l.stride] - fmx);
+    if (!log) orow[i * l.out_stride] = e;
+    sum += e;
+  }
+  sum = block_combine<double>(ReduceOp::Sum, sum, sh);
+  if (log) {
+    const float lse = static_cast<float>(::log(sum)) + fmx;
+    for (int64_t i = threadIdx.x; i < l.len; i += blockDim.x) orow[i * l.out_stride] = row[i * l.stride] - lse;
+  } else {
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = threadIdx.x; i < l.len; i += blockDim.x) orow[i * l.out_stride] *= inv;
+  }
+}
+
+}  // namespace
+
+void reduce(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
+  switch (x.dtype) {
+    case DType::F32: return reduce_t<float>(op, x, out, mask);
+    case DType::I64: return reduce_t<int64_t>(op, x, out, mask);
+    default: OXM_FAIL(UnsupportedDType, reduce_name(op), ": dtype ", x.dtype, " is not supported on cuda (f32, i64)");
+  }
+}
+
+bool arg_reduce(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) {
+  switch (x.dtype) {
+    case DType::F32: return arg_reduce_t<float>(op, x, out, dim);
+    case DType::I64: return arg_reduce_t<int64_t>(op, x, out, dim);
+    default: OXM_FAIL(UnsupportedDType, "argmax: dtype ", x.dtype, " is not supported on cuda (f32, i64)");
+  }
+}
+
+void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  OXM_CHECK(x.dtype == DType::F32, UnsupportedDType, name, ": dtype ", x.dtype, " is not supported on cuda (f32)");
+  check_rank(x, name);
+  const int rank = static_cast<int>(x.shape.size());
+  int64_t shape[kMaxDims], xs[kMaxDims], os[kMaxDims];
+  for (int d = 0; d < rank; ++d) {
+    shape[d] = x.shape[d];
+    xs[d] = x.strides[d];
+    os[d] = out.strides[d];
+  }
+  Lines l;
+  OXM_CHECK(make_lines(rank, shape, xs, os, dim, l), NotImplemented, name, ": more than ", kMaxDims, " dims");
+  const int64_t M = l.rest.numel();
+  if (M == 0 || l.len == 0) return;
+  OXM_CHECK(M <= INT32_MAX, NotImplemented, name, ": too many lines for the cuda kernel (", M, ")");
+  const int threads = l.len >= kThreads ? kThreads : 32;
+  softmax_kernel<<<static_cast<unsigned>(M), threads, 0, stream()>>>(l, x.ptr<float>(), out.ptr<float>(), log);
+  check_launch(name);
+}
+
+}  // namespace oxmera::detail::cuda

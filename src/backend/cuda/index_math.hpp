@@ -1,0 +1,198 @@
+#pragma once
+// Index arithmetic of the CUDA backend's generic kernels. Plain C++ usable from host code (unit-tested in
+// tests/test_cuda_host.cpp without a GPU) and from device code (nvcc): no CUDA header, no oxmera type.
+//
+// Conventions: shapes and strides come in row-major order (dim 0 outermost, as in TensorImpl), strides in
+// elements of each operand's own dtype. Plans and groups store dims innermost first (index 0 fastest).
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define OXM_CUDA_HD __host__ __device__
+#else
+#define OXM_CUDA_HD
+#endif
+
+namespace oxmera::detail::cuda {
+
+inline constexpr int kMaxDims = 12;
+
+// ---------------------------------------------------------------- elementwise plans
+// A coalesced loop nest over an output shape for N operands (operand 0 is the output). Dims of size 1 are
+// dropped; adjacent dims merge when every operand is contiguous across them (the CPU Plan's rule).
+template <int N>
+struct Plan {
+  int ndim = 0;
+  bool contiguous = true;  // offset(o, i) == i for every operand: kernels skip the div/mod walk
+  int64_t numel = 1;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[N][kMaxDims] = {};
+
+  // Element offsets of flat index i (innermost fastest) for every operand.
+  OXM_CUDA_HD void offsets(int64_t i, int64_t* off) const {
+    for (int o = 0; o < N; ++o) off[o] = 0;
+    for (int d = 0; d < ndim; ++d) {
+      const int64_t c = i % size[d];
+      i /= size[d];
+      for (int o = 0; o < N; ++o) off[o] += c * stride[o][d];
+    }
+  }
+  OXM_CUDA_HD int64_t offset(int o, int64_t i) const {
+    int64_t off = 0;
+    for (int d = 0; d < ndim; ++d) {
+      off += (i % size[d]) * stride[o][d];
+      i /= size[d];
+    }
+    return off;
+  }
+};
+
+// Builds the plan of `rank`-dim `shape` with per-operand `strides[o][d]`. Returns false when more than
+// kMaxDims non-mergeable dims remain (the caller reports it).
+template <int N>
+inline bool make_plan(int rank, const int64_t* shape, const int64_t* const* strides, Plan<N>& p) {
+  p = Plan<N>{};
+  for (int d = 0; d < rank; ++d) p.numel *= shape[d];
+  for (int d = rank; d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (p.ndim > 0) {
+      bool merge = true;
+      for (int o = 0; o < N; ++o)
+        if (strides[o][d] != p.stride[o][p.ndim - 1] * p.size[p.ndim - 1]) merge = false;
+      if (merge) {
+        p.size[p.ndim - 1] *= shape[d];
+        continue;
+      }
+    }
+    if (p.ndim == kMaxDims) return false;
+    p.size[p.ndim] = shape[d];
+    for (int o = 0; o < N; ++o) p.stride[o][p.ndim] = strides[o][d];
+    ++p.ndim;
+  }
+  p.contiguous = p.ndim <= 1;
+  for (int o = 0; o < N && p.ndim == 1; ++o) p.contiguous = p.contiguous && p.stride[o][0] == 1;
+  return true;
+}
+
+// ---------------------------------------------------------------- reduction groups
+// A coalesced group of dims (innermost first) with input strides and output strides.
+struct Group {
+  int ndim = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[kMaxDims] = {};
+  int64_t out_stride[kMaxDims] = {};
+  OXM_CUDA_HD int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= size[d];
+    return n;
+  }
+  OXM_CUDA_HD int64_t offset(int64_t i) const {
+    int64_t off = 0;
+    for (int d = 0; d < ndim; ++d) {
+      off += (i % size[d]) * stride[d];
+      i /= size[d];
+    }
+    return off;
+  }
+  OXM_CUDA_HD int64_t out_offset(int64_t i) const {
+    int64_t off = 0;
+    for (int d = 0; d < ndim; ++d) {
+      off += (i % size[d]) * out_stride[d];
+      i /= size[d];
+    }
+    return off;
+  }
+  // Appends a dim outside the current ones (call from the innermost dim outwards). False on overflow.
+  bool push(int64_t sz, int64_t st, int64_t out_st) {
+    if (sz == 1) return true;
+    if (ndim > 0 && st == stride[ndim - 1] * size[ndim - 1] && out_st == out_stride[ndim - 1] * size[ndim - 1]) {
+      size[ndim - 1] *= sz;
+      return true;
+    }
+    if (ndim == kMaxDims) return false;
+    size[ndim] = sz;
+    stride[ndim] = st;
+    out_stride[ndim] = out_st;
+    ++ndim;
+    return true;
+  }
+};
+
+// Splits x's dims into kept and reduced groups (bit d of mask = dim d reduced), as the CPU reduction does.
+inline bool make_reduce_groups(int rank, const int64_t* shape, const int64_t* x_strides, const int64_t* out_strides,
+                               uint64_t mask, Group& kept, Group& red) {
+  kept = Group{};
+  red = Group{};
+  for (int d = rank; d-- > 0;) {
+    const bool ok = (mask >> d & 1) ? red.push(shape[d], x_strides[d], 0)
+                                    : kept.push(shape[d], x_strides[d], out_strides[d]);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Lines along `dim` (softmax, argmax): every dim but `dim` in `rest`; the line itself is (len, stride).
+struct Lines {
+  Group rest;
+  int64_t len = 1, stride = 1, out_stride = 1;
+};
+inline bool make_lines(int rank, const int64_t* shape, const int64_t* x_strides, const int64_t* out_strides,
+                       int64_t dim, Lines& l) {
+  l = Lines{};
+  for (int d = rank; d-- > 0;)
+    if (d != dim && !l.rest.push(shape[d], x_strides[d], out_strides[d])) return false;
+  if (rank > 0) {
+    l.len = shape[dim];
+    l.stride = x_strides[dim];
+    l.out_stride = out_strides[dim];
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- index-op geometry
+// An uncoalesced row-major shape (dim 0 outermost) with up to 4 stride sets: coordinates of a flat index
+// are needed individually by the index ops (the indexed dim's coordinate is special).
+struct Geom {
+  int rank = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[4][kMaxDims] = {};
+  // Coordinates of flat row-major index i.
+  OXM_CUDA_HD void coords(int64_t i, int64_t* c) const {
+    for (int d = rank; d-- > 0;) {
+      c[d] = i % size[d];
+      i /= size[d];
+    }
+  }
+  OXM_CUDA_HD int64_t dot(int s, const int64_t* c) const {
+    int64_t off = 0;
+    for (int d = 0; d < rank; ++d) off += c[d] * stride[s][d];
+    return off;
+  }
+};
+
+// ---------------------------------------------------------------- col2im
+// The (y, z) output position that reads input pixel (h, w) through kernel tap (i, j), or false when none
+// does: h = y*sh - ph + i*dh must hold for an integer y in [0, oh) (same for w).
+OXM_CUDA_HD inline bool col2im_source(int64_t h, int64_t i, int64_t sh, int64_t ph, int64_t dh, int64_t oh,
+                                      int64_t& y) {
+  const int64_t t = h + ph - i * dh;
+  if (t < 0 || t % sh != 0) return false;
+  y = t / sh;
+  return y < oh;
+}
+
+// ---------------------------------------------------------------- launch geometry
+// Blocks for a grid-stride loop over n elements: enough to fill the device, never more than needed.
+inline int64_t grid_blocks(int64_t n, int threads, int sm_count) {
+  if (n <= 0) return 1;
+  const int64_t need = (n + threads - 1) / threads;
+  const int64_t cap = static_cast<int64_t>(sm_count > 0 ? sm_count : 1) * 32;
+  return need < cap ? need : cap;
+}
+// Chunks a reduction of R elements per output is split into: depends on R only (deterministic results).
+inline int64_t reduce_chunks(int64_t R) {
+  constexpr int64_t kChunk = 32768, kMaxChunks = 1024;
+  const int64_t c = (R + kChunk - 1) / kChunk;
+  return c < 1 ? 1 : (c > kMaxChunks ? kMaxChunks : c);
+}
+
+}  // namespace oxmera::detail::cuda

@@ -1,0 +1,400 @@
+// The CUDA backend against the CPU backend: every op of the op table (random, broadcast, non-contiguous,
+// empty inputs), reductions, softmax, arg-reductions, index ops, where, matmul (strided and pointer-array
+// batches), conv (im2col/col2im), autograd end to end, optimizers, the allocator (reuse, OOM), an 8-thread
+// stress and the demo training. Without a usable GPU every test reports itself skipped with the reason.
+#include <atomic>
+#include <thread>
+
+#include "ops/op_defs.hpp"
+#include "test_util.hpp"
+
+using namespace oxt;
+
+namespace {
+
+const Device kGpu = Device::cuda();
+
+#define NEED_GPU()                                                                                 \
+  do {                                                                                             \
+    init();                                                                                        \
+    if (!device_available(kGpu)) {                                                                 \
+      std::string why;                                                                             \
+      try {                                                                                        \
+        (void)empty({1}, DType::F32, kGpu);                                                        \
+      } catch (const Error& e) {                                                                   \
+        why = e.what();                                                                            \
+      }                                                                                            \
+      GTEST_SKIP() << "no usable CUDA device: " << why;                                            \
+    }                                                                                              \
+  } while (0)
+
+Tensor uni(const Shape& s, double lo, double hi, uint64_t seed) { return rand(s, seed) * (hi - lo) + lo; }
+Tensor gpu(const Tensor& t) { return t.to(kGpu); }
+Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
+
+// Elementwise: 1e-5 relative (plus a tiny absolute floor for values near 0).
+void expect_match(const Tensor& got_gpu, const Tensor& want_cpu, const std::string& what, double rtol = 1e-5,
+                  double atol = 1e-6) {
+  ASSERT_EQ(got_gpu.device(), kGpu) << what;
+  ASSERT_EQ(got_gpu.shape(), want_cpu.shape()) << what;
+  ASSERT_EQ(got_gpu.dtype(), want_cpu.dtype()) << what;
+  expect_close(values(host(got_gpu)), values(want_cpu), rtol, atol, what);
+}
+
+struct Domain {
+  double lo, hi;
+};
+Domain domain_of(const std::string& n) {
+  if (n == "log" || n == "sqrt" || n == "rsqrt") return {0.1, 5};
+  if (n == "reciprocal") return {0.2, 5};
+  if (n == "log1p") return {-0.5, 3};
+  if (n == "sigmoid") return {-6, 6};
+  return {-3, 3};
+}
+
+Tensor call_unary(ops::UnaryOp op, const Tensor& x) {
+  switch (op) {
+    case ops::UnaryOp::Neg: return x.neg();
+    case ops::UnaryOp::Exp: return x.exp();
+    case ops::UnaryOp::Log: return x.log();
+    case ops::UnaryOp::Abs: return x.abs();
+    case ops::UnaryOp::Sqrt: return x.sqrt();
+    case ops::UnaryOp::Rsqrt: return x.rsqrt();
+    case ops::UnaryOp::Sin: return x.sin();
+    case ops::UnaryOp::Cos: return x.cos();
+    case ops::UnaryOp::Tanh: return x.tanh();
+    case ops::UnaryOp::Relu: return x.relu();
+    case ops::UnaryOp::Gelu: return x.gelu();
+    case ops::UnaryOp::Sigmoid: return x.sigmoid();
+    case ops::UnaryOp::Square: return x.square();
+    case ops::UnaryOp::Reciprocal: return x.reciprocal();
+    case ops::UnaryOp::Log1p: return x.log1p();
+    case ops::UnaryOp::Expm1: return x.expm1();
+    case ops::UnaryOp::Sign: return x.sign();
+    default: break;
+  }
+  ADD_FAILURE() << "unary op without a call in test_cuda.cpp";
+  return x;
+}
+Tensor call_binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
+  switch (op) {
+    case ops::BinaryOp::Add: return a + b;
+    case ops::BinaryOp::Sub: return a - b;
+    case ops::BinaryOp::Mul: return a * b;
+    case ops::BinaryOp::Div: return a / b;
+    case ops::BinaryOp::Pow: return a.pow(b);
+    case ops::BinaryOp::Maximum: return maximum(a, b);
+    case ops::BinaryOp::Minimum: return minimum(a, b);
+    case ops::BinaryOp::Eq: return a.eq(b);
+    case ops::BinaryOp::Ne: return a.ne(b);
+    case ops::BinaryOp::Lt: return a < b;
+    case ops::BinaryOp::Le: return a <= b;
+    case ops::BinaryOp::Gt: return a > b;
+    case ops::BinaryOp::Ge: return a >= b;
+    default: break;
+  }
+  ADD_FAILURE() << "binary op without a call in test_cuda.cpp";
+  return a;
+}
+
+// The layouts every elementwise op runs on (the same logical [5, 7] values built differently), plus empty.
+std::vector<std::pair<std::string, Tensor>> layouts(double lo, double hi, uint64_t seed) {
+  return {{"contiguous", uni({5, 7}, lo, hi, seed)},
+          {"transposed", uni({7, 5}, lo, hi, seed + 1).t()},
+          {"sliced", uni({5, 15}, lo, hi, seed + 2).slice(1, 1, 15, 2)},
+          {"stride0", uni({1, 7}, lo, hi, seed + 3).broadcast_to({5, 7})},
+          {"large", uni({3, 100003}, lo, hi, seed + 4)},
+          {"empty", uni({0, 7}, lo, hi, seed + 5)}};
+}
+
+}  // namespace
+
+TEST(Cuda, UnaryOpsMatchCpu) {
+  NEED_GPU();
+#define OXM_X(id, def)                                                                              \
+  {                                                                                                 \
+    const Domain dom = domain_of(ops::defs::def::name);                                             \
+    for (auto& [lay, x] : layouts(dom.lo, dom.hi, 11)) {                                            \
+      Tensor xg = gpu(x.contiguous());                                                              \
+      if (lay == "transposed") xg = gpu(x.t().contiguous()).t();                                    \
+      if (lay == "stride0") xg = gpu(x.slice(0, 0, 1)).broadcast_to({5, 7});                        \
+      expect_match(call_unary(ops::UnaryOp::id, xg), call_unary(ops::UnaryOp::id, x),               \
+                   std::string(ops::defs::def::name) + " " + lay);                                  \
+    }                                                                                               \
+    if (ops::defs::def::ints) {                                                                     \
+      Tensor xi = (uni({4, 6}, -5, 5, 3)).to(DType::I64);                                           \
+      Tensor want = call_unary(ops::UnaryOp::id, xi), got = host(call_unary(ops::UnaryOp::id, gpu(xi))); \
+      EXPECT_EQ(got.to_vector<int64_t>(), want.to_vector<int64_t>()) << ops::defs::def::name << " i64"; \
+    }                                                                                               \
+  }
+  OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+}
+
+TEST(Cuda, BinaryOpsMatchCpuWithBroadcasting) {
+  NEED_GPU();
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{5, 7}, {5, 7}}, {{5, 7}, {7}}, {{5, 1}, {1, 7}}, {{2, 3, 4}, {3, 1}}, {{}, {4, 3}}, {{0, 3}, {3}}};
+#define OXM_X(id, def)                                                                              \
+  for (auto& [sa, sb] : shapes) {                                                                   \
+    const bool pw = ops::BinaryOp::id == ops::BinaryOp::Pow;                                        \
+    Tensor a = uni(sa, pw ? 0.1 : -3, 3, 21), b = uni(sb, pw ? -2 : -3, 3, 22);                     \
+    if (ops::BinaryOp::id == ops::BinaryOp::Div) b = b.abs() + 0.5;                                 \
+    expect_match(call_binary(ops::BinaryOp::id, gpu(a), gpu(b)), call_binary(ops::BinaryOp::id, a, b), \
+                 std::string(ops::defs::def::name));                                                \
+    /* non-contiguous operand: a transposed view on the device */                                   \
+    if (sa.size() == 2 && sa[0] > 0) {                                                              \
+      Tensor at = uni({sa[1], sa[0]}, pw ? 0.1 : -3, 3, 23);                                        \
+      expect_match(call_binary(ops::BinaryOp::id, gpu(at).t(), gpu(b)),                            \
+                   call_binary(ops::BinaryOp::id, at.t(), b), std::string(ops::defs::def::name) + " t"); \
+    }                                                                                               \
+  }                                                                                                 \
+  if (ops::defs::def::ints) {                                                                       \
+    Tensor a = uni({4, 6}, -5, 5, 5).to(DType::I64), b = uni({6}, 1, 5, 6).to(DType::I64);          \
+    EXPECT_EQ(host(call_binary(ops::BinaryOp::id, gpu(a), gpu(b))).to_vector<int64_t>(),            \
+              call_binary(ops::BinaryOp::id, a, b).to_vector<int64_t>())                            \
+        << ops::defs::def::name << " i64";                                                          \
+  }
+  OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+}
+
+TEST(Cuda, NaNPropagationWhereAndCasts) {
+  NEED_GPU();
+  Tensor a = from_vector<float>({1, NAN, -2, 0}, {4}), b = from_vector<float>({NAN, 1, 3, -0.0f}, {4});
+  expect_match(maximum(gpu(a), gpu(b)), maximum(a, b), "maximum nan");
+  expect_match(gpu(a).relu(), a.relu(), "relu nan");
+  Tensor m = a > b;
+  expect_match(where(gpu(m), gpu(a), gpu(b)), where(m, a, b), "where f32 mask");
+  Tensor mu = m.to(DType::U8);
+  expect_match(where(gpu(mu), gpu(a), gpu(b)), where(mu, a, b), "where u8 mask");
+  Tensor i = from_vector<int64_t>({3, -1, 7}, {3});
+  expect_match(gpu(i).to(DType::F32), i.to(DType::F32), "i64 -> f32");
+  EXPECT_EQ(host(gpu(uni({3}, -4, 4, 1)).to(DType::I64)).to_vector<int64_t>(),
+            uni({3}, -4, 4, 1).to(DType::I64).to_vector<int64_t>());
+  EXPECT_OXM_ERROR(uni({2}, 0, 1, 1).to(DType::F64).to(kGpu), UnsupportedDType, "f64");
+  Tensor z = gpu(uni({4, 5}, 0, 1, 2)).t();
+  Tensor zc = z.contiguous();  // strided copy on the device
+  expect_match(zc, host(z).contiguous(), "strided copy");
+  Tensor f = gpu(zeros({3, 4}));
+  f.slice(1, 0, 4, 2).fill_(2.5);
+  expect_match(f, [] { Tensor c = zeros({3, 4}); c.slice(1, 0, 4, 2).fill_(2.5); return c; }(), "strided fill");
+}
+
+TEST(Cuda, ReductionsOverDimSets) {
+  NEED_GPU();
+  Tensor x = uni({6, 5, 4, 3}, -2, 2, 31);
+  const std::vector<Dims> sets = {{}, {0}, {1}, {3}, {0, 2}, {1, 3}, {0, 1, 2, 3}};
+  for (const auto& d : sets) {
+    const double k = static_cast<double>(d.empty() ? x.numel() : 1);
+    expect_match(gpu(x).sum(d), x.sum(d), "sum", 1e-5 * std::sqrt(std::max(k, 360.0)), 1e-5);
+    expect_match(gpu(x).mean(d, true), x.mean(d, true), "mean", 1e-5 * 20, 1e-6);
+    expect_match(gpu(x).max(d), x.max(d), "max", 0, 0);
+    expect_match(gpu(x).min(d), x.min(d), "min", 0, 0);
+    expect_match(gpu(x).permute({2, 0, 3, 1}).sum(d), x.permute({2, 0, 3, 1}).sum(d), "sum permuted", 1e-4, 1e-5);
+  }
+  // long rows (chunked two-pass path), many short rows (thread-per-output path), column sums, empty extents
+  Tensor big = uni({3, 300000}, -1, 1, 32);
+  expect_match(gpu(big).sum({1}), big.sum({1}), "long rows", 1e-5 * std::sqrt(300000.0), 1e-4);
+  expect_match(gpu(big).sum(), big.sum(), "full sum", 1e-5 * std::sqrt(900000.0), 1e-3);
+  Tensor many = uni({20000, 7}, -1, 1, 33);
+  expect_match(gpu(many).sum({1}), many.sum({1}), "short rows", 1e-5, 1e-6);
+  expect_match(gpu(many).sum({0}), many.sum({0}), "column sum", 1e-5 * std::sqrt(20000.0), 1e-4);
+  expect_match(gpu(zeros({0, 4})).sum({0}), zeros({0, 4}).sum({0}), "empty sum", 0, 0);
+  // determinism: the same reduction twice is bit-identical
+  EXPECT_EQ(host(gpu(big).sum()).item<float>(), host(gpu(big).sum()).item<float>());
+}
+
+TEST(Cuda, SoftmaxAndArgReductions) {
+  NEED_GPU();
+  for (const Shape& s : std::vector<Shape>{{4, 7}, {3, 1000}, {2, 5, 3}}) {
+    Tensor x = uni(s, -5, 5, 41);
+    for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+      expect_match(gpu(x).softmax(d), x.softmax(d), "softmax", 1e-5, 1e-7);
+      expect_match(gpu(x).log_softmax(d), x.log_softmax(d), "log_softmax", 1e-5, 1e-6);
+      EXPECT_EQ(host(gpu(x).argmax(d)).to_vector<int64_t>(), x.argmax(d).to_vector<int64_t>());
+      EXPECT_EQ(host(gpu(x).argmin(d)).to_vector<int64_t>(), x.argmin(d).to_vector<int64_t>());
+    }
+  }
+  Tensor ties = from_vector<float>({1, 3, 3, 0, 3}, {5});
+  EXPECT_EQ(host(gpu(ties).argmax(0)).item<int64_t>(), 1);
+  Tensor nan = from_vector<float>({1, NAN, 3}, {3});
+  EXPECT_THROW(gpu(nan).argmax(0), Error);
+}
+
+TEST(Cuda, IndexOpsAreDeterministicAndMatchCpu) {
+  NEED_GPU();
+  Tensor x = uni({6, 5}, -1, 1, 51);
+  Tensor idx = from_vector<int64_t>({4, 0, 4, 2, 4, 5, 0}, {7});
+  expect_match(gpu(x).index_select(0, gpu(idx)), x.index_select(0, idx), "index_select 0", 0, 0);
+  Tensor idx1 = from_vector<int64_t>({1, 1, 3}, {3});
+  expect_match(gpu(x).t().index_select(1, gpu(idx1)), x.t().index_select(1, idx1), "index_select strided", 0, 0);
+  Tensor src = uni({7, 5}, -1, 1, 52);
+  expect_match(gpu(x).index_add(0, gpu(idx), gpu(src)), x.index_add(0, idx, src), "index_add", 1e-6, 1e-7);
+  Tensor gi = from_vector<int64_t>({0, 2, 1, 1, 4, 0, 3, 3, 2, 0, 1, 4}, {6, 2});
+  expect_match(gpu(x).gather(1, gpu(gi)), x.gather(1, gi), "gather", 0, 0);
+  Tensor s2 = uni({6, 2}, -1, 1, 53);
+  expect_match(gpu(x).scatter_add(1, gpu(gi), gpu(s2)), x.scatter_add(1, gi, s2), "scatter_add", 1e-6, 1e-7);
+  // i64 data (class labels) can be selected on the device
+  Tensor lab = from_vector<int64_t>({0, 1, 1, 0, 1, 0}, {6});
+  EXPECT_EQ(host(gpu(lab).index_select(0, gpu(idx.slice(0, 0, 4)))).to_vector<int64_t>(),
+            lab.index_select(0, idx.slice(0, 0, 4)).to_vector<int64_t>());
+  // duplicates: bit-identical across runs
+  Tensor many = from_vector<int64_t>(std::vector<int64_t>(1000, 3), {1000});
+  Tensor big = uni({1000, 8}, -1, 1, 54);
+  Tensor r1 = host(gpu(zeros({6, 8})).index_add(0, gpu(many), gpu(big)));
+  Tensor r2 = host(gpu(zeros({6, 8})).index_add(0, gpu(many), gpu(big)));
+  EXPECT_EQ(r1.to_vector<float>(), r2.to_vector<float>());
+  EXPECT_EQ(r1.to_vector<float>(), zeros({6, 8}).index_add(0, many, big).to_vector<float>());
+}
+
+TEST(Cuda, MatmulLayoutsAndBatches) {
+  NEED_GPU();
+  auto check = [](const Tensor& a, const Tensor& b, const std::string& what) {
+    const double k = static_cast<double>(a.shape()[a.dim() - 1]);
+    expect_match(matmul(gpu(a), gpu(b)), matmul(a, b), what, 1e-5 * std::sqrt(k), 1e-5 * std::sqrt(k));
+  };
+  check(uni({33, 17}, -1, 1, 61), uni({17, 29}, -1, 1, 62), "2d");
+  check(uni({17, 33}, -1, 1, 63).t(), uni({29, 17}, -1, 1, 64).t(), "transposed");
+  check(uni({4, 8, 16}, -1, 1, 65), uni({4, 16, 5}, -1, 1, 66), "batched");
+  check(uni({8, 16}, -1, 1, 67), uni({3, 16, 5}, -1, 1, 68), "broadcast a (stride 0)");
+  check(uni({2, 1, 8, 16}, -1, 1, 69), uni({1, 3, 16, 5}, -1, 1, 70), "pointer-array batch");
+  check(uni({5, 0}, -1, 1, 71), uni({0, 4}, -1, 1, 72), "k = 0");
+  check(uni({0, 3}, -1, 1, 73), uni({3, 4}, -1, 1, 74), "m = 0");
+  check(uni({1, 300}, -1, 1, 75), uni({300, 1}, -1, 1, 76), "dot");
+}
+
+TEST(Cuda, ConvolutionAndPoolingThroughIm2col) {
+  NEED_GPU();
+  Tensor x = uni({2, 3, 9, 8}, -1, 1, 81).requires_grad_(), w = uni({4, 3, 3, 3}, -1, 1, 82).requires_grad_();
+  Tensor xg = gpu(x.detach()).requires_grad_(), wg = gpu(w.detach()).requires_grad_();
+  Tensor y = nn::functional::conv2d(x, w, {}, {2, 1}, {1, 2});
+  Tensor yg = nn::functional::conv2d(xg, wg, {}, {2, 1}, {1, 2});
+  expect_match(yg, y, "conv2d", 1e-4, 1e-5);
+  y.sum().backward();
+  yg.sum().backward();
+  expect_match(xg.grad(), x.grad(), "conv2d dx (col2im)", 1e-4, 1e-5);
+  expect_match(wg.grad(), w.grad(), "conv2d dw", 1e-4, 1e-4);
+  expect_match(nn::functional::max_pool2d(gpu(x.detach()), {2, 2}), nn::functional::max_pool2d(x.detach(), {2, 2}),
+               "max_pool2d", 0, 0);
+}
+
+TEST(Cuda, AutogradEndToEnd) {
+  NEED_GPU();
+  Tensor w = uni({6, 4}, -1, 1, 91).requires_grad_(), b = uni({4}, -1, 1, 92).requires_grad_();
+  Tensor wg = gpu(w.detach()).requires_grad_(), bg = gpu(b.detach()).requires_grad_();
+  Tensor x = uni({8, 6}, -1, 1, 93);
+  auto loss = [&](const Tensor& W, const Tensor& B, const Tensor& X) {
+    Tensor h = (X.matmul(W) + B).tanh();
+    return (h.log_softmax(1) * h.sigmoid()).sum() + h.square().mean() + maximum(h, h.exp() - 1.5).sum();
+  };
+  Tensor l = loss(w, b, x), lg = loss(wg, bg, gpu(x));
+  expect_match(lg, l, "loss", 1e-5, 1e-5);
+  l.backward();
+  lg.backward();
+  EXPECT_EQ(wg.grad().device(), kGpu);
+  expect_match(wg.grad(), w.grad(), "dW", 1e-4, 1e-5);
+  expect_match(bg.grad(), b.grad(), "db", 1e-4, 1e-5);
+}
+
+TEST(Cuda, OptimizersOverTenSteps) {
+  NEED_GPU();
+  auto run = [](Device dev, int which) {
+    Tensor p = uni({257}, -1, 1, 101).to(dev).requires_grad_();
+    std::unique_ptr<optim::Optimizer> opt;
+    if (which == 0) opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{0.1, 0.9, 0, 0.01, true});
+    if (which == 1) {
+      optim::AdamOptions o;
+      o.weight_decay = 0.01;
+      o.amsgrad = true;
+      opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, o);
+    }
+    if (which == 2) opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{});
+    if (which == 3) {
+      optim::RMSpropOptions o;
+      o.momentum = 0.5;
+      o.centered = true;
+      opt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{p}, o);
+    }
+    Tensor target = uni({257}, -1, 1, 102).to(dev);
+    for (int i = 0; i < 10; ++i) {
+      opt->zero_grad();
+      ((p - target).square() * (p.sin() + 2.0)).sum().backward();
+      opt->step();
+    }
+    return p.detach();
+  };
+  for (int which = 0; which < 4; ++which) expect_match(run(kGpu, which), run(Device::cpu(), which), "optimizer " + std::to_string(which), 1e-4, 1e-5);
+}
+
+TEST(Cuda, AllocatorReusesBlocksAndReportsOutOfMemory) {
+  NEED_GPU();
+  empty_cache(kGpu);
+  { Tensor a = empty({1 << 20}, DType::F32, kGpu); }
+  const MemoryStats s0 = memory_stats(kGpu);
+  for (int i = 0; i < 10; ++i) Tensor a = empty({1 << 20}, DType::F32, kGpu);
+  const MemoryStats s1 = memory_stats(kGpu);
+  EXPECT_EQ(s1.system_allocations, s0.system_allocations);
+  EXPECT_GE(s1.cache_hits, s0.cache_hits + 10);
+  EXPECT_GE(s1.reserved_bytes, int64_t{4} << 20);
+  EXPECT_GE(s1.peak_allocated_bytes, int64_t{4} << 20);
+  empty_cache(kGpu);
+  EXPECT_EQ(memory_stats(kGpu).reserved_bytes, memory_stats(kGpu).allocated_bytes);
+  try {
+    (void)empty({int64_t{1} << 48}, DType::F32, kGpu);  // 1 PiB
+    ADD_FAILURE() << "expected OutOfMemory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("reserved"), std::string::npos) << e.what();
+  }
+  Tensor ok = gpu(ones({4}));  // the device still works after an OOM
+  EXPECT_EQ(host(ok.sum()).item<float>(), 4.f);
+}
+
+TEST(Cuda, EightThreadsIssuingOps) {
+  NEED_GPU();
+  std::atomic<int> bad{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 8; ++t)
+    ts.emplace_back([t, &bad] {
+      try {
+        Tensor a = uni({64, 64}, -1, 1, 200 + t), b = uni({64, 64}, -1, 1, 300 + t);
+        Tensor want = (a.matmul(b).tanh() + a).sum({1}).softmax(0);
+        Tensor ag = gpu(a), bg = gpu(b);
+        for (int i = 0; i < 50; ++i) {
+          Tensor got = host((ag.matmul(bg).tanh() + ag).sum({1}).softmax(0));
+          auto g = got.to_vector<float>(), w = want.to_vector<float>();
+          for (size_t j = 0; j < g.size(); ++j)
+            if (std::abs(g[j] - w[j]) > 1e-5 + 1e-4 * std::abs(w[j])) ++bad;
+        }
+      } catch (...) {
+        ++bad;
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(Cuda, DemoTrainingReachesTheCpuLoss) {
+  NEED_GPU();
+  auto train = [](Device dev) {
+    Generator gen(5);
+    nn::Sequential model{std::make_shared<nn::Linear>(2, 32, true, gen), std::make_shared<nn::Tanh>(),
+                         std::make_shared<nn::Linear>(32, 2, true, gen)};
+    model.to(dev);
+    Tensor x = uni({128, 2}, -1, 1, 7).to(dev);
+    Tensor y = uni({128}, 0, 2, 8).to(DType::I64).to(dev);
+    optim::Adam adam(model.parameters(), optim::AdamOptions{0.05});
+    double loss = 0;
+    for (int i = 0; i < 60; ++i) {
+      Tensor l = nn::cross_entropy(model(x), y);
+      adam.zero_grad();
+      l.backward();
+      adam.step();
+      loss = host(l).item<float>();
+    }
+    return loss;
+  };
+  const double cpu = train(Device::cpu()), cuda = train(kGpu);
+  EXPECT_NEAR(cuda, cpu, 1e-3 + 1e-3 * cpu);
+}
