@@ -341,11 +341,11 @@ Backend* create_cuda_backend(std::string& why) noexcept {
     {
       int driver = 0;
       cudaDriverGetVersion(&driver);
-      char buf[256];
-      std::snprintf(buf, sizeof buf, "%s, %.1f GiB, compute capability %d.%d, driver %d.%d", prop.name,
-                    static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0), prop.major, prop.minor,
-                    driver / 1000, (driver % 1000) / 10);
-      cuda::g_description = buf;
+      char mem[32];
+      std::snprintf(mem, sizeof mem, "%.1f", static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+      cuda::g_description = std::string(prop.name) + ", " + mem + " GiB, compute capability " +
+                            std::to_string(prop.major) + "." + std::to_string(prop.minor) + ", driver " +
+                            std::to_string(driver / 1000) + "." + std::to_string((driver % 1000) / 10);
     }
     cuda::g_alloc = new cuda::DeviceAllocator();  // never destroyed: storages may outlive static destruction
     return new cuda::CudaBackend(h);
