@@ -51,7 +51,7 @@ struct TensorImpl {
 };
 void destroy(TensorImpl* t) noexcept;
 
-// Allocation of TensorImpl objects goes through a per-thread free list (hot path of every op).
+// Allocates a TensorImpl (one place to change if a pool ever pays off; measured: malloc is ~5% of a tiny op).
 TensorImpl* new_impl();
 
 // New contiguous tensor with uninitialised memory; `op` names the caller for errors.

@@ -716,7 +716,6 @@ void matmul_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   const int64_t m = out.shape[r - 2], n = out.shape[r - 1], k = a.shape[r - 1];
   T* cp = out.ptr<T>();
   if (m == 0 || n == 0) return;
-  Group batch;  // batch dims with a-strides in `stride`, b-strides in out_stride... kept separately below
   Shape bshape(out.shape.begin(), r - 2);
   const int64_t B = bshape.product();
   auto mat_offset = [&](const TensorImpl& t, int64_t i) {
@@ -754,7 +753,6 @@ void matmul_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   } else {
     for (int64_t i = 0; i < B; ++i) one(i);
   }
-  (void)batch;
 }
 void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   switch (a.dtype) {
