@@ -99,41 +99,8 @@ BAD = [
 ]
 
 
-def fmt(v):
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return repr(v)
-
-
-def encode(i, spec, dtype, arrays, seed):
-    parts = [str(i), spec, dtype, str(len(arrays))]
-    for a in arrays:
-        parts += [str(a.ndim)] + [str(d) for d in a.shape] + [fmt(v) for v in a.reshape(-1)]
-    parts.append(str(seed.size))
-    parts += [fmt(v) for v in seed.reshape(-1)]
-    return " ".join(parts)
-
-
-def parse(line):
-    tok = line.split()
-    cid, status = tok[0], tok[1]
-    if status != "OK":
-        return cid, status, " ".join(tok[2:])
-    p = 2
-    rank = int(tok[p]); p += 1
-    shape = tuple(int(x) for x in tok[p:p + rank]); p += rank
-    n = int(tok[p]); p += 1
-    out = np.array([float(x) for x in tok[p:p + n]]).reshape(shape); p += n
-    assert tok[p] == "G"; p += 1
-    k = int(tok[p]); p += 1
-    grads = []
-    for _ in range(k):
-        n = int(tok[p]); p += 1
-        grads.append(np.array([float(x) for x in tok[p:p + n]])); p += n
-    return cid, "OK", (out, grads)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity_common"))
+from protocol import encode, parse  # noqa: E402  (shared with the other parity scripts)
 
 
 def close(got, want, rtol):
