@@ -192,9 +192,8 @@ __global__ void __launch_bounds__(kThreads) arg_kernel(bool is_max, Lines l, con
   if (threadIdx.x == 0) out[l.rest.out_offset(m)] = shi[0];
 }
 
-template <class T>
-bool arg_reduce_t(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) {
-  const char* name = op == ArgReduceOp::Argmax ? "argmax" : "argmin";
+// The lines of x along `dim` (with out's strides for the other dims), as argmax and softmax walk them.
+Lines lines_along(const TensorImpl& x, const TensorImpl& out, int64_t dim, const char* name) {
   check_rank(x, name);
   const int rank = static_cast<int>(x.shape.size());
   int64_t shape[kMaxDims], xs[kMaxDims], os[kMaxDims];
@@ -205,6 +204,13 @@ bool arg_reduce_t(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t 
   }
   Lines l;
   OXM_CHECK(make_lines(rank, shape, xs, os, dim, l), NotImplemented, name, ": more than ", kMaxDims, " dims");
+  return l;
+}
+
+template <class T>
+bool arg_reduce_t(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) {
+  const char* name = op == ArgReduceOp::Argmax ? "argmax" : "argmin";
+  const Lines l = lines_along(x, out, dim, name);
   const int64_t M = l.rest.numel();
   if (M == 0 || l.len == 0) return true;
   OXM_CHECK(M <= INT32_MAX, NotImplemented, name, ": too many lines for the cuda kernel (", M, ")");
@@ -276,16 +282,7 @@ bool arg_reduce(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t di
 void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   OXM_CHECK(x.dtype == DType::F32, UnsupportedDType, name, ": dtype ", x.dtype, " is not supported on cuda (f32)");
-  check_rank(x, name);
-  const int rank = static_cast<int>(x.shape.size());
-  int64_t shape[kMaxDims], xs[kMaxDims], os[kMaxDims];
-  for (int d = 0; d < rank; ++d) {
-    shape[d] = x.shape[d];
-    xs[d] = x.strides[d];
-    os[d] = out.strides[d];
-  }
-  Lines l;
-  OXM_CHECK(make_lines(rank, shape, xs, os, dim, l), NotImplemented, name, ": more than ", kMaxDims, " dims");
+  const Lines l = lines_along(x, out, dim, name);
   const int64_t M = l.rest.numel();
   if (M == 0 || l.len == 0) return;
   OXM_CHECK(M <= INT32_MAX, NotImplemented, name, ": too many lines for the cuda kernel (", M, ")");
