@@ -11,11 +11,14 @@ Definitions (identical to tools/oxmera/research.hpp):
   - loss of a step = sum over replicas of each replica's mean loss over the batch;
   - train_loss = unweighted mean over the last epoch's batches of each replica's batch-mean loss;
   - time = optimizer construction .. held-out metric on the host (training + evaluation), per fit;
-  - fit 1 in f32, fits 2/3 in f64; held-out k-DPP NLL in f64 with eigvalsh + the e_k recurrence.
+  - fit 1 in f32, fits 2/3 in --dtype (f64 by default; f32 to mirror `oxmera bench research --dtype f32`,
+    which is what a GPU run trains in); held-out k-DPP NLL in f64 (L widened to f64 where it was built) with
+    eigvalsh + the e_k recurrence.
 
-Run with /usr/bin/python3 (the interpreter that has torch 1.13). Usage:
+Run with /usr/bin/python3 here (the interpreter that has torch 1.13); any newer torch, CPU or CUDA, works.
+Usage:
   research_torch.py --data FILE [--threads N] [--fit all|mlp-h16|linear-lag5|deepsets-H30] [--out JSON]
-                    [--verify-order]
+                    [--device cpu|cuda] [--dtype f64|f32] [--verify-order]
 """
 import argparse
 import json
@@ -68,8 +71,17 @@ def epoch_order(n, seed):
     return p
 
 
-def leaves(t, prefix, names):
-    return [torch.from_numpy(t[prefix + "." + n]).clone().requires_grad_(True) for n in names]
+DEV = torch.device("cpu")  # set by --device
+DPP_DTYPE = torch.float64  # set by --dtype
+
+
+def tensor(a, dtype=None):
+    x = torch.from_numpy(a)
+    return x.to(device=DEV, dtype=dtype or x.dtype)
+
+
+def leaves(t, prefix, names, dtype=None):
+    return [tensor(t[prefix + "." + n], dtype).clone().requires_grad_(True) for n in names]
 
 
 class LossLog:
@@ -90,9 +102,9 @@ class LossLog:
 
 def fit_mlp(t, meta, epochs, R):
     ntr = int(meta["mlp.n_train"])
-    x, y = torch.from_numpy(t["mlp.x"]), torch.from_numpy(t["mlp.y"])
+    x, y = tensor(t["mlp.x"]), tensor(t["mlp.y"])
     xtr, ytr, xte, yte = x[:ntr], y[:ntr], x[ntr:], y[ntr:]
-    orders = torch.from_numpy(t["mlp.order"])
+    orders = tensor(t["mlp.order"])
     W1, b1, W2, b2 = params = leaves(t, "mlp-h16", ["W1", "b1", "W2", "b2"])
 
     t0 = time.perf_counter()
@@ -127,10 +139,10 @@ class Dpp:
     def __init__(self, t, meta, R):
         self.R = R
         self.ntr = int(meta["dpp.n_train"])
-        Fx, Y = torch.from_numpy(t["dpp.F"]), torch.from_numpy(t["dpp.Y"])
+        Fx, Y = tensor(t["dpp.F"], DPP_DTYPE), tensor(t["dpp.Y"])
         self.Ftr, self.Ytr, self.Fte, self.Yte = Fx[:self.ntr], Y[:self.ntr], Fx[self.ntr:], Y[self.ntr:]
-        self.orders = torch.from_numpy(t["dpp.order"])
-        self.eye = torch.eye(M, dtype=torch.float64)
+        self.orders = tensor(t["dpp.order"])
+        self.eye = torch.eye(M, dtype=DPP_DTYPE, device=DEV)
 
     def kernel(self, q, V):
         S = V @ V.transpose(-1, -2) + self.eye * 1e-3  # [R, 16, 16]
@@ -138,7 +150,7 @@ class Dpp:
 
     @staticmethod
     def principal(L, Yb):
-        ar = torch.arange(Yb.shape[0])
+        ar = torch.arange(Yb.shape[0], device=Yb.device)
         return L[:, ar[:, None, None], Yb[:, :, None], Yb[:, None, :]]  # [R, B, 4, 4]
 
     def nll(self, Fb, Yb, V, quality):
@@ -175,7 +187,7 @@ class Dpp:
 
 def fit_lag(t, meta, epochs, R):
     d = Dpp(t, meta, R)
-    w, b, V = params = leaves(t, "linear-lag5", ["w", "b", "V"])
+    w, b, V = params = leaves(t, "linear-lag5", ["w", "b", "V"], DPP_DTYPE)
 
     def quality(Fb):
         B = Fb.shape[0]
@@ -192,7 +204,7 @@ def fit_lag(t, meta, epochs, R):
 
 def fit_ds(t, meta, epochs, R):
     d = Dpp(t, meta, R)
-    A, a, C, dd, V = leaves(t, "deepsets-H30", ["A", "a", "C", "d", "V"])
+    A, a, C, dd, V = leaves(t, "deepsets-H30", ["A", "a", "C", "d", "V"], DPP_DTYPE)
 
     def quality(Fb):
         phi = torch.relu(torch.einsum("bid,rdh->rbih", Fb, A) + a)  # [R, B, 16, 30]
@@ -215,9 +227,14 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     ap.add_argument("--fit", default="all", choices=["all", "mlp-h16", "linear-lag5", "deepsets-H30"])
     ap.add_argument("--out", default="")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--dtype", default="f64", choices=["f64", "f32"], help="training dtype of fits 2/3")
     ap.add_argument("--verify-order", action="store_true", help="recompute the dumped batch orders (slow)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    global DEV, DPP_DTYPE
+    DEV = torch.device(args.device)
+    DPP_DTYPE = torch.float64 if args.dtype == "f64" else torch.float32
 
     t, meta = load_safetensors(args.data)
     epochs, R, seed = int(meta["epochs"]), int(meta["replicas"]), int(meta["seed"])
@@ -234,7 +251,7 @@ def main():
             fits.append(fn(t, meta, epochs, R))
 
     fmt = lambda v: "[" + ", ".join(f"{x:.9g}" for x in v) + "]"
-    print(f"pytorch research: torch {torch.__version__}, epochs {epochs}, replicas {R}, seed {seed}, "
+    print(f"pytorch research: torch {torch.__version__}, device {args.device}, dtype {args.dtype}, epochs {epochs}, replicas {R}, seed {seed}, "
           f"threads {torch.get_num_threads()}")
     total = 0.0
     for f in fits:
@@ -244,7 +261,8 @@ def main():
     print(f"{'total':<13} time {total:.3f} s")
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump({"implementation": "pytorch", "torch": torch.__version__, "epochs": epochs, "replicas": R,
+            json.dump({"implementation": "pytorch", "torch": torch.__version__, "device": args.device,
+                       "dtype": args.dtype, "epochs": epochs, "replicas": R,
                        "seed": seed, "threads": torch.get_num_threads(), "total_seconds": total, "fits": fits},
                       fh, indent=2)
 

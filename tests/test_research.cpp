@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "oxmera/oxmera.hpp"
@@ -55,6 +56,42 @@ TEST(Research, SingleFitSelection) {
   EXPECT_EQ(r[0].metric_name, "kdpp_nll");
   o.fit = "nope";
   EXPECT_THROW(oxmera_cli::research_fits(o), std::invalid_argument);
+}
+
+// --dtype f32 (what a GPU run trains in) follows the f64 run closely over two epochs, on the CPU, and the
+// mlp fit (always f32) is unaffected by the option.
+TEST(Research, F32DppFitsTrackTheF64Run) {
+  ResearchOptions o = short_run();
+  o.dtype = "f64";
+  const std::vector<FitResult> d = oxmera_cli::research_fits(o);
+  o.dtype = "f32";
+  const std::vector<FitResult> f = oxmera_cli::research_fits(o);
+  ASSERT_EQ(d.size(), 3u);
+  ASSERT_EQ(f.size(), 3u);
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(f[0].train_loss[r], d[0].train_loss[r]);
+  for (size_t k = 1; k < 3; ++k) {
+    SCOPED_TRACE(f[k].name);
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_NEAR(f[k].first_epoch_loss[r], d[k].first_epoch_loss[r], 1e-4 * std::abs(d[k].first_epoch_loss[r]));
+      EXPECT_NEAR(f[k].train_loss[r], d[k].train_loss[r], 1e-3 * std::abs(d[k].train_loss[r]));
+      EXPECT_NEAR(f[k].metric[r], d[k].metric[r], 1e-3 * std::abs(d[k].metric[r]));
+      EXPECT_NE(f[k].train_loss[r], d[k].train_loss[r]);  // really trained in another precision
+    }
+  }
+}
+
+TEST(Research, DtypeOptionIsValidated) {
+  ResearchOptions o = short_run();
+  o.dtype = "f16";
+  EXPECT_THROW(oxmera_cli::research_fits(o), std::invalid_argument);
+  o.dtype = "f64";
+  o.device = "cuda";  // refused before any device is touched, with or without a GPU
+  try {
+    oxmera_cli::research_fits(o);
+    FAIL() << "expected invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--dtype f32"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Research, CudaWithoutBackendIsTypedError) {

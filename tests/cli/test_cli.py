@@ -154,6 +154,26 @@ def main():
     r = run(["train", "--epochs", "1", "--device", "cuda"])
     check("cuda unavailable is a clear error", r.returncode in (0, 1) and ("BackendUnavailable" in r.stderr or r.returncode == 0), r)
 
+    # bench research: dtype rules (checked before any device work) and the JSON summary
+    r = run(["bench", "research", "--dtype", "f16"])
+    check("research --dtype f16 is a usage error", r.returncode == 1 and r.stdout == "" and "dtype" in r.stderr, r)
+    r = run(["bench", "research", "--device", "cuda", "--dtype", "f64"])
+    check("research f64 on cuda is refused with the reason",
+          r.returncode == 1 and "f64" in r.stderr and "CPU only" in r.stderr and "--dtype f32" in r.stderr, r)
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        r = run(["bench", "research", "--epochs", "1", "--replicas", "2", "--fit", "linear-lag5", "--dtype", "f32",
+                 "--out", out])
+        ok = r.returncode == 0 and "dtype f32" in r.stdout
+        if ok:
+            rep = json.load(open(out))
+            fit = rep["fits"][0]
+            ok = (rep["dtype"] == "f32" and fit["name"] == "linear-lag5" and len(fit["train_loss"]) == 2
+                  and all(x == x and abs(x) < 1e6 for x in fit["train_loss"] + fit["metric"]))
+        check("research --dtype f32 runs and reports its dtype", ok, r)
+        r = run(["bench", "research", "--epochs", "1", "--replicas", "1", "--fit", "mlp-h16", "--out", out])
+        check("research default dtype on cpu is f64", r.returncode == 0 and json.load(open(out))["dtype"] == "f64", r)
+
     print(f"cli: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -119,6 +119,9 @@ int main(int argc, char** argv) {
   oxmera_cli::ResearchOptions ropt;
   auto* research = bench->add_subcommand("research", "The research workload (three stacked-seed fits)");
   research->add_option("--device", ropt.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  research
+      ->add_option("--dtype", ropt.dtype, "Training dtype of the DPP fits: auto (f64 on cpu, f32 on cuda), f32, f64")
+      ->check(CLI::IsMember({"auto", "f32", "f64"}));
   research->add_option("--epochs", ropt.epochs, "Epochs (default 100)")->check(CLI::Range(1, 1000000));
   research->add_option("--replicas", ropt.replicas, "Stacked replicas R (default 3)")->check(CLI::Range(1, 1024));
   research->add_option("--seed", ropt.seed, "Seed (default 0)");

@@ -183,17 +183,16 @@ Params init_ds(int R, uint64_t seed) {
   return p;
 }
 
-// Copies initial values to the device as fresh leaves that require grad.
-std::vector<Tensor> to_leaves(const Params& p, Device dev) {
+// Copies initial values, converted to `dtype`, to the device as fresh leaves that require grad.
+std::vector<Tensor> to_leaves(const Params& p, Device dev, DType dtype) {
   std::vector<Tensor> out;
-  for (auto& [n, t] : p.named) out.push_back(t.to(dev).clone().detach().requires_grad_(true));
+  for (auto& [n, t] : p.named) out.push_back(t.to(dtype).to(dev).clone().detach().requires_grad_(true));
   return out;
 }
 
-template <class T>
+// The values of a tensor of any floating dtype on any device, as f64 on the host.
 std::vector<double> host(const Tensor& t) {
-  std::vector<T> v = t.detach().to(Device::cpu()).contiguous().template to_vector<T>();
-  return std::vector<double>(v.begin(), v.end());
+  return t.detach().to(Device::cpu()).to(DType::F64).contiguous().to_vector<double>();
 }
 
 // Per-epoch bookkeeping of the per-replica batch losses for the first and the last epoch.
@@ -226,8 +225,8 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
   const int64_t ntr = data.n_train, nte = data.n_test;
   Tensor xtr = data.x.narrow(0, 0, ntr).contiguous().to(dev), ytr = data.y.narrow(0, 0, ntr).contiguous().to(dev);
   Tensor xte = data.x.narrow(0, ntr, nte).contiguous().to(dev);
-  std::vector<double> yte = host<float>(data.y.narrow(0, ntr, nte));
-  std::vector<Tensor> params = to_leaves(init, dev);
+  std::vector<double> yte = host(data.y.narrow(0, ntr, nte));
+  std::vector<Tensor> params = to_leaves(init, dev, DType::F32);
   const Tensor &W1 = params[0], &b1 = params[1], &W2 = params[2], &b2 = params[3];
 
   FitResult res;
@@ -236,14 +235,13 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
   const auto t0 = Clock::now();
   optim::Adam opt(params, {.lr = 1e-2});
   LossLog log(R);
-  std::vector<int64_t> idx;
   for (int e = 0; e < o.epochs; ++e) {
-    const std::vector<int64_t> order = epoch_order(ntr, o.seed + static_cast<uint64_t>(e));
+    // one upload of the epoch's order; each batch is a view of it
+    const Tensor order = from_vector(epoch_order(ntr, o.seed + static_cast<uint64_t>(e)), Shape{ntr}).to(dev);
     const bool first = e == 0, last = e == o.epochs - 1;
     for (int64_t s = 0; s < ntr; s += kBatch) {
       const int64_t B = std::min<int64_t>(kBatch, ntr - s);
-      idx.assign(order.begin() + s, order.begin() + s + B);
-      Tensor bi = from_vector(idx, Shape{B}).to(dev);
+      Tensor bi = order.narrow(0, s, B);
       Tensor xb = xtr.index_select(0, bi), yb = ytr.index_select(0, bi);
       Tensor h = (matmul(xb, W1) + b1).tanh();  // [R, B, 16]
       Tensor logits = matmul(h, W2) + b2;        // [R, B, 1]
@@ -254,14 +252,14 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
       opt.zero_grad();
       loss.backward();
       opt.step();
-      if (first || last) log.add(first, last, host<float>(per));
+      if (first || last) log.add(first, last, host(per));
     }
   }
   log.finish(res);
   {
     NoGradGuard ng;
     Tensor logits = matmul((matmul(xte, W1) + b1).tanh(), W2) + b2;  // [R, nte, 1]
-    std::vector<double> lg = host<float>(logits);
+    std::vector<double> lg = host(logits);
     for (int r = 0; r < R; ++r) {
       int64_t correct = 0;
       for (int64_t i = 0; i < nte; ++i)
@@ -300,10 +298,10 @@ struct DppRun {
   int R;
   Tensor Ftr, Fte, eye_m;
   std::vector<int64_t> test_steps;
-  DppRun(const DppData& d, Device dv, int r) : data(d), dev(dv), R(r) {
-    Ftr = d.F.narrow(0, 0, d.n_train).contiguous().to(dv);
-    Fte = d.F.narrow(0, d.n_train, d.n_test).contiguous().to(dv);
-    eye_m = eye(kSeries, DType::F64).to(dv);
+  DppRun(const DppData& d, Device dv, int r, DType dtype) : data(d), dev(dv), R(r) {  // dtype: of the training
+    Ftr = d.F.narrow(0, 0, d.n_train).contiguous().to(dtype).to(dv);
+    Fte = d.F.narrow(0, d.n_train, d.n_test).contiguous().to(dtype).to(dv);
+    eye_m = eye(kSeries, dtype).to(dv);
     test_steps.resize(static_cast<size_t>(d.n_test));
     std::iota(test_steps.begin(), test_steps.end(), d.n_train);
   }
@@ -324,32 +322,34 @@ struct DppRun {
     const int64_t ntr = data.n_train;
     for (int e = 0; e < o.epochs; ++e) {
       const std::vector<int64_t> order = epoch_order(ntr, o.seed + static_cast<uint64_t>(e));
+      const Tensor order_dev = from_vector(order, Shape{ntr}).to(dev);
       const bool first = e == 0, last = e == o.epochs - 1;
       for (int64_t s = 0; s < ntr; s += kBatch) {
         const int64_t B = std::min<int64_t>(kBatch, ntr - s);
-        Tensor bi = from_vector(std::vector<int64_t>(order.begin() + s, order.begin() + s + B), Shape{B}).to(dev);
+        Tensor bi = order_dev.narrow(0, s, B);
         Tensor per = nll(Ftr.index_select(0, bi), order.data() + s, B, V, quality);
         Tensor loss = per.sum();
         opt.zero_grad();
         loss.backward();
         opt.step();
-        if (first || last) log.add(first, last, host<double>(per));
+        if (first || last) log.add(first, last, host(per));
       }
     }
     log.finish(res);
   }
 
-  // Held-out k-DPP NLL per replica, f64: -logdet(L_Y) + log e_k(eigh(L)), mean over held-out steps.
+  // Held-out k-DPP NLL per replica, f64 on the host: -logdet(L_Y) + log e_k(eigh(L)), mean over held-out
+  // steps. L is built in the training dtype on the device, then widened to f64 on the CPU.
   std::vector<double> metric(const Tensor& V, const Quality& quality) const {
     NoGradGuard ng;
     const int64_t B = data.n_test;
-    Tensor L = dpp_kernel(quality(Fte), V, eye_m).to(DType::F64);
-    Tensor LY = L.reshape(Shape{R, B * kSeries * kSeries})
-                    .index_select(1, from_vector(pair_index(data, test_steps.data(), B),
-                                                 Shape{B * kSetSize * kSetSize}).to(dev))
-                    .view(Shape{R, B, kSetSize, kSetSize});
-    std::vector<double> ldY = host<double>(linalg::logdet(LY));          // [R, B]
-    std::vector<double> lam = host<double>(linalg::eigh(L).eigenvalues);  // [R, B, 16]
+    Tensor L = dpp_kernel(quality(Fte), V, eye_m).to(Device::cpu()).to(DType::F64);
+    Tensor LY =
+        L.reshape(Shape{R, B * kSeries * kSeries})
+            .index_select(1, from_vector(pair_index(data, test_steps.data(), B), Shape{B * kSetSize * kSetSize}))
+            .view(Shape{R, B, kSetSize, kSetSize});
+    std::vector<double> ldY = host(linalg::logdet(LY));           // [R, B]
+    std::vector<double> lam = host(linalg::eigh(L).eigenvalues);  // [R, B, 16]
     std::vector<double> out(static_cast<size_t>(R), 0.0);
     std::vector<double> l16(kSeries);
     for (int r = 0; r < R; ++r) {
@@ -365,10 +365,10 @@ struct DppRun {
   }
 };
 
-FitResult fit_lag(const DppData& data, const Params& init, const ResearchOptions& o, Device dev) {
+FitResult fit_lag(const DppData& data, const Params& init, const ResearchOptions& o, Device dev, DType dtype) {
   const int R = o.replicas;
-  DppRun run(data, dev, R);
-  std::vector<Tensor> params = to_leaves(init, dev);
+  DppRun run(data, dev, R, dtype);
+  std::vector<Tensor> params = to_leaves(init, dev, dtype);
   const Tensor &w = params[0], &b = params[1], &V = params[2];
   Quality quality = [&](const Tensor& F) {
     const int64_t B = F.size(0);
@@ -387,10 +387,10 @@ FitResult fit_lag(const DppData& data, const Params& init, const ResearchOptions
   return res;
 }
 
-FitResult fit_ds(const DppData& data, const Params& init, const ResearchOptions& o, Device dev) {
+FitResult fit_ds(const DppData& data, const Params& init, const ResearchOptions& o, Device dev, DType dtype) {
   const int R = o.replicas;
-  DppRun run(data, dev, R);
-  std::vector<Tensor> params = to_leaves(init, dev);
+  DppRun run(data, dev, R, dtype);
+  std::vector<Tensor> params = to_leaves(init, dev, dtype);
   const Tensor &A = params[0], &a = params[1], &C = params[2], &d = params[3], &V = params[4];
   Quality quality = [&](const Tensor& F) {
     const int64_t B = F.size(0);
@@ -421,6 +421,20 @@ Device parse_device(const std::string& s) {
   if (s == "cuda") return Device::cuda(0);
   if (s.rfind("cuda:", 0) == 0) return Device::cuda(std::stoi(s.substr(5)));
   throw std::invalid_argument("unknown device '" + s + "' (expected cpu, cuda or cuda:N)");
+}
+
+// Training dtype of the DPP fits: --dtype auto is f64 on the CPU and f32 on a GPU.
+DType research_dtype(const ResearchOptions& o) {
+  const bool cpu = o.device == "cpu";
+  if (o.dtype == "auto") return cpu ? DType::F64 : DType::F32;
+  if (o.dtype == "f32") return DType::F32;
+  if (o.dtype == "f64") {
+    if (!cpu)
+      throw std::invalid_argument("--dtype f64 runs on the CPU only (f64 tensors never go to a GPU); use " +
+                                  std::string("--dtype f32 with --device ") + o.device);
+    return DType::F64;
+  }
+  throw std::invalid_argument("unknown dtype '" + o.dtype + "' (expected auto, f32 or f64)");
 }
 
 bool wants(const ResearchOptions& o, const char* name) { return o.fit == "all" || o.fit == name; }
@@ -463,6 +477,7 @@ std::vector<FitResult> research_fits(const ResearchOptions& o) {
   if (o.replicas < 1) throw std::invalid_argument("--replicas must be >= 1");
   if (!(o.fit == "all" || o.fit == "mlp-h16" || o.fit == "linear-lag5" || o.fit == "deepsets-H30"))
     throw std::invalid_argument("unknown fit '" + o.fit + "' (expected all, mlp-h16, linear-lag5, deepsets-H30)");
+  const DType dtype = research_dtype(o);
   init();
   const Device dev = parse_device(o.device);
   (void)zeros(Shape{1}).to(dev);  // BackendUnavailable here, before any work, when the device has no backend
@@ -475,16 +490,17 @@ std::vector<FitResult> research_fits(const ResearchOptions& o) {
 
   std::vector<FitResult> out;
   if (wants(o, "mlp-h16")) out.push_back(fit_mlp(mlp, p1, o, dev));
-  if (wants(o, "linear-lag5")) out.push_back(fit_lag(dpp, p2, o, dev));
-  if (wants(o, "deepsets-H30")) out.push_back(fit_ds(dpp, p3, o, dev));
+  if (wants(o, "linear-lag5")) out.push_back(fit_lag(dpp, p2, o, dev, dtype));
+  if (wants(o, "deepsets-H30")) out.push_back(fit_ds(dpp, p3, o, dev, dtype));
   return out;
 }
 
 int run_research(const ResearchOptions& o, std::ostream& out) {
   const std::vector<FitResult> fits = research_fits(o);
   const int threads = get_num_threads();
-  out << "oxmera bench research: device " << o.device << ", epochs " << o.epochs << ", replicas " << o.replicas
-      << ", seed " << o.seed << ", threads " << threads << "\n";
+  const std::string dtype = dtype_name(research_dtype(o));
+  out << "oxmera bench research: device " << o.device << ", dtype " << dtype << ", epochs " << o.epochs << ", replicas "
+      << o.replicas << ", seed " << o.seed << ", threads " << threads << "\n";
   auto list = [](const std::vector<double>& v) {
     std::ostringstream s;
     s << std::setprecision(9) << "[";
@@ -504,6 +520,7 @@ int run_research(const ResearchOptions& o, std::ostream& out) {
     nlohmann::json j;
     j["implementation"] = "oxmera";
     j["device"] = o.device;
+    j["dtype"] = dtype;
     j["epochs"] = o.epochs;
     j["replicas"] = o.replicas;
     j["seed"] = o.seed;

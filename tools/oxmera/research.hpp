@@ -3,9 +3,12 @@
 //
 // Three fits, each with R replicas stacked on a leading dim and trained in the same ops:
 //   mlp-h16       f32, BCE with logits, Adam lr 1e-2, batch 64; held-out metric: accuracy per replica
-//   linear-lag5   f64, DPP set NLL through batched Cholesky, Adam lr 1e-2, batch 64
-//   deepsets-H30  f64, same data and loss, DeepSets quality via einsum, AdamW (wd 1e-4 on A, C, V; 0 on a, d)
-// Held-out metric of fits 2/3: the f64 k-DPP NLL -logdet(L_Y) + log e_k(eigh(L)), averaged over held-out steps.
+//   linear-lag5   DPP set NLL through batched Cholesky, Adam lr 1e-2, batch 64
+//   deepsets-H30  same data and loss, DeepSets quality via einsum, AdamW (wd 1e-4 on A, C, V; 0 on a, d)
+// Fits 2/3 train in --dtype: auto = f64 on the CPU, f32 on a GPU (f64 never goes to a GPU); f32 on the CPU
+// too on request, to compare a GPU run with the CPU at the same precision.
+// Held-out metric of fits 2/3: the f64 k-DPP NLL -logdet(L_Y) + log e_k(eigh(L)), averaged over held-out steps,
+// computed on the host from L widened to f64.
 //
 // Definitions shared with the PyTorch twin (bench/research_torch.py), which reads the --dump file:
 //  - Batch order: epoch e (0-based) visits the training rows in the order of a Fisher-Yates shuffle
@@ -25,6 +28,7 @@ namespace oxmera_cli {
 
 struct ResearchOptions {
   std::string device = "cpu";
+  std::string dtype = "auto";  // training dtype of fits 2/3: auto (f64 on cpu, f32 on cuda) | f32 | f64
   int epochs = 100;
   int replicas = 3;
   uint64_t seed = 0;
