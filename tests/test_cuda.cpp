@@ -1,11 +1,13 @@
 // The CUDA backend against the CPU backend: every op of the op table (random, broadcast, non-contiguous,
 // empty inputs), reductions, softmax, arg-reductions, index ops, where, matmul (strided and pointer-array
-// batches), conv (im2col/col2im), autograd end to end, optimizers, the allocator (reuse, OOM), an 8-thread
-// stress and the demo training. Without a usable GPU every test reports itself skipped with the reason.
+// batches), conv (im2col/col2im), autograd end to end, optimizers, logdet on the device, the allocator
+// (reuse, OOM), an 8-thread stress, the demo training and a short research-workload run. Without a usable
+// GPU every test reports itself skipped with the reason.
 #include <atomic>
 #include <thread>
 
 #include "ops/op_defs.hpp"
+#include "research.hpp"
 #include "test_util.hpp"
 
 using namespace oxt;
@@ -246,6 +248,23 @@ TEST(Cuda, IndexOpsAreDeterministicAndMatchCpu) {
   Tensor r2 = host(gpu(zeros({6, 8})).index_add(0, gpu(many), gpu(big)));
   EXPECT_EQ(r1.to_vector<float>(), r2.to_vector<float>());
   EXPECT_EQ(r1.to_vector<float>(), zeros({6, 8}).index_add(0, many, big).to_vector<float>());
+  // Long index lists (sorted path: > 32 indices) along an inner dim of a strided out, random with repeats,
+  // and the DPP workload's pattern (unique flat positions): bit-identical to the CPU's ascending-order adds.
+  std::vector<int64_t> rnd(5000);
+  for (size_t i = 0; i < rnd.size(); ++i) rnd[i] = static_cast<int64_t>((i * 7919 + i / 3) % 300);
+  Tensor ridx = from_vector(rnd, {5000});
+  Tensor base = uni({300, 4}, -1, 1, 55).t();  // [4, 300], stride (1, 4)
+  Tensor rsrc = uni({4, 5000}, -1, 1, 56);
+  EXPECT_EQ(host(gpu(base).index_add(1, gpu(ridx), gpu(rsrc))).to_vector<float>(),
+            base.index_add(1, ridx, rsrc).to_vector<float>());
+  std::vector<int64_t> flat;
+  for (int64_t b = 0; b < 64; ++b)
+    for (int64_t i : {1, 4, 9, 13})
+      for (int64_t j : {1, 4, 9, 13}) flat.push_back(b * 256 + i * 16 + j);
+  Tensor fidx = from_vector(flat, {static_cast<int64_t>(flat.size())});
+  Tensor fsrc = uni({3, static_cast<int64_t>(flat.size())}, -1, 1, 57);
+  EXPECT_EQ(host(gpu(zeros({3, 64 * 256})).index_add(1, gpu(fidx), gpu(fsrc))).to_vector<float>(),
+            zeros({3, 64 * 256}).index_add(1, fidx, fsrc).to_vector<float>());
 }
 
 TEST(Cuda, MatmulLayoutsAndBatches) {
@@ -373,6 +392,57 @@ TEST(Cuda, EightThreadsIssuingOps) {
     });
   for (auto& t : ts) t.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+// logdet runs on the device for n <= 32 (one thread per matrix, f64 inside) and through the host above;
+// values and gradients match the CPU, and a matrix that is not positive definite is named by batch index.
+TEST(Cuda, LogdetOnTheDeviceMatchesCpu) {
+  NEED_GPU();
+  uint64_t seed = 300;
+  for (const Shape& s : {Shape{3, 64, 4, 4}, Shape{3, 64, 16, 16}, Shape{2, 32, 32}, Shape{5, 40, 40}, Shape{7, 1, 1},
+                         Shape{16, 16}, Shape{0, 4, 4}}) {
+    const int64_t n = s[s.size() - 1];
+    Tensor B = uni(s, -1, 1, ++seed);
+    Tensor a = (matmul(B, B.transpose(-1, -2)) / static_cast<double>(n) + eye(n) * 0.5).detach().requires_grad_();
+    Tensor ag = gpu(a.detach()).requires_grad_();
+    Tensor w = uni(Shape(s.data(), s.size() - 2), 0.5, 1.5, ++seed);
+    Tensor l = linalg::logdet(a), lg = linalg::logdet(ag);
+    expect_match(lg, l, "logdet " + s.str(), 1e-5, 1e-5);
+    (l * w).sum().backward();
+    (lg * gpu(w)).sum().backward();
+    expect_match(ag.grad(), a.grad(), "logdet grad " + s.str(), 1e-4, 1e-5);
+    NoGradGuard ng;
+    expect_match(linalg::logdet(gpu(a.detach())), l.detach(), "logdet without grad " + s.str(), 1e-5, 1e-5);
+  }
+  Tensor bad = eye(4).expand({3, 6, 4, 4}).contiguous();
+  bad.select(0, 2).select(0, 5).select(0, 1).select(0, 1).fill_(-1.0);
+  try {
+    (void)linalg::logdet(gpu(bad));
+    FAIL() << "expected NotPositiveDefinite";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NotPositiveDefinite);
+    EXPECT_NE(std::string(e.what()).find("batch index 17 [2, 5]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pivot 1"), std::string::npos) << e.what();
+  }
+}
+
+// The research workload (2 epochs, f32) on the GPU tracks the same run on the CPU.
+TEST(Cuda, ResearchShortRunMatchesCpuF32) {
+  NEED_GPU();
+  oxmera_cli::ResearchOptions o;
+  o.epochs = 2;
+  o.replicas = 2;
+  o.seed = 3;
+  o.dtype = "f32";
+  const auto cpu = oxmera_cli::research_fits(o);
+  o.device = "cuda";
+  const auto cuda = oxmera_cli::research_fits(o);
+  ASSERT_EQ(cpu.size(), cuda.size());
+  for (size_t f = 0; f < cpu.size(); ++f)
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_NEAR(cuda[f].train_loss[r], cpu[f].train_loss[r], 1e-3 * std::abs(cpu[f].train_loss[r])) << cpu[f].name;
+      EXPECT_NEAR(cuda[f].metric[r], cpu[f].metric[r], 1e-3 * std::abs(cpu[f].metric[r])) << cpu[f].name;
+    }
 }
 
 TEST(Cuda, DemoTrainingReachesTheCpuLoss) {

@@ -2,9 +2,12 @@
 // device kernels run, checked against naive row-major walks. Needs no GPU and no CUDA toolkit.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include "backend/cuda/index_math.hpp"
+#include "backend/cuda/spd_math.hpp"
 
 using namespace oxmera::detail::cuda;
 
@@ -191,4 +194,119 @@ TEST(CudaIndexMath, LaunchGeometry) {
   EXPECT_EQ(reduce_chunks(32768), 1);
   EXPECT_EQ(reduce_chunks(32769), 2);
   EXPECT_EQ(reduce_chunks(int64_t{1} << 40), 1024);
+}
+
+// ---------------------------------------------------------------- small SPD kernels (spd_math.hpp)
+namespace {
+
+// Independent f64 reference: Gauss-Jordan with partial pivoting gives log|det| and the inverse.
+void gauss_jordan(std::vector<double> a, int n, double& logabsdet, std::vector<double>& inv) {
+  inv.assign(static_cast<size_t>(n * n), 0.0);
+  for (int i = 0; i < n; ++i) inv[static_cast<size_t>(i * n + i)] = 1.0;
+  logabsdet = 0;
+  for (int c = 0; c < n; ++c) {
+    int p = c;
+    for (int r = c + 1; r < n; ++r)
+      if (std::abs(a[static_cast<size_t>(r * n + c)]) > std::abs(a[static_cast<size_t>(p * n + c)])) p = r;
+    for (int k = 0; k < n; ++k) {
+      std::swap(a[static_cast<size_t>(c * n + k)], a[static_cast<size_t>(p * n + k)]);
+      std::swap(inv[static_cast<size_t>(c * n + k)], inv[static_cast<size_t>(p * n + k)]);
+    }
+    const double d = a[static_cast<size_t>(c * n + c)];
+    logabsdet += std::log(std::abs(d));
+    for (int k = 0; k < n; ++k) {
+      a[static_cast<size_t>(c * n + k)] /= d;
+      inv[static_cast<size_t>(c * n + k)] /= d;
+    }
+    for (int r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = a[static_cast<size_t>(r * n + c)];
+      for (int k = 0; k < n; ++k) {
+        a[static_cast<size_t>(r * n + k)] -= f * a[static_cast<size_t>(c * n + k)];
+        inv[static_cast<size_t>(r * n + k)] -= f * inv[static_cast<size_t>(c * n + k)];
+      }
+    }
+  }
+}
+
+// A random SPD matrix B B^T / n + 0.5 I, rounded to T.
+template <class T>
+std::vector<T> random_spd(int n, std::mt19937_64& rng) {
+  std::normal_distribution<double> N01;
+  std::vector<double> B(static_cast<size_t>(n * n));
+  for (auto& x : B) x = N01(rng);
+  std::vector<T> a(static_cast<size_t>(n * n));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j <= i; ++j) {
+      double s = 0;
+      for (int k = 0; k < n; ++k) s += B[static_cast<size_t>(i * n + k)] * B[static_cast<size_t>(j * n + k)];
+      const T v = static_cast<T>(s / n + (i == j ? 0.5 : 0.0));
+      a[static_cast<size_t>(i * n + j)] = v;
+      a[static_cast<size_t>(j * n + i)] = v;
+    }
+  return a;
+}
+
+}  // namespace
+
+TEST(CudaSpdMath, LogdetAndInverseMatchGaussJordan) {
+  std::mt19937_64 rng(7);
+  for (int n : {1, 2, 3, 4, 5, 8, 16, 31, kSpdMaxN}) {
+    for (int rep = 0; rep < 3; ++rep) {
+      const std::vector<double> a = random_spd<double>(n, rng);
+      std::vector<double> work(static_cast<size_t>(n * n)), inv(static_cast<size_t>(n * n), -7.0), ref_inv;
+      double ld = -7.0, ref_ld = 0;
+      const SpdPivot p = spd_logdet_inverse(a.data(), n, work.data(), &ld, inv.data());
+      gauss_jordan(a, n, ref_ld, ref_inv);
+      EXPECT_EQ(p.pivot, -1) << "n " << n;
+      EXPECT_NEAR(ld, ref_ld, 1e-11 * (1 + std::abs(ref_ld))) << "n " << n;
+      for (int e = 0; e < n * n; ++e)
+        EXPECT_NEAR(inv[static_cast<size_t>(e)], ref_inv[static_cast<size_t>(e)], 1e-10) << "n " << n << " e " << e;
+      // f32 storage (what the GPU kernels read and write), f64 arithmetic inside.
+      std::vector<float> af(a.begin(), a.end()), invf(static_cast<size_t>(n * n));
+      float ldf = 0;
+      EXPECT_EQ(spd_logdet_inverse(af.data(), n, work.data(), &ldf, invf.data()).pivot, -1);
+      std::vector<double> ad(af.begin(), af.end());
+      gauss_jordan(ad, n, ref_ld, ref_inv);
+      EXPECT_NEAR(ldf, ref_ld, 2e-6 * (1 + std::abs(ref_ld))) << "n " << n;
+      for (int e = 0; e < n * n; ++e)
+        EXPECT_NEAR(invf[static_cast<size_t>(e)], ref_inv[static_cast<size_t>(e)],
+                    1e-6 * (1 + std::abs(ref_inv[static_cast<size_t>(e)])))
+            << "n " << n << " e " << e;
+    }
+  }
+}
+
+TEST(CudaSpdMath, LogdetWithoutInverseAndFailedPivots) {
+  std::mt19937_64 rng(11);
+  const int n = 6;
+  std::vector<double> a = random_spd<double>(n, rng), work(n * n), inv(n * n, 0.0);
+  double ld_only = 0, ld = 0;
+  EXPECT_EQ(spd_logdet_inverse(a.data(), n, work.data(), &ld_only, static_cast<double*>(nullptr)).pivot, -1);
+  EXPECT_EQ(spd_logdet_inverse(a.data(), n, work.data(), &ld, inv.data()).pivot, -1);
+  EXPECT_EQ(ld_only, ld);
+  // Only the lower triangle is read.
+  std::vector<double> lower = a;
+  for (int i = 0; i < n; ++i)
+    for (int j = i + 1; j < n; ++j) lower[static_cast<size_t>(i * n + j)] = 1e30;
+  double ld_lower = 0;
+  EXPECT_EQ(spd_logdet_inverse(lower.data(), n, work.data(), &ld_lower, static_cast<double*>(nullptr)).pivot, -1);
+  EXPECT_EQ(ld_lower, ld);
+  // A negative diagonal entry fails at its pivot; a rank-deficient matrix at the first zero pivot; NaN fails.
+  std::vector<double> bad = a;
+  bad[3 * n + 3] = -1.0;
+  double untouched = 42;
+  SpdPivot p = spd_logdet_inverse(bad.data(), n, work.data(), &untouched, inv.data());
+  EXPECT_EQ(p.pivot, 3);
+  EXPECT_LT(p.value, 0);
+  EXPECT_EQ(untouched, 42);
+  std::vector<double> ones(static_cast<size_t>(n * n), 1.0);  // rank 1: pivot 1 is exactly 0
+  p = spd_logdet_inverse(ones.data(), n, work.data(), &untouched, inv.data());
+  EXPECT_EQ(p.pivot, 1);
+  EXPECT_EQ(p.value, 0.0);
+  std::vector<double> nan = a;
+  nan[0] = std::nan("");
+  p = spd_logdet_inverse(nan.data(), n, work.data(), &untouched, inv.data());
+  EXPECT_EQ(p.pivot, 0);
+  EXPECT_TRUE(std::isnan(p.value));
 }

@@ -31,6 +31,12 @@ struct OptimizerStep {
   bool first_step = false;             // SGD: momentum buffer initialised from the gradient
 };
 
+// Where a batched Cholesky found a matrix that is not positive definite (batch -1: none).
+struct SpdFailure {
+  int64_t batch = -1, pivot = -1;
+  double value = 0;
+};
+
 // Geometry of a 2-d sliding window (convolution, pooling): kernel, stride, padding, dilation, output size.
 struct ConvGeometry {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, oh = 0, ow = 0;
@@ -93,6 +99,16 @@ class Backend {
   // A backend that has not implemented it yet reports NotImplemented naming itself.
   virtual void optimizer_step(const OptimizerStep& step, TensorImpl& param, const TensorImpl& grad,
                               TensorImpl* state0, TensorImpl* state1, TensorImpl* state2);
+
+  // ---- small batched SPD linear algebra on the device (optional: returns false when this backend has no
+  // kernel for the dtype or size, and linalg then round-trips through the host kernels).
+  // a: `count` contiguous n x n matrices. Writes logdet[b] = log det a_b and, when `inverse` is not null,
+  // inverse_b = a_b^{-1} (contiguous like a). Completes the pivot check before returning: `fail` names the
+  // first matrix that is not positive definite (the outputs are then unspecified).
+  virtual bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
+                          SpdFailure& fail) {
+    return false;
+  }
 };
 
 // The backend for `device`; BackendUnavailable (naming `op`) when none is registered for it.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/node.hpp"
+#include "backend/backend.hpp"
 #include "backend/cpu/parallel.hpp"
 #include "oxmera/autograd.hpp"
 
@@ -591,11 +592,54 @@ struct LogdetNode final : Node {
 };
 }  // namespace
 
+namespace {
+// logdet on the tensor's own device when its backend has a kernel for it (backward g * a^{-1}, with the
+// inverse computed in the forward pass only when a gradient will be needed).
+struct LogdetInverseNode final : Node {
+  detail::SavedTensor inv;
+  const char* name() const override { return "logdet"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor g = gout[0].detach();
+    gin[0] = g.unsqueeze(-1).unsqueeze(-1) * inv.get("logdet");
+  }
+};
+
+bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& out_shape, Tensor& out) {
+  detail::Backend& be = detail::backend_for(a.device(), "logdet");
+  const bool grad = detail::needs_tape(a);
+  Tensor src, ld, inv;
+  {
+    NoGradGuard ng;
+    src = a.detach().contiguous();
+    ld = empty(out_shape, a.dtype(), a.device());
+    if (grad) inv = empty(a.shape(), a.dtype(), a.device());
+  }
+  detail::SpdFailure fail;
+  if (!be.logdet_spd(*src.impl(), count, n, *ld.impl(), grad ? inv.impl() : nullptr, fail)) return false;
+  OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "logdet: the matrix at batch index ",
+            batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(), " on ", a.device(),
+            " is not positive definite: Cholesky pivot ", fail.pivot, " is ", fail.value,
+            " (must be > 0); logdet supports symmetric positive definite matrices");
+  if (grad) {
+    auto* node = new LogdetInverseNode();
+    node->next.push_back(detail::edge_of(a));
+    node->inv.save(inv, false);
+    detail::set_history(ld, node);
+  }
+  out = ld;
+  return true;
+}
+}  // namespace
+
 Tensor logdet(const Tensor& a) {
   check_square(a, "logdet");
   const int64_t n = a.shape()[a.dim() - 1];
   Shape out_shape(a.shape().data(), a.dim() - 2);
   const int64_t count = out_shape.product();
+  if (!a.device().is_cpu() && count > 0) {
+    Tensor out;
+    if (logdet_on_device(a, count, n, out_shape, out)) return out;
+  }
   const int64_t blocks = (count + kLanes - 1) / kLanes, nn2 = n * n;
   std::vector<double> factors = soa_pack(a, count, n);
   std::vector<int64_t> fail(static_cast<size_t>(blocks * kLanes), -1);

@@ -1,7 +1,7 @@
 #include <cstdio>
 // The CUDA backend: one device (cuda:0), one stream, a size-bucketed caching allocator with stream-ordered
 // reuse, cuBLAS for matmul, and the kernels of cuda_*.cu. Launches are asynchronous; the host waits only in
-// copy_to_host (and in arg_reduce, whose NaN answer the host reads).
+// copy_to_host (and in arg_reduce and logdet, whose NaN / pivot answers the host reads).
 #include <cublas_v2.h>
 
 #include <bit>
@@ -212,6 +212,10 @@ class CudaBackend final : public Backend {
   void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
                       TensorImpl* s1, TensorImpl* s2) override {
     cuda::optimizer_step(s, param, grad, s0, s1, s2);
+  }
+  bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
+                  SpdFailure& fail) override {
+    return cuda::logdet_spd(a, count, n, logdet, inverse, fail);
   }
 
  private:

@@ -1,11 +1,17 @@
 // Index ops (gathers and deterministic scatters: one thread per output element, contributions added in the
 // CPU's order, no float atomics), im2col / col2im, and the fused optimizer steps (one launch per parameter).
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "backend/cuda/cuda_common.cuh"
 
 namespace oxmera::detail::cuda {
 namespace {
+
+// index_add scans the whole index list per out element up to this many indices, and sorts them above it.
+constexpr int64_t kIndexAddScanMax = 32;
 
 #define OXM_GRID_LOOP(i, n)                                                                         \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,                     \
@@ -49,6 +55,42 @@ __global__ void index_add_kernel(Geom g, int64_t n, int dim, T* out, const T* sr
     for (int64_t i = 0; i < nidx; ++i)
       if (idx[i * idx_stride] == r) acc += s[i * src_dim_stride];
     *o = acc;
+  }
+}
+
+// index_add over a long index list: the (index value, position) pairs sorted by value with a stable radix sort
+// (positions ascending within a value), so each out element binary-searches its run and adds exactly the
+// contributions of the scan above, in the same order: O(n log m + m) instead of O(n m).
+template <class T>
+__global__ void index_add_sorted_kernel(Geom g, int64_t n, int dim, T* out, const T* src, int64_t src_dim_stride,
+                                        const uint64_t* keys, const int64_t* pos, int64_t nidx) {
+  OXM_GRID_LOOP(p, n) {
+    int64_t c[kMaxDims];
+    g.coords(p, c);
+    const int64_t r = c[dim];
+    const uint64_t key = static_cast<uint64_t>(r);
+    c[dim] = 0;
+    const T* s = src + g.dot(1, c);
+    T* o = out + g.dot(0, c) + r * g.stride[0][dim];
+    int64_t lo = 0, hi = nidx;  // first k with keys[k] >= r
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (keys[mid] < key)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo == nidx || keys[lo] != key) continue;
+    T acc = *o;
+    for (int64_t k = lo; k < nidx && keys[k] == key; ++k) acc += s[pos[k] * src_dim_stride];
+    *o = acc;
+  }
+}
+
+__global__ void index_pairs_kernel(int64_t m, const int64_t* idx, int64_t idx_stride, uint64_t* keys, int64_t* pos) {
+  OXM_GRID_LOOP(i, m) {
+    keys[i] = static_cast<uint64_t>(idx[i * idx_stride]);  // validated non-negative
+    pos[i] = i;
   }
 }
 
@@ -255,10 +297,37 @@ void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Tens
   if (n == 0 || idx.numel == 0) return;
   const int64_t sds = src.strides[dim];
   g.stride[1][dim] = 0;
-  index_add_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), out.ptr<T>(), src.ptr<T>(),
-                                                             sds, idx.ptr<int64_t>(), idx.numel,
-                                                             idx.shape.empty() ? 0 : idx.strides[0]);
+  const int64_t m = idx.numel, istride = idx.shape.empty() ? 0 : idx.strides[0];
+  if (m <= kIndexAddScanMax) {
+    index_add_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), out.ptr<T>(), src.ptr<T>(),
+                                                              sds, idx.ptr<int64_t>(), m, istride);
+    check_launch("index_add");
+    return;
+  }
+  OXM_CHECK(m <= INT32_MAX, NotImplemented, "index_add: more than 2^31 indices are not supported on cuda (", m, ")");
+  // Indices are validated to lie in [0, out.shape[dim]): sorting only the bits that range needs.
+  const int end_bit = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(out.shape[dim]))));
+  const size_t pair_bytes = static_cast<size_t>(m) * sizeof(int64_t);
+  void* buf = scratch_alloc(4 * pair_bytes);  // keys, positions, sorted keys, sorted positions
+  uint64_t* keys = static_cast<uint64_t*>(buf);
+  uint64_t* skeys = keys + 2 * m;
+  int64_t* pos = reinterpret_cast<int64_t*>(keys + m);
+  int64_t* spos = reinterpret_cast<int64_t*>(keys + 3 * m);
+  index_pairs_kernel<<<blocks(m), kThreads, 0, stream()>>>(m, idx.ptr<int64_t>(), istride, keys, pos);
   check_launch("index_add");
+  size_t temp_bytes = 0;
+  check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, skeys, pos, spos, static_cast<int>(m), 0, end_bit,
+                                        stream()),
+        "index_add", "cub::DeviceRadixSort::SortPairs (size query)");
+  void* temp = scratch_alloc(std::max<size_t>(temp_bytes, 1));
+  check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, skeys, pos, spos, static_cast<int>(m), 0, end_bit,
+                                        stream()),
+        "index_add", "cub::DeviceRadixSort::SortPairs");
+  index_add_sorted_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), out.ptr<T>(),
+                                                                   src.ptr<T>(), sds, skeys, spos, m);
+  check_launch("index_add");
+  scratch_free(temp, std::max<size_t>(temp_bytes, 1));  // stream-ordered: safe right after enqueueing
+  scratch_free(buf, 4 * pair_bytes);
 }
 void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
   if (out.shape.empty()) {  // 0-d: treat as 1 element along a virtual dim of size 1
