@@ -202,6 +202,20 @@ TEST(Cuda, ReductionsOverDimSets) {
   Tensor many = uni({20000, 7}, -1, 1, 33);
   expect_match(gpu(many).sum({1}), many.sum({1}), "short rows", 1e-5, 1e-6);
   expect_match(gpu(many).sum({0}), many.sum({0}), "column sum", 1e-5 * std::sqrt(20000.0), 1e-4);
+  // column reductions (outputs contiguous in x): few outputs over long columns, many outputs, a strided
+  // reduced dim, max/min, and the [4096, 4096] dim-0 sum of the benchmarks
+  Tensor cols = uni({100000, 9}, -1, 1, 34);
+  expect_match(gpu(cols).sum({0}), cols.sum({0}), "few long columns", 1e-5 * std::sqrt(100000.0), 1e-4);
+  expect_match(gpu(cols).max({0}), cols.max({0}), "column max", 0, 0);
+  expect_match(gpu(cols).min({0}), cols.min({0}), "column min", 0, 0);
+  Tensor wide = uni({300, 5000}, -1, 1, 35);
+  expect_match(gpu(wide).sum({0}), wide.sum({0}), "many columns", 1e-5 * std::sqrt(300.0), 1e-5);
+  expect_match(gpu(wide).slice(0, 0, 300, 3).sum({0}), wide.slice(0, 0, 300, 3).sum({0}), "strided rows", 1e-4, 1e-5);
+  Tensor cube = uni({40, 50, 16}, -1, 1, 36);
+  expect_match(gpu(cube).sum({0, 1}), cube.sum({0, 1}), "two reduced dims", 1e-5 * std::sqrt(2000.0), 1e-4);
+  Tensor sq = uni({4096, 4096}, -1, 1, 37);
+  expect_match(gpu(sq).sum({0}), sq.sum({0}), "4096^2 dim 0", 1e-5 * std::sqrt(4096.0), 1e-4);
+  EXPECT_EQ(host(gpu(cols).sum({0})).to_vector<float>(), host(gpu(cols).sum({0})).to_vector<float>());
   expect_match(gpu(zeros({0, 4})).sum({0}), zeros({0, 4}).sum({0}), "empty sum", 0, 0);
   // determinism: the same reduction twice is bit-identical
   EXPECT_EQ(host(gpu(big).sum()).item<float>(), host(gpu(big).sum()).item<float>());

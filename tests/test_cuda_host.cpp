@@ -185,6 +185,16 @@ TEST(CudaIndexMath, Col2imSourceInvertsIm2col) {
         }
 }
 
+TEST(CudaIndexMath, ColumnReductionChunks) {
+  EXPECT_EQ(col_reduce_chunks(4096, 4096, 132), 5);    // 128 column blocks; 4*132 blocks wanted
+  EXPECT_EQ(col_reduce_chunks(4, 1000000, 132), 528);  // few outputs: spread over the device
+  EXPECT_EQ(col_reduce_chunks(4, 100, 132), 2);        // but at least 8 rows per thread and chunk
+  EXPECT_EQ(col_reduce_chunks(1 << 20, 10, 132), 1);
+  EXPECT_EQ(col_reduce_chunks(1, int64_t{1} << 40, 132), 528);
+  EXPECT_EQ(col_reduce_chunks(1, int64_t{1} << 40, 100000), 65535);
+  EXPECT_EQ(col_reduce_chunks(7, 1, 0), 1);
+}
+
 TEST(CudaIndexMath, LaunchGeometry) {
   EXPECT_EQ(grid_blocks(0, 256, 132), 1);
   EXPECT_EQ(grid_blocks(1, 256, 132), 1);

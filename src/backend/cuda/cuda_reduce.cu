@@ -88,6 +88,34 @@ __global__ void __launch_bounds__(kThreads) reduce_block_kernel(ReduceOp op, Gro
   }
 }
 
+// Column reduction: the outputs are contiguous in x (kept dim 0 has stride 1). Threads (tx, ty) of block
+// (bx, c) take output bx*32 + tx and rows ty, ty + 8, ... of chunk c, so a warp reads 32 adjacent values;
+// the 8 row partials are combined in a fixed order by ty == 0.
+template <class T>
+__global__ void __launch_bounds__(kColOutputs* kColRows)
+    reduce_cols_kernel(ReduceOp op, Group kept, Group red, const T* x, T* out, typename AccOf<T>::type* partial,
+                       int64_t M, int64_t R, int64_t chunks) {
+  using A = typename AccOf<T>::type;
+  __shared__ A sh[kColRows][kColOutputs];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int64_t m = static_cast<int64_t>(blockIdx.x) * kColOutputs + tx, c = blockIdx.y;
+  const int64_t len = (R + chunks - 1) / chunks, r0 = c * len, r1 = min(R, r0 + len);
+  A acc = identity<A>(op);
+  if (m < M) {
+    const T* base = x + kept.offset(m);
+    for (int64_t r = r0 + ty; r < r1; r += kColRows) acc = combine<A>(op, acc, static_cast<A>(base[red.offset(r)]));
+  }
+  sh[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && m < M) {
+    for (int k = 1; k < kColRows; ++k) acc = combine<A>(op, acc, sh[k][tx]);
+    if (chunks == 1)
+      out[kept.out_offset(m)] = static_cast<T>(acc);
+    else
+      partial[m * chunks + c] = acc;
+  }
+}
+
 template <class T>
 __global__ void reduce_finish_kernel(ReduceOp op, Group kept, T* out, const typename AccOf<T>::type* partial,
                                      int64_t M, int64_t chunks) {
@@ -135,6 +163,23 @@ void reduce_t(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) 
   if (M >= 4096 && R <= 256) {
     reduce_thread_kernel<T><<<blocks(M), kThreads, 0, stream()>>>(op, kept, red, xp, op_, M, R);
     return check_launch(name);
+  }
+  if (kept.ndim >= 1 && kept.stride[0] == 1 && kept.size[0] >= kColRows) {
+    const int64_t chunks = col_reduce_chunks(M, R, sm_count()), col_blocks = (M + kColOutputs - 1) / kColOutputs;
+    OXM_CHECK(col_blocks <= INT32_MAX && M * chunks <= (int64_t{1} << 40), NotImplemented, name,
+              ": too many outputs for the cuda column reduction (", M, ")");
+    A* partial = nullptr;
+    const size_t pbytes = chunks > 1 ? static_cast<size_t>(M * chunks) * sizeof(A) : 0;
+    if (pbytes) partial = static_cast<A*>(scratch_alloc(pbytes));
+    dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks)), block(kColOutputs, kColRows);
+    reduce_cols_kernel<T><<<grid, block, 0, stream()>>>(op, kept, red, xp, op_, partial, M, R, chunks);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && chunks > 1) {
+      reduce_finish_kernel<T><<<blocks(M), kThreads, 0, stream()>>>(op, kept, op_, partial, M, chunks);
+      e = cudaGetLastError();
+    }
+    if (pbytes) scratch_free(partial, pbytes);
+    return check(e, name, "kernel launch");
   }
   const int64_t chunks = reduce_chunks(R);
   OXM_CHECK(M <= INT32_MAX && (chunks == 1 || M * chunks <= (int64_t{1} << 31)), NotImplemented, name,
