@@ -1,10 +1,11 @@
-#include <cstdio>
 // The CUDA backend: one device (cuda:0), one stream, a size-bucketed caching allocator with stream-ordered
 // reuse, cuBLAS for matmul, and the kernels of cuda_*.cu. Launches are asynchronous; the host waits only in
 // copy_to_host (and in arg_reduce and logdet, whose NaN / pivot answers the host reads).
 #include <cublas_v2.h>
 
 #include <bit>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -112,6 +113,50 @@ class DeviceAllocator {
 
 DeviceAllocator* g_alloc = nullptr;
 
+// Small host-to-device copies (index lists, batch pointers) go through pinned staging slots, so that
+// cudaMemcpyAsync is truly asynchronous (from pageable memory the driver may wait for the stream's earlier
+// work). A slot is reused only once its previous copy has completed (its event), 32 copies later.
+class PinnedStaging {
+ public:
+  static constexpr size_t kSlotBytes = size_t{64} << 10;
+  static constexpr int kSlots = 32;
+  PinnedStaging() {
+    if (cudaHostAlloc(reinterpret_cast<void**>(&base_), kSlotBytes * kSlots, cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();  // no pinned memory: every copy takes the pageable path
+      base_ = nullptr;
+      return;
+    }
+    for (auto& e : events_)
+      if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        base_ = nullptr;
+        return;
+      }
+  }
+  // False when the copy is too large for a slot (or there is no pinned memory): the caller copies directly.
+  bool copy(void* dst, const void* src, size_t n) {
+    if (base_ == nullptr || n > kSlotBytes) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    const int k = next_;
+    next_ = (next_ + 1) % kSlots;
+    if (used_[k]) check(cudaEventSynchronize(events_[k]), "copy_from_host", "cudaEventSynchronize (staging slot)");
+    char* slot = base_ + static_cast<size_t>(k) * kSlotBytes;
+    std::memcpy(slot, src, n);
+    check(cudaMemcpyAsync(dst, slot, n, cudaMemcpyHostToDevice, g_stream), "copy_from_host", "cudaMemcpyAsync");
+    check(cudaEventRecord(events_[k], g_stream), "copy_from_host", "cudaEventRecord");
+    used_[k] = true;
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  char* base_ = nullptr;
+  cudaEvent_t events_[kSlots] = {};
+  bool used_[kSlots] = {};
+  int next_ = 0;
+};
+PinnedStaging* g_staging = nullptr;
+
 const char* cublas_status(cublasStatus_t s) {
   switch (s) {
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
@@ -148,6 +193,11 @@ void fail(cudaError_t e, const char* op, const char* what) {
 cudaStream_t stream() { return g_stream; }
 int sm_count() { return g_sms; }
 void* scratch_alloc(size_t n) { return g_alloc->allocate(n); }
+void copy_host_to_device(void* dst, const void* src, size_t n, const char* op) {
+  if (n == 0 || (g_staging && g_staging->copy(dst, src, n))) return;
+  // Pageable source: staged by the driver before this returns, so the caller may free it right away.
+  check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream), op, "cudaMemcpyAsync");
+}
 void scratch_free(void* p, size_t n) noexcept { g_alloc->deallocate(p, n); }
 
 namespace {
@@ -163,8 +213,7 @@ class CudaBackend final : public Backend {
   MemoryStats memory_stats() const override { return g_alloc->stats(); }
   void empty_cache() override { g_alloc->release(); }
   void copy_from_host(void* dst, const void* src, size_t n) override {
-    // Pageable source: staged by the driver before this returns, so the caller may free it right away.
-    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream), "copy_from_host", "cudaMemcpyAsync");
+    copy_host_to_device(dst, src, n, "copy_from_host");
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
     check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_stream), "copy_to_host", "cudaMemcpyAsync");
@@ -292,16 +341,18 @@ void CudaBackend::matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& o
   }
   const size_t bytes = host.size() * sizeof(float*);
   void* dev = scratch_alloc(bytes);
-  cudaError_t e = cudaMemcpyAsync(dev, host.data(), bytes, cudaMemcpyHostToDevice, g_stream);
-  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  if (e == cudaSuccess) {
-    auto** arr = static_cast<const float**>(dev);
-    st = cublasSgemmBatched(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, arr,
-                            static_cast<int>(lb.ld), arr + B, static_cast<int>(la.ld), &zero,
-                            const_cast<float**>(arr + 2 * B), static_cast<int>(n), static_cast<int>(B));
+  try {
+    copy_host_to_device(dev, host.data(), bytes, "matmul");
+  } catch (...) {
+    scratch_free(dev, bytes);
+    throw;
   }
-  scratch_free(dev, bytes);
-  check(e, "matmul", "cudaMemcpyAsync of the batch pointers");
+  auto** arr = static_cast<const float**>(dev);
+  const cublasStatus_t st =
+      cublasSgemmBatched(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, arr,
+                         static_cast<int>(lb.ld), arr + B, static_cast<int>(la.ld), &zero,
+                         const_cast<float**>(arr + 2 * B), static_cast<int>(n), static_cast<int>(B));
+  scratch_free(dev, bytes);  // stream-ordered: the next user of the block runs after the GEMM
   check_blas(st, "matmul", "cublasSgemmBatched");
 }
 
@@ -352,6 +403,7 @@ Backend* create_cuda_backend(std::string& why) noexcept {
                             std::to_string(driver / 1000) + "." + std::to_string((driver % 1000) / 10);
     }
     cuda::g_alloc = new cuda::DeviceAllocator();  // never destroyed: storages may outlive static destruction
+    cuda::g_staging = new cuda::PinnedStaging();  // likewise
     return new cuda::CudaBackend(h);
   } catch (const std::exception& ex) {
     why = ex.what();

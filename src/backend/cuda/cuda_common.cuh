@@ -23,6 +23,9 @@ int sm_count();
 // is safe (one stream: a later user of the block runs after them).
 void* scratch_alloc(size_t nbytes);
 void scratch_free(void* p, size_t nbytes) noexcept;
+// Enqueues a host-to-device copy on the stream; `src` may be freed as soon as this returns (small copies are
+// staged in pinned memory, so they never wait for the stream's earlier work).
+void copy_host_to_device(void* dst, const void* src, size_t nbytes, const char* op);
 
 inline constexpr int kThreads = 256;
 inline unsigned blocks(int64_t n) { return static_cast<unsigned>(grid_blocks(n, kThreads, sm_count())); }
