@@ -6,7 +6,9 @@
 #   CUDA), then compute-sanitizer memcheck and racecheck over the cuda suite; print one summary table.
 #   Logs go to build-gpu/logs; with $OUT set (the device tool), the summary and one .tar.gz of the logs are
 #   copied there (the tool brings back at most 8 files). Every step has a time limit and the whole run a
-#   budget (GPU_CHECK_BUDGET seconds, default 520): a step that would start past it is skipped and says so.
+#   budget (GPU_CHECK_BUDGET seconds, default 450): a step that would start past it is skipped and says so.
+#   GPU_CHECK_STEPS="memcheck racecheck" runs only the named steps (configure and build always run, and are
+#   no-ops on a warm machine whose build-gpu/ is still there): a second call for what the first one skipped.
 #
 # Build dependencies that a bare GPU image may lack (Debian 12 packages): GoogleTest, Google Benchmark,
 # CLI11, nlohmann-json, ncurses (wide), OpenBLAS. The GPU machine has no network, so fetch them here first
@@ -16,8 +18,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-budget=${GPU_CHECK_BUDGET:-520}
+budget=${GPU_CHECK_BUDGET:-450}
+only=" ${GPU_CHECK_STEPS:-} "
 logs=build-gpu/logs
+rm -rf "$logs"  # this run's logs only (an earlier run's came back through $OUT already)
 mkdir -p "$logs"
 jobs=$(nproc)
 if compgen -G "shared/debs/*.deb" >/dev/null; then
@@ -54,6 +58,10 @@ step() {  # step NAME TIMEOUT CMD...: runs with a time limit, logs to $logs/NAME
   local name=$1 limit=$2
   shift 2
   steps+=("$name")
+  if [ "$only" != "  " ] && [ "$name" != configure ] && [ "$name" != build ] && [[ "$only" != *" $name "* ]]; then
+    result[$name]="SKIP (not in GPU_CHECK_STEPS)"
+    return
+  fi
   local t0=$(date +%s) left=$((budget - ($(date +%s) - start)))
   if [ "$left" -lt 20 ]; then result[$name]="SKIP (budget of ${budget}s spent)"; echo "--- $name: ${result[$name]}"; return; fi
   [ "$limit" -gt "$left" ] && limit=$left
