@@ -211,6 +211,10 @@ TEST(Cuda, ReductionsOverDimSets) {
   Tensor wide = uni({300, 5000}, -1, 1, 35);
   expect_match(gpu(wide).sum({0}), wide.sum({0}), "many columns", 1e-5 * std::sqrt(300.0), 1e-5);
   expect_match(gpu(wide).slice(0, 0, 300, 3).sum({0}), wide.slice(0, 0, 300, 3).sum({0}), "strided rows", 1e-4, 1e-5);
+  Tensor tall = uni({3000, 200}, -1, 1, 38);  // column kernel (M 200, R 1000) over a reduced dim of stride 600
+  expect_match(gpu(tall).slice(0, 0, 3000, 3).sum({0}), tall.slice(0, 0, 3000, 3).sum({0}), "column kernel, strided",
+               1e-5 * std::sqrt(1000.0), 1e-4);
+  expect_match(gpu(tall).max({0}), tall.max({0}), "column kernel max", 0, 0);
   Tensor cube = uni({40, 50, 16}, -1, 1, 36);
   expect_match(gpu(cube).sum({0, 1}), cube.sum({0, 1}), "two reduced dims", 1e-5 * std::sqrt(2000.0), 1e-4);
   Tensor sq = uni({4096, 4096}, -1, 1, 37);
@@ -262,6 +266,18 @@ TEST(Cuda, IndexOpsAreDeterministicAndMatchCpu) {
   Tensor r2 = host(gpu(zeros({6, 8})).index_add(0, gpu(many), gpu(big)));
   EXPECT_EQ(r1.to_vector<float>(), r2.to_vector<float>());
   EXPECT_EQ(r1.to_vector<float>(), zeros({6, 8}).index_add(0, many, big).to_vector<float>());
+  // A CPU index may index device data (validated on the host, copied over); gradients flow either way.
+  {
+    Tensor xg = gpu(x).requires_grad_(), xc = x.detach().requires_grad_();
+    Tensor w = uni({7, 5}, -1, 1, 58);
+    (xg.index_select(0, idx) * gpu(w)).sum().backward();  // idx on the CPU
+    (xc.index_select(0, idx) * w).sum().backward();
+    expect_match(xg.grad(), xc.grad(), "index_select grad, cpu index", 1e-6, 1e-7);
+    expect_match(gpu(x).index_add(0, idx, gpu(src)), x.index_add(0, idx, src), "index_add, cpu index", 1e-6, 1e-7);
+    expect_match(gpu(x).gather(1, gi), x.gather(1, gi), "gather, cpu index", 0, 0);
+    expect_match(gpu(x).scatter_add(1, gi, gpu(s2)), x.scatter_add(1, gi, s2), "scatter_add, cpu index", 1e-6, 1e-7);
+    EXPECT_THROW((void)x.index_select(0, gpu(idx)), Error);  // a device index for cpu data: DeviceMismatch
+  }
   // Long index lists (sorted path: > 32 indices) along an inner dim of a strided out, random with repeats,
   // and the DPP workload's pattern (unique flat positions): bit-identical to the CPU's ascending-order adds.
   std::vector<int64_t> rnd(5000);
@@ -279,6 +295,14 @@ TEST(Cuda, IndexOpsAreDeterministicAndMatchCpu) {
   Tensor fsrc = uni({3, static_cast<int64_t>(flat.size())}, -1, 1, 57);
   EXPECT_EQ(host(gpu(zeros({3, 64 * 256})).index_add(1, gpu(fidx), gpu(fsrc))).to_vector<float>(),
             zeros({3, 64 * 256}).index_add(1, fidx, fsrc).to_vector<float>());
+  // sorted path with a strided device index and with i64 data
+  Tensor sidx = gpu(ridx).slice(0, 0, 5000, 2);  // 2500 indices, stride 2
+  Tensor ssrc = uni({2500, 3}, -1, 1, 59);
+  EXPECT_EQ(host(gpu(zeros({300, 3})).index_add(0, sidx, gpu(ssrc))).to_vector<float>(),
+            zeros({300, 3}).index_add(0, ridx.slice(0, 0, 5000, 2), ssrc).to_vector<float>());
+  Tensor isrc = from_vector(std::vector<int64_t>(5000, 1), {5000});
+  EXPECT_EQ(host(gpu(zeros({300}, DType::I64)).index_add(0, gpu(ridx), gpu(isrc))).to_vector<int64_t>(),
+            zeros({300}, DType::I64).index_add(0, ridx, isrc).to_vector<int64_t>());
 }
 
 TEST(Cuda, MatmulLayoutsAndBatches) {
@@ -413,8 +437,8 @@ TEST(Cuda, EightThreadsIssuingOps) {
 TEST(Cuda, LogdetOnTheDeviceMatchesCpu) {
   NEED_GPU();
   uint64_t seed = 300;
-  for (const Shape& s : {Shape{3, 64, 4, 4}, Shape{3, 64, 16, 16}, Shape{2, 32, 32}, Shape{5, 40, 40}, Shape{7, 1, 1},
-                         Shape{16, 16}, Shape{0, 4, 4}}) {
+  for (const Shape& s : {Shape{3, 64, 4, 4}, Shape{4, 6, 6}, Shape{3, 64, 16, 16}, Shape{2, 32, 32}, Shape{5, 40, 40},
+                         Shape{7, 1, 1}, Shape{16, 16}, Shape{0, 4, 4}}) {
     const int64_t n = s[s.size() - 1];
     Tensor B = uni(s, -1, 1, ++seed);
     Tensor a = (matmul(B, B.transpose(-1, -2)) / static_cast<double>(n) + eye(n) * 0.5).detach().requires_grad_();

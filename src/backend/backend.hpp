@@ -105,6 +105,7 @@ class Backend {
   // a: `count` contiguous n x n matrices. Writes logdet[b] = log det a_b and, when `inverse` is not null,
   // inverse_b = a_b^{-1} (contiguous like a). Completes the pivot check before returning: `fail` names the
   // first matrix that is not positive definite (the outputs are then unspecified).
+  virtual bool has_logdet_spd(DType dtype, int64_t n) const { return false; }
   virtual bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
                           SpdFailure& fail) {
     return false;

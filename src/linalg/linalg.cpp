@@ -606,6 +606,7 @@ struct LogdetInverseNode final : Node {
 
 bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& out_shape, Tensor& out) {
   detail::Backend& be = detail::backend_for(a.device(), "logdet");
+  if (!be.has_logdet_spd(a.dtype(), n)) return false;  // before allocating anything on the device
   const bool grad = detail::needs_tape(a);
   Tensor src, ld, inv;
   {

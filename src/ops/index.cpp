@@ -12,18 +12,29 @@ namespace {
 
 using detail::Node;
 
-// Host copy of an I64 index tensor, every value checked against [0, size).
-Tensor checked_index(const Tensor& index, int64_t size, const char* op, int64_t dim, const Shape& shape) {
+// An I64 index, every value checked against [0, size) on the host, and its copy on the data's device.
+// A CPU index may index data on any device (the spec: index data may be copied to a device by a backend):
+// it is validated without touching the device and copied there asynchronously. A device index must be on
+// the data's device; validating it reads it back (one synchronisation). Backward nodes keep `host`, so
+// the gradient ops never read a device index back.
+struct CheckedIndex {
+  Tensor host, on_device;
+};
+CheckedIndex checked_index(const Tensor& index, int64_t size, const char* op, int64_t dim, const Shape& shape,
+                           Device device) {
   detail::check_defined(index, op, "index");
   OXM_CHECK(index.dtype() == DType::I64, DTypeMismatch, op, ": index must be i64, got ", index.dtype(),
             "; cast with .to(DType::I64)");
+  OXM_CHECK(index.device().is_cpu() || index.device() == device, DeviceMismatch, op, ": index is on ", index.device(),
+            " but self on ", device, "; pass the index on the cpu or on ", device);
   Tensor host = index.to(Device::cpu()).contiguous();
   const int64_t* p = host.impl()->ptr<int64_t>();
   for (int64_t i = 0; i < host.numel(); ++i) {
     OXM_CHECK(p[i] >= 0 && p[i] < size, IndexOutOfBounds, op, ": index ", p[i], " (at position ", i,
               ") is out of range for dim ", dim, " of size ", size, " (shape ", shape, ")");
   }
-  return index.device().is_cpu() ? host : index;
+  if (device.is_cpu()) return {host, host};
+  return {host, index.device() == device ? index : host.to(device)};
 }
 
 void check_same(const Tensor& a, const Tensor& b, const char* op, const char* what) {
@@ -100,8 +111,8 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
   const int64_t d = normalize_dim(dim, this->dim(), op);
   detail::check_defined(index, op, "index");
   OXM_CHECK(index.dim() <= 1, InvalidArgument, op, ": index must be 1-d or 0-d, got shape ", index.shape());
-  Tensor idx = checked_index(index, x.shape[d], op, dim, x.shape);
-  OXM_CHECK(idx.device() == x.device(), DeviceMismatch, op, ": index is on ", idx.device(), ", self on ", x.device());
+  const CheckedIndex ci = checked_index(index, x.shape[d], op, dim, x.shape, x.device());
+  const Tensor& idx = ci.on_device;
   Shape out_shape = x.shape;
   out_shape[d] = idx.numel();
   Tensor out = detail::make_empty(out_shape, x.dtype, x.device(), op);
@@ -110,7 +121,7 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
     auto* n = new IndexSelectNode();
     n->dim = d;
     n->in_shape = x.shape;
-    n->index = idx;
+    n->index = ci.host;
     record(out, {this}, n);
   }
   return out;
@@ -129,7 +140,8 @@ Tensor Tensor::index_add(int64_t dim, const Tensor& index, const Tensor& src) co
   want[d] = index.numel();
   OXM_CHECK(src.shape() == want, ShapeMismatch, op, ": src has shape ", src.shape(), " but self ", x.shape,
             " with ", index.numel(), " indices along dim ", dim, " needs ", want);
-  Tensor idx = checked_index(index, x.shape[d], op, dim, x.shape);
+  const CheckedIndex ci = checked_index(index, x.shape[d], op, dim, x.shape, x.device());
+  const Tensor& idx = ci.on_device;
   Tensor out;
   {
     NoGradGuard ng;
@@ -140,7 +152,7 @@ Tensor Tensor::index_add(int64_t dim, const Tensor& index, const Tensor& src) co
   if (detail::needs_tape(*this, src)) {
     auto* n = new IndexAddNode();
     n->dim = d;
-    n->index = idx;
+    n->index = ci.host;
     record(out, {this, &src}, n);
   }
   return out;
@@ -171,14 +183,15 @@ Tensor Tensor::gather(int64_t dim, const Tensor& index) const {
   detail::check_defined(*this, op);
   const auto& x = *impl_;
   const int64_t d = check_gather_shapes(*this, index, nullptr, dim, op);
-  Tensor idx = checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape);
+  const CheckedIndex ci = checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape, x.device());
+  const Tensor& idx = ci.on_device;
   Tensor out = detail::make_empty(idx.shape(), x.dtype, x.device(), op);
   if (out.numel()) detail::backend_for(x.device(), op).gather(x, d, *idx.impl(), *out.impl());
   if (detail::needs_tape(*this)) {
     auto* n = new GatherNode();
     n->dim = d;
     n->in_shape = x.shape;
-    n->index = idx;
+    n->index = ci.host;
     record(out, {this}, n);
   }
   return out;
@@ -192,7 +205,8 @@ Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) 
             this->dim());
   const auto& x = *impl_;
   const int64_t d = check_gather_shapes(*this, index, &src, dim, op);
-  Tensor idx = checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape);
+  const CheckedIndex ci = checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape, x.device());
+  const Tensor& idx = ci.on_device;
   Tensor out;
   {
     NoGradGuard ng;
@@ -204,7 +218,7 @@ Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) 
               ": the gradient for src needs src and index of one shape (got ", src.shape(), " and ", idx.shape(), ")");
     auto* n = new ScatterAddNode();
     n->dim = d;
-    n->index = idx;
+    n->index = ci.host;
     record(out, {this, &src}, n);
   }
   return out;
@@ -305,7 +319,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype) {
     OXM_CHECK(host.numel() > 0, InvalidArgument, op, ": cannot infer num_classes from an empty index");
     num_classes = *std::max_element(p, p + host.numel()) + 1;
   }
-  Tensor idx = checked_index(host, num_classes, op, -1, Shape{num_classes});
+  Tensor idx = checked_index(host, num_classes, op, -1, Shape{num_classes}, Device::cpu()).host;
   Shape s = index.shape();
   s.push_back(num_classes);
   Tensor out = zeros(s, dtype);

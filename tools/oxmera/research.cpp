@@ -236,8 +236,9 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
   optim::Adam opt(params, {.lr = 1e-2});
   LossLog log(R);
   for (int e = 0; e < o.epochs; ++e) {
-    // one upload of the epoch's order; each batch is a view of it
-    const Tensor order = from_vector(epoch_order(ntr, o.seed + static_cast<uint64_t>(e)), Shape{ntr}).to(dev);
+    // Index tensors stay on the CPU whatever the device: validated on the host, copied to a GPU
+    // asynchronously (a device index would be read back to be validated: one synchronisation per op).
+    const Tensor order = from_vector(epoch_order(ntr, o.seed + static_cast<uint64_t>(e)), Shape{ntr});
     const bool first = e == 0, last = e == o.epochs - 1;
     for (int64_t s = 0; s < ntr; s += kBatch) {
       const int64_t B = std::min<int64_t>(kBatch, ntr - s);
@@ -311,7 +312,7 @@ struct DppRun {
     Tensor L = dpp_kernel(quality(Fb), V, eye_m);  // [R, B, 16, 16]
     Tensor logZ = linalg::logdet(L + eye_m);       // [R, B]
     Tensor LY = L.reshape(Shape{R, B * kSeries * kSeries})
-                    .index_select(1, from_vector(pair_index(data, steps, B), Shape{B * kSetSize * kSetSize}).to(dev))
+                    .index_select(1, from_vector(pair_index(data, steps, B), Shape{B * kSetSize * kSetSize}))
                     .view(Shape{R, B, kSetSize, kSetSize});
     return (logZ - linalg::logdet(LY)).mean({1});
   }
@@ -322,11 +323,11 @@ struct DppRun {
     const int64_t ntr = data.n_train;
     for (int e = 0; e < o.epochs; ++e) {
       const std::vector<int64_t> order = epoch_order(ntr, o.seed + static_cast<uint64_t>(e));
-      const Tensor order_dev = from_vector(order, Shape{ntr}).to(dev);
+      const Tensor order_t = from_vector(order, Shape{ntr});  // on the CPU, as every index here
       const bool first = e == 0, last = e == o.epochs - 1;
       for (int64_t s = 0; s < ntr; s += kBatch) {
         const int64_t B = std::min<int64_t>(kBatch, ntr - s);
-        Tensor bi = order_dev.narrow(0, s, B);
+        Tensor bi = order_t.narrow(0, s, B);
         Tensor per = nll(Ftr.index_select(0, bi), order.data() + s, B, V, quality);
         Tensor loss = per.sum();
         opt.zero_grad();

@@ -134,16 +134,21 @@ class PinnedStaging {
       }
   }
   // False when the copy is too large for a slot (or there is no pinned memory): the caller copies directly.
-  bool copy(void* dst, const void* src, size_t n) {
+  bool copy(void* dst, const void* src, size_t n, const char* op) {
     if (base_ == nullptr || n > kSlotBytes) return false;
     std::lock_guard<std::mutex> lock(mu_);
     const int k = next_;
     next_ = (next_ + 1) % kSlots;
-    if (used_[k]) check(cudaEventSynchronize(events_[k]), "copy_from_host", "cudaEventSynchronize (staging slot)");
+    if (used_[k]) check(cudaEventSynchronize(events_[k]), op, "cudaEventSynchronize (staging slot)");
     char* slot = base_ + static_cast<size_t>(k) * kSlotBytes;
     std::memcpy(slot, src, n);
-    check(cudaMemcpyAsync(dst, slot, n, cudaMemcpyHostToDevice, g_stream), "copy_from_host", "cudaMemcpyAsync");
-    check(cudaEventRecord(events_[k], g_stream), "copy_from_host", "cudaEventRecord");
+    check(cudaMemcpyAsync(dst, slot, n, cudaMemcpyHostToDevice, g_stream), op, "cudaMemcpyAsync");
+    const cudaError_t e = cudaEventRecord(events_[k], g_stream);
+    if (e != cudaSuccess) {  // no event guards the slot: wait for the copy so the slot is free again
+      cudaStreamSynchronize(g_stream);
+      used_[k] = false;
+      check(e, op, "cudaEventRecord");
+    }
     used_[k] = true;
     return true;
   }
@@ -194,7 +199,7 @@ cudaStream_t stream() { return g_stream; }
 int sm_count() { return g_sms; }
 void* scratch_alloc(size_t n) { return g_alloc->allocate(n); }
 void copy_host_to_device(void* dst, const void* src, size_t n, const char* op) {
-  if (n == 0 || (g_staging && g_staging->copy(dst, src, n))) return;
+  if (n == 0 || (g_staging && g_staging->copy(dst, src, n, op))) return;
   // Pageable source: staged by the driver before this returns, so the caller may free it right away.
   check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream), op, "cudaMemcpyAsync");
 }
@@ -262,6 +267,7 @@ class CudaBackend final : public Backend {
                       TensorImpl* s1, TensorImpl* s2) override {
     cuda::optimizer_step(s, param, grad, s0, s1, s2);
   }
+  bool has_logdet_spd(DType dtype, int64_t n) const override { return cuda::has_logdet_spd(dtype, n); }
   bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
                   SpdFailure& fail) override {
     return cuda::logdet_spd(a, count, n, logdet, inverse, fail);

@@ -23,6 +23,22 @@ int sm_count();
 // is safe (one stream: a later user of the block runs after them).
 void* scratch_alloc(size_t nbytes);
 void scratch_free(void* p, size_t nbytes) noexcept;
+// Scratch memory released when the scope ends, also when an error is thrown (stream-ordered, as above).
+class Scratch {
+ public:
+  explicit Scratch(size_t nbytes) : n_(nbytes == 0 ? 1 : nbytes), p_(scratch_alloc(n_)) {}
+  ~Scratch() { scratch_free(p_, n_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  size_t n_;
+  void* p_;
+};
 // Enqueues a host-to-device copy on the stream; `src` may be freed as soon as this returns (small copies are
 // staged in pinned memory, so they never wait for the stream's earlier work).
 void copy_host_to_device(void* dst, const void* src, size_t nbytes, const char* op);
@@ -50,7 +66,8 @@ void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double
 void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g);
 void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
                     TensorImpl* s1, TensorImpl* s2);
+bool has_logdet_spd(DType dtype, int64_t n);  // cuda_linalg.cu
 bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
-                SpdFailure& fail);  // cuda_linalg.cu
+                SpdFailure& fail);
 
 }  // namespace oxmera::detail::cuda

@@ -308,8 +308,8 @@ void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Tens
   // Indices are validated to lie in [0, out.shape[dim]): sorting only the bits that range needs.
   const int end_bit = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(out.shape[dim]))));
   const size_t pair_bytes = static_cast<size_t>(m) * sizeof(int64_t);
-  void* buf = scratch_alloc(4 * pair_bytes);  // keys, positions, sorted keys, sorted positions
-  uint64_t* keys = static_cast<uint64_t*>(buf);
+  Scratch buf_(4 * pair_bytes);  // keys, positions, sorted keys, sorted positions
+  uint64_t* keys = buf_.as<uint64_t>();
   uint64_t* skeys = keys + 2 * m;
   int64_t* pos = reinterpret_cast<int64_t*>(keys + m);
   int64_t* spos = reinterpret_cast<int64_t*>(keys + 3 * m);
@@ -319,16 +319,14 @@ void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Tens
   check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, skeys, pos, spos, static_cast<int>(m), 0, end_bit,
                                         stream()),
         "index_add", "cub::DeviceRadixSort::SortPairs (size query)");
-  void* temp = scratch_alloc(std::max<size_t>(temp_bytes, 1));
-  check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, skeys, pos, spos, static_cast<int>(m), 0, end_bit,
-                                        stream()),
+  Scratch temp_(temp_bytes);
+  check(cub::DeviceRadixSort::SortPairs(temp_.as<void>(), temp_bytes, keys, skeys, pos, spos, static_cast<int>(m), 0,
+                                        end_bit, stream()),
         "index_add", "cub::DeviceRadixSort::SortPairs");
   index_add_sorted_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), out.ptr<T>(),
                                                                    src.ptr<T>(), sds, skeys, spos, m);
   check_launch("index_add");
-  scratch_free(temp, std::max<size_t>(temp_bytes, 1));  // stream-ordered: safe right after enqueueing
-  scratch_free(buf, 4 * pair_bytes);
-}
+}  // the scratch goes back stream-ordered: safe right after enqueueing
 void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
   if (out.shape.empty()) {  // 0-d: treat as 1 element along a virtual dim of size 1
     OXM_FAIL(NotImplemented, "index_add: 0-d tensors are not supported on cuda");

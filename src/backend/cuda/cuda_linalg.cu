@@ -12,7 +12,7 @@ namespace {
 template <int N>
 __global__ void __launch_bounds__(64) spd_logdet_kernel(const float* a, int64_t count, int n, float* logdet,
                                                           float* inv, int* pivot, double* value) {
-  double work[N * N];
+  double work[spd_work_size(N)];  // packed lower triangle: 4.1 KiB per thread at N = 32
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < count;
        b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t nn = static_cast<int64_t>(n) * n;
@@ -32,15 +32,18 @@ void launch(const float* a, int64_t count, int n, float* logdet, float* inv, int
 
 }  // namespace
 
+bool has_logdet_spd(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= kSpdMaxN; }
+
 bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
                 SpdFailure& fail) {
-  if (a.dtype != DType::F32 || n < 1 || n > kSpdMaxN || count < 1) return false;
+  if (!has_logdet_spd(a.dtype, n) || count < 1) return false;
   const float* ap = a.ptr<float>();
   float* lp = logdet.ptr<float>();
   float* ip = inverse ? inverse->ptr<float>() : nullptr;
   const size_t pbytes = static_cast<size_t>(count) * sizeof(int), vbytes = static_cast<size_t>(count) * sizeof(double);
-  int* pivot = static_cast<int*>(scratch_alloc(pbytes));
-  double* value = static_cast<double*>(scratch_alloc(vbytes));
+  Scratch pivot_buf(pbytes), value_buf(vbytes);
+  int* pivot = pivot_buf.as<int>();
+  double* value = value_buf.as<double>();
   const int ni = static_cast<int>(n);
   if (n <= 4)
     launch<4>(ap, count, ni, lp, ip, pivot, value);
@@ -64,8 +67,6 @@ bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logde
       check(cudaStreamSynchronize(stream()), "logdet", "cudaStreamSynchronize");
       break;
     }
-  scratch_free(pivot, pbytes);
-  scratch_free(value, vbytes);
   return true;
 }
 

@@ -165,7 +165,7 @@ void reduce_t(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) 
     return check_launch(name);
   }
   if (kept.ndim >= 1 && kept.stride[0] == 1 && kept.size[0] >= kColRows) {
-    const int64_t chunks = col_reduce_chunks(M, R, sm_count()), col_blocks = (M + kColOutputs - 1) / kColOutputs;
+    const int64_t chunks = col_reduce_chunks(M, R), col_blocks = (M + kColOutputs - 1) / kColOutputs;
     OXM_CHECK(col_blocks <= INT32_MAX && M * chunks <= (int64_t{1} << 40), NotImplemented, name,
               ": too many outputs for the cuda column reduction (", M, ")");
     A* partial = nullptr;

@@ -196,11 +196,12 @@ inline int64_t reduce_chunks(int64_t R) {
 }
 // Column reductions (the kept outputs contiguous in x): blocks of kColOutputs outputs x kColRows reduced
 // rows, and the reduced extent split into `chunks` so that few outputs still fill the device. Depends on
-// M, R and the SM count only (a given GPU always combines in the same order).
+// M and R only, so every GPU combines in the same order (the target, 528 blocks, is 4 per SM of an H100/H200).
 inline constexpr int kColOutputs = 32, kColRows = 8;
-inline int64_t col_reduce_chunks(int64_t M, int64_t R, int sm_count) {
+inline constexpr int64_t kColTargetBlocks = 528;
+inline int64_t col_reduce_chunks(int64_t M, int64_t R) {
   const int64_t col_blocks = (M + kColOutputs - 1) / kColOutputs;
-  const int64_t want = (4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 1) + col_blocks - 1) / col_blocks;
+  const int64_t want = (kColTargetBlocks + col_blocks - 1) / col_blocks;
   const int64_t by_rows = (R + 8 * kColRows - 1) / (8 * kColRows);  // at least 8 rows per thread per chunk
   int64_t c = want < by_rows ? want : by_rows;
   if (c > 65535) c = 65535;  // grid.y limit
