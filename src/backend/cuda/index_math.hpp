@@ -6,11 +6,7 @@
 // elements of each operand's own dtype. Plans and groups store dims innermost first (index 0 fastest).
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define OXM_CUDA_HD __host__ __device__
-#else
-#define OXM_CUDA_HD
-#endif
+#include "backend/cuda/host_device.hpp"
 
 namespace oxmera::detail::cuda {
 

@@ -5,16 +5,12 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define OXM_CUDA_HD_SPD __host__ __device__
-#else
-#define OXM_CUDA_HD_SPD
-#endif
+#include "backend/cuda/host_device.hpp"
 
 namespace oxmera::detail::cuda {
 
-// Largest n the per-thread kernels take (their f64 work array is n*n in local memory); larger batches go
-// through the host kernels.
+// Largest n the per-thread kernels take (their f64 work array, the packed triangle, is in local memory);
+// larger batches go through the host kernels.
 inline constexpr int kSpdMaxN = 32;
 
 // Doubles of work space spd_logdet_inverse needs for an n x n matrix: its packed lower triangle.
@@ -30,7 +26,7 @@ struct SpdPivot {
 // null, inv = a^{-1} (full, symmetric) = L^{-T} L^{-1}. Nothing is written to *logdet or inv when a pivot
 // fails.
 template <class T>
-OXM_CUDA_HD_SPD SpdPivot spd_logdet_inverse(const T* a, int n, double* work, T* logdet, T* inv) {
+OXM_CUDA_HD SpdPivot spd_logdet_inverse(const T* a, int n, double* work, T* logdet, T* inv) {
   // L[i][j] (j <= i) lives at work[i (i + 1) / 2 + j]
   auto L = [work](int i, int j) -> double& { return work[i * (i + 1) / 2 + j]; };
   double half_logdet = 0.0;
