@@ -320,3 +320,62 @@ TEST(CudaSpdMath, LogdetWithoutInverseAndFailedPivots) {
   EXPECT_EQ(p.pivot, 0);
   EXPECT_TRUE(std::isnan(p.value));
 }
+
+TEST(CudaSpdMath, CholeskyFactorReproducesTheMatrix) {
+  std::mt19937_64 rng(13);
+  for (int n : {1, 3, 7, 16, kSpdMaxN}) {
+    const std::vector<float> a = random_spd<float>(n, rng);
+    std::vector<double> work(static_cast<size_t>(spd_work_size(n)));
+    std::vector<float> L(static_cast<size_t>(n * n), -3.0f);
+    ASSERT_EQ(spd_cholesky(a.data(), n, work.data(), L.data()).pivot, -1);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        if (j > i) {
+          EXPECT_EQ(L[static_cast<size_t>(i * n + j)], 0.0f);
+        }
+        double s = 0;  // (L L^T)_ij
+        for (int k = 0; k < n; ++k)
+          s += double(L[static_cast<size_t>(i * n + k)]) * double(L[static_cast<size_t>(j * n + k)]);
+        EXPECT_NEAR(s, a[static_cast<size_t>(i * n + j)], 2e-6 * (1 + std::abs(a[static_cast<size_t>(i * n + j)])))
+            << "n " << n;
+      }
+    std::vector<float> bad = a;
+    bad[static_cast<size_t>((n - 1) * n + (n - 1))] = -5.0f;
+    std::vector<float> untouched(static_cast<size_t>(n * n), 9.0f);
+    const SpdPivot p = spd_cholesky(bad.data(), n, work.data(), untouched.data());
+    EXPECT_EQ(p.pivot, n - 1);
+    EXPECT_EQ(untouched[0], 9.0f);
+  }
+}
+
+TEST(CudaSpdMath, TriangularSolveColumns) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> U(-1, 1);
+  for (int n : {1, 2, 5, 16, kSpdMaxN})
+    for (bool upper : {false, true}) {
+      // a well-conditioned triangular matrix; the other triangle holds garbage that must not be read
+      std::vector<double> t(static_cast<size_t>(n * n));
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j)
+          t[static_cast<size_t>(i * n + j)] = i == j ? 2.0 + U(rng) : ((upper ? j > i : j < i) ? 0.3 * U(rng) : 1e30);
+      const int64_t k = 3;
+      std::vector<double> b(static_cast<size_t>(n * k)), x = b, work(static_cast<size_t>(n));
+      for (auto& v : b) v = U(rng);
+      x = b;
+      for (int64_t c = 0; c < k; ++c) ASSERT_EQ(tri_solve_column(t.data(), n, x.data() + c, k, upper, work.data()), -1);
+      for (int i = 0; i < n; ++i)
+        for (int64_t c = 0; c < k; ++c) {
+          double s = 0;  // (T x)_ic over T's triangle
+          for (int j = upper ? i : 0; j <= (upper ? n - 1 : i); ++j)
+            s += t[static_cast<size_t>(i * n + j)] * x[static_cast<size_t>(j * k + c)];
+          EXPECT_NEAR(s, b[static_cast<size_t>(i * k + c)], 1e-12) << n << upper;
+        }
+      // a zero on the diagonal: reported at the first row the solve reaches, x untouched
+      if (n >= 2) {
+        t[static_cast<size_t>(1 * n + 1)] = 0.0;
+        x = b;
+        EXPECT_EQ(tri_solve_column(t.data(), n, x.data(), k, upper, work.data()), 1);  // the only zero
+        EXPECT_EQ(x, b);
+      }
+    }
+}

@@ -100,14 +100,23 @@ class Backend {
   virtual void optimizer_step(const OptimizerStep& step, TensorImpl& param, const TensorImpl& grad,
                               TensorImpl* state0, TensorImpl* state1, TensorImpl* state2);
 
-  // ---- small batched SPD linear algebra on the device (optional: returns false when this backend has no
-  // kernel for the dtype or size, and linalg then round-trips through the host kernels).
-  // a: `count` contiguous n x n matrices. Writes logdet[b] = log det a_b and, when `inverse` is not null,
-  // inverse_b = a_b^{-1} (contiguous like a). Completes the pivot check before returning: `fail` names the
-  // first matrix that is not positive definite (the outputs are then unspecified).
-  virtual bool has_logdet_spd(DType dtype, int64_t n) const { return false; }
+  // ---- small batched linear algebra on the device (optional). has_small_linalg says whether this backend
+  // has kernels for the dtype and size n; when it has not (the default), linalg round-trips through the
+  // host kernels. Inputs and outputs are `count` contiguous matrices. Each call completes its check before
+  // returning: `fail` names the first failing matrix (its outputs are then unspecified).
+  virtual bool has_small_linalg(DType dtype, int64_t n) const { return false; }
+  // logdet[b] = log det a_b (a_b SPD) and, when `inverse` is not null, inverse_b = a_b^{-1}; fail: pivot.
   virtual bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
                           SpdFailure& fail) {
+    return false;
+  }
+  // L_b = the lower Cholesky factor of a_b (zeros above the diagonal); fail: pivot.
+  virtual bool cholesky_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& L, SpdFailure& fail) {
+    return false;
+  }
+  // x_b <- t_b^{-1} x_b in place (t_b lower or upper triangular n x n, x_b n x k); fail: the zero diagonal.
+  virtual bool solve_triangular_small(const TensorImpl& t, TensorImpl& x, int64_t count, int64_t n, int64_t k,
+                                      bool upper, SpdFailure& fail) {
     return false;
   }
 };

@@ -446,10 +446,55 @@ struct EighNode final : Node {
 
 }  // namespace
 
+namespace {
+// The backward of cholesky written with tensor ops, so it runs on the factor's device:
+// P = Phi(L^T gL) (lower triangle, halved diagonal), S = L^{-T} P L^{-1}, gA = (S + S^T) / 2.
+struct CholeskyOpsNode final : Node {
+  detail::SavedTensor L;
+  const char* name() const override { return "cholesky"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor Lf = L.get("cholesky"), Lt = Lf.transpose(-2, -1);
+    const int64_t n = Lf.shape()[Lf.dim() - 1];
+    Tensor phi = empty({n, n}, DType::F64);
+    double* p = phi.impl()->ptr<double>();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) p[i * n + j] = j < i ? 1.0 : (j == i ? 0.5 : 0.0);
+    Tensor P = Lt.matmul(gout[0]) * phi.to(Lf.dtype()).to(Lf.device());
+    Tensor X = solve_triangular(Lt, P, true);                                      // L^{-T} P
+    Tensor S = solve_triangular(Lt, X.transpose(-2, -1), true).transpose(-2, -1);  // X L^{-1}
+    gin[0] = (S + S.transpose(-2, -1)) * 0.5;
+  }
+};
+}  // namespace
+
 Tensor cholesky(const Tensor& a) {
   check_square(a, "cholesky");
   const int64_t n = a.shape()[a.dim() - 1];
   const int64_t count = Shape(a.shape().data(), a.dim() - 2).product();
+  if (!a.device().is_cpu() && count > 0) {
+    detail::Backend& be = detail::backend_for(a.device(), "cholesky");
+    if (be.has_small_linalg(a.dtype(), n)) {
+      Tensor src, L;
+      {
+        NoGradGuard ng;
+        src = a.detach().contiguous();
+        L = empty(a.shape(), a.dtype(), a.device());
+      }
+      detail::SpdFailure fail;
+      if (be.cholesky_spd(*src.impl(), count, n, *L.impl(), fail)) {
+        OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "cholesky: the matrix at batch index ",
+                  batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(), " on ", a.device(),
+                  " is not positive definite: pivot ", fail.pivot, " is ", fail.value, " (must be > 0)");
+        if (detail::needs_tape(a)) {
+          auto* node = new CholeskyOpsNode();
+          node->next.push_back(detail::edge_of(a));
+          node->L.save(L, true);
+          detail::set_history(L, node);
+        }
+        return L;
+      }
+    }
+  }
   const int64_t blocks = (count + kLanes - 1) / kLanes, nn2 = n * n;
   std::vector<double> packed = soa_pack(a, count, n);
   std::vector<int64_t> fail(static_cast<size_t>(blocks * kLanes), -1);
@@ -480,6 +525,24 @@ Tensor cholesky(const Tensor& a) {
   return L;
 }
 
+namespace {
+// The solution x of t x = b, with its history when t or b is differentiated.
+Tensor record_solve_triangular(const Tensor& t, const Tensor& b, Tensor x, bool upper) {
+  if (detail::needs_tape(t, b)) {
+    auto* node = new SolveTriangularNode();
+    node->next.push_back(detail::edge_of(t));
+    node->next.push_back(detail::edge_of(b));
+    node->upper = upper;
+    node->t_shape = t.shape();
+    node->b_shape = b.shape();
+    node->T.save(t, false);
+    node->X.save(x, true);
+    detail::set_history(x, node);
+  }
+  return x;
+}
+}  // namespace
+
 Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
   const char* op = "solve_triangular";
   check_square(t, op);
@@ -497,6 +560,25 @@ Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
   ts.push_back(n);
   bs.push_back(n);
   bs.push_back(b.shape()[b.dim() - 1]);
+  const int64_t count = batch.product(), k = b.shape()[b.dim() - 1];
+  if (!t.device().is_cpu() && count > 0 && k > 0) {
+    detail::Backend& be = detail::backend_for(t.device(), op);
+    if (be.has_small_linalg(t.dtype(), n)) {
+      Tensor Tc, Xc;
+      {
+        NoGradGuard ng;
+        Tc = t.detach().broadcast_to(ts).contiguous();
+        Xc = b.detach().broadcast_to(bs).contiguous();
+        if (Xc.shares_storage(b)) Xc = Xc.clone();  // solved in place
+      }
+      detail::SpdFailure fail;
+      if (be.solve_triangular_small(*Tc.impl(), *Xc.impl(), count, n, k, upper, fail)) {
+        OXM_CHECK(fail.batch < 0, InvalidArgument, op, ": the triangular matrix at batch index ",
+                  batch_index_str(fail.batch, ts), " has a zero on its diagonal at row ", fail.pivot, " (singular)");
+        return record_solve_triangular(t, b, Xc, upper);
+      }
+    }
+  }
   Batch T = host_batch(t.detach().broadcast_to(ts)), X = host_batch(b.detach().broadcast_to(bs));
   std::vector<int64_t> fail(static_cast<size_t>(T.count), -1);
   for_batches(T.count, n, [&](int64_t b0, int64_t e0) {
@@ -505,19 +587,7 @@ Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
   for (int64_t i = 0; i < T.count; ++i)
     OXM_CHECK(fail[i] < 0, InvalidArgument, op, ": the triangular matrix at batch index ", batch_index_str(i, ts),
               " has a zero on its diagonal at row ", fail[i], " (singular)");
-  Tensor x = to_like(X.t, b);
-  if (detail::needs_tape(t, b)) {
-    auto* node = new SolveTriangularNode();
-    node->next.push_back(detail::edge_of(t));
-    node->next.push_back(detail::edge_of(b));
-    node->upper = upper;
-    node->t_shape = t.shape();
-    node->b_shape = b.shape();
-    node->T.save(t, false);
-    node->X.save(x, true);
-    detail::set_history(x, node);
-  }
-  return x;
+  return record_solve_triangular(t, b, to_like(X.t, b), upper);
 }
 
 Tensor cholesky_solve(const Tensor& b, const Tensor& L) {
@@ -606,7 +676,7 @@ struct LogdetInverseNode final : Node {
 
 bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& out_shape, Tensor& out) {
   detail::Backend& be = detail::backend_for(a.device(), "logdet");
-  if (!be.has_logdet_spd(a.dtype(), n)) return false;  // before allocating anything on the device
+  if (!be.has_small_linalg(a.dtype(), n)) return false;  // before allocating anything on the device
   const bool grad = detail::needs_tape(a);
   Tensor src, ld, inv;
   {

@@ -267,10 +267,17 @@ class CudaBackend final : public Backend {
                       TensorImpl* s1, TensorImpl* s2) override {
     cuda::optimizer_step(s, param, grad, s0, s1, s2);
   }
-  bool has_logdet_spd(DType dtype, int64_t n) const override { return cuda::has_logdet_spd(dtype, n); }
+  bool has_small_linalg(DType dtype, int64_t n) const override { return cuda::has_small_linalg(dtype, n); }
   bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
                   SpdFailure& fail) override {
     return cuda::logdet_spd(a, count, n, logdet, inverse, fail);
+  }
+  bool cholesky_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& L, SpdFailure& fail) override {
+    return cuda::cholesky_spd(a, count, n, L, fail);
+  }
+  bool solve_triangular_small(const TensorImpl& t, TensorImpl& x, int64_t count, int64_t n, int64_t k, bool upper,
+                              SpdFailure& fail) override {
+    return cuda::solve_triangular_small(t, x, count, n, k, upper, fail);
   }
 
  private:

@@ -1,6 +1,8 @@
-// Batched log-determinant (and inverse, for its backward) of small SPD f32 matrices: one thread per matrix,
-// f64 arithmetic in a per-thread work array (spd_math.hpp). Replaces the host round trip of linalg::logdet
-// for n <= kSpdMaxN; one small device-to-host copy per call reads the pivots (NotPositiveDefinite needs them).
+// Small batched linear algebra of f32 matrices (n <= kSpdMaxN) on the device, f64 arithmetic in per-thread
+// work arrays (spd_math.hpp, host-tested): log-determinant (+ inverse for its backward) and Cholesky factor,
+// one thread per matrix; triangular solves, one thread per (matrix, right-hand column). One small
+// device-to-host copy per call reads the failure flags (NotPositiveDefinite / singular need them).
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -9,12 +11,17 @@
 namespace oxmera::detail::cuda {
 namespace {
 
+constexpr int kLinalgThreads = 64;  // per block: the per-thread f64 arrays live in local memory
+
+#define OXM_LINALG_LOOP(i, n)                                                            \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
 template <int N>
-__global__ void __launch_bounds__(64) spd_logdet_kernel(const float* a, int64_t count, int n, float* logdet,
-                                                          float* inv, int* pivot, double* value) {
+__global__ void __launch_bounds__(kLinalgThreads)
+    spd_logdet_kernel(const float* a, int64_t count, int n, float* logdet, float* inv, int* pivot, double* value) {
   double work[spd_work_size(N)];  // packed lower triangle: 4.1 KiB per thread at N = 32
-  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < count;
-       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  OXM_LINALG_LOOP(b, count) {
     const int64_t nn = static_cast<int64_t>(n) * n;
     const SpdPivot p = spd_logdet_inverse(a + b * nn, n, work, logdet + b, inv ? inv + b * nn : nullptr);
     pivot[b] = p.pivot;
@@ -23,50 +30,109 @@ __global__ void __launch_bounds__(64) spd_logdet_kernel(const float* a, int64_t 
 }
 
 template <int N>
-void launch(const float* a, int64_t count, int n, float* logdet, float* inv, int* pivot, double* value) {
-  constexpr int kT = 64;
-  const int64_t want = (count + kT - 1) / kT, cap = 64LL * sm_count();
-  const unsigned grid = static_cast<unsigned>(want < cap ? want : cap);
-  spd_logdet_kernel<N><<<grid, kT, 0, stream()>>>(a, count, n, logdet, inv, pivot, value);
+__global__ void __launch_bounds__(kLinalgThreads)
+    spd_cholesky_kernel(const float* a, int64_t count, int n, float* L, int* pivot, double* value) {
+  double work[spd_work_size(N)];
+  OXM_LINALG_LOOP(b, count) {
+    const int64_t nn = static_cast<int64_t>(n) * n;
+    const SpdPivot p = spd_cholesky(a + b * nn, n, work, L + b * nn);
+    pivot[b] = p.pivot;
+    value[b] = p.value;
+  }
 }
 
-}  // namespace
+// Thread (b, c) solves column c of matrix b; every column of a matrix meets the same zero diagonal first, so
+// column 0 alone reports it.
+template <int N>
+__global__ void __launch_bounds__(kLinalgThreads)
+    tri_solve_kernel(const float* t, float* x, int64_t count, int n, int64_t k, bool upper, int* pivot) {
+  double work[N];
+  OXM_LINALG_LOOP(id, count * k) {
+    const int64_t b = id / k, c = id % k;
+    const int row = tri_solve_column(t + b * n * n, n, x + b * n * k + c, k, upper, work);
+    if (c == 0) pivot[b] = row;
+  }
+}
 
-bool has_logdet_spd(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= kSpdMaxN; }
+unsigned grid_for(int64_t threads) {
+  const int64_t want = (threads + kLinalgThreads - 1) / kLinalgThreads, cap = 64LL * sm_count();
+  return static_cast<unsigned>(want < 1 ? 1 : (want < cap ? want : cap));
+}
 
-bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
-                SpdFailure& fail) {
-  if (!has_logdet_spd(a.dtype, n) || count < 1) return false;
-  const float* ap = a.ptr<float>();
-  float* lp = logdet.ptr<float>();
-  float* ip = inverse ? inverse->ptr<float>() : nullptr;
-  const size_t pbytes = static_cast<size_t>(count) * sizeof(int), vbytes = static_cast<size_t>(count) * sizeof(double);
-  Scratch pivot_buf(pbytes), value_buf(vbytes);
-  int* pivot = pivot_buf.as<int>();
-  double* value = value_buf.as<double>();
-  const int ni = static_cast<int>(n);
+// Calls f(std::integral_constant<int, N>) with the smallest N in {4, 8, 16, 32} that holds n.
+template <class F>
+void with_size(int64_t n, F&& f) {
   if (n <= 4)
-    launch<4>(ap, count, ni, lp, ip, pivot, value);
+    f(std::integral_constant<int, 4>{});
   else if (n <= 8)
-    launch<8>(ap, count, ni, lp, ip, pivot, value);
+    f(std::integral_constant<int, 8>{});
   else if (n <= 16)
-    launch<16>(ap, count, ni, lp, ip, pivot, value);
+    f(std::integral_constant<int, 16>{});
   else
-    launch<32>(ap, count, ni, lp, ip, pivot, value);
-  check_launch("logdet");
+    f(std::integral_constant<int, kSpdMaxN>{});
+}
+
+// The first failing matrix from the per-matrix flags (pivot -1 = fine), with its value when `value` is given.
+SpdFailure read_failure(const int* pivot, const double* value, int64_t count, const char* op) {
   std::vector<int> host(static_cast<size_t>(count));
-  check(cudaMemcpyAsync(host.data(), pivot, pbytes, cudaMemcpyDeviceToHost, stream()), "logdet", "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream()), "logdet", "cudaStreamSynchronize");
-  fail = SpdFailure{};
+  check(cudaMemcpyAsync(host.data(), pivot, host.size() * sizeof(int), cudaMemcpyDeviceToHost, stream()), op,
+        "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream()), op, "cudaStreamSynchronize");
+  SpdFailure fail;
   for (int64_t b = 0; b < count; ++b)
     if (host[static_cast<size_t>(b)] >= 0) {
       fail.batch = b;
       fail.pivot = host[static_cast<size_t>(b)];
-      check(cudaMemcpyAsync(&fail.value, value + b, sizeof(double), cudaMemcpyDeviceToHost, stream()), "logdet",
-            "cudaMemcpyAsync");
-      check(cudaStreamSynchronize(stream()), "logdet", "cudaStreamSynchronize");
+      if (value) {
+        check(cudaMemcpyAsync(&fail.value, value + b, sizeof(double), cudaMemcpyDeviceToHost, stream()), op,
+              "cudaMemcpyAsync");
+        check(cudaStreamSynchronize(stream()), op, "cudaStreamSynchronize");
+      }
       break;
     }
+  return fail;
+}
+
+}  // namespace
+
+bool has_small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= kSpdMaxN; }
+
+bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
+                SpdFailure& fail) {
+  if (!has_small_linalg(a.dtype, n) || count < 1) return false;
+  Scratch pivot(static_cast<size_t>(count) * sizeof(int)), value(static_cast<size_t>(count) * sizeof(double));
+  float* inv = inverse ? inverse->ptr<float>() : nullptr;
+  with_size(n, [&](auto N) {
+    spd_logdet_kernel<decltype(N)::value><<<grid_for(count), kLinalgThreads, 0, stream()>>>(
+        a.ptr<float>(), count, static_cast<int>(n), logdet.ptr<float>(), inv, pivot.as<int>(), value.as<double>());
+  });
+  check_launch("logdet");
+  fail = read_failure(pivot.as<int>(), value.as<double>(), count, "logdet");
+  return true;
+}
+
+bool cholesky_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& L, SpdFailure& fail) {
+  if (!has_small_linalg(a.dtype, n) || count < 1) return false;
+  Scratch pivot(static_cast<size_t>(count) * sizeof(int)), value(static_cast<size_t>(count) * sizeof(double));
+  with_size(n, [&](auto N) {
+    spd_cholesky_kernel<decltype(N)::value><<<grid_for(count), kLinalgThreads, 0, stream()>>>(
+        a.ptr<float>(), count, static_cast<int>(n), L.ptr<float>(), pivot.as<int>(), value.as<double>());
+  });
+  check_launch("cholesky");
+  fail = read_failure(pivot.as<int>(), value.as<double>(), count, "cholesky");
+  return true;
+}
+
+bool solve_triangular_small(const TensorImpl& t, TensorImpl& x, int64_t count, int64_t n, int64_t k, bool upper,
+                            SpdFailure& fail) {
+  if (!has_small_linalg(t.dtype, n) || count < 1 || k < 1) return false;
+  Scratch pivot(static_cast<size_t>(count) * sizeof(int));
+  with_size(n, [&](auto N) {
+    tri_solve_kernel<decltype(N)::value><<<grid_for(count * k), kLinalgThreads, 0, stream()>>>(
+        t.ptr<float>(), x.ptr<float>(), count, static_cast<int>(n), k, upper, pivot.as<int>());
+  });
+  check_launch("solve_triangular");
+  fail = read_failure(pivot.as<int>(), nullptr, count, "solve_triangular");
   return true;
 }
 
