@@ -121,6 +121,26 @@ TEST(Linalg, LogdetDetSolveInverseAgainstReferences) {
   EXPECT_EQ(xu.to_vector<double>(), std::vector<double>({2, 3}));
 }
 
+// The rule the device cholesky backward evaluates with tensor ops (P = Phi(L^T gL), S = L^{-T} P L^{-1},
+// gA = (S + S^T) / 2, through two upper triangular solves) equals the CPU backward.
+TEST(Linalg, CholeskyBackwardAsTensorOpsMatchesTheCpuRule) {
+  const int64_t n = 6;
+  Tensor B = randn({2, 3, n, n}, 71, DType::F64);
+  Tensor A = (matmul(B, B.transpose(-1, -2)) + eye(n, DType::F64) * 0.5).detach().requires_grad_();
+  Tensor W = randn({2, 3, n, n}, 72, DType::F64);
+  Tensor L = la::cholesky(A);
+  (L * W).sum().backward();
+  NoGradGuard ng;
+  std::vector<double> phi(static_cast<size_t>(n * n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) phi[static_cast<size_t>(i * n + j)] = j < i ? 1.0 : (j == i ? 0.5 : 0.0);
+  Tensor Lt = L.detach().transpose(-2, -1);
+  Tensor P = Lt.matmul(W) * from_vector(phi, {n, n});
+  Tensor X = la::solve_triangular(Lt, P, true);
+  Tensor S = la::solve_triangular(Lt, X.transpose(-2, -1), true).transpose(-2, -1);
+  expect_close(values((S + S.transpose(-2, -1)) * 0.5), values(A.grad()), 1e-12, 1e-12, "cholesky backward");
+}
+
 TEST(Linalg, DiagDiagEmbedTrace) {
   Tensor a = arange(0.0, 18.0, 1.0, DType::F64).reshape({2, 3, 3});
   EXPECT_EQ(la::diag(a).to_vector<double>(), std::vector<double>({0, 4, 8, 9, 13, 17}));

@@ -483,8 +483,8 @@ Tensor cholesky(const Tensor& a) {
       detail::SpdFailure fail;
       if (be.cholesky_spd(*src.impl(), count, n, *L.impl(), fail)) {
         OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "cholesky: the matrix at batch index ",
-                  batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(), " on ", a.device(),
-                  " is not positive definite: pivot ", fail.pivot, " is ", fail.value, " (must be > 0)");
+                  batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(), " is not positive definite: pivot ",
+                  fail.pivot, " is ", fail.value, " (must be > 0)");
         if (detail::needs_tape(a)) {
           auto* node = new CholeskyOpsNode();
           node->next.push_back(detail::edge_of(a));
@@ -688,7 +688,7 @@ bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& ou
   detail::SpdFailure fail;
   if (!be.logdet_spd(*src.impl(), count, n, *ld.impl(), grad ? inv.impl() : nullptr, fail)) return false;
   OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "logdet: the matrix at batch index ",
-            batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(), " on ", a.device(),
+            batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(),
             " is not positive definite: Cholesky pivot ", fail.pivot, " is ", fail.value,
             " (must be > 0); logdet supports symmetric positive definite matrices");
   if (grad) {

@@ -93,6 +93,8 @@ SpdFailure read_failure(const int* pivot, const double* value, int64_t count, co
   return fail;
 }
 
+#undef OXM_LINALG_LOOP
+
 }  // namespace
 
 bool has_small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= kSpdMaxN; }
