@@ -122,7 +122,7 @@ int main() {
                          std::make_shared<nn::Linear>(32, 32, true, gen), std::make_shared<nn::Tanh>(),
                          std::make_shared<nn::Linear>(32, 2, true, gen)};
     model.to(dev);
-    Tensor x = randn({32, 2}, 3).to(dev), y = zeros({32}, DType::I64).to(dev);
+    Tensor x = randn({32, 2}, 3).to(dev), y = zeros({32}, DType::I64);  // class targets stay on the CPU
     optim::Adam adam(model.parameters());
     auto step = [&] {
       Tensor l = nn::cross_entropy(model(x), y);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check for a fresh machine with an NVIDIA GPU (sized for 16 cores, under 8 minutes):
 #   configure Release with -DCMAKE_CUDA_ARCHITECTURES=90, build, run the `cuda` test label, the GPU
-#   benchmarks, the research workload on the GPU (f32) and on the CPU at the same dtype, the research
+#   benchmarks, the demo training (`oxmera train --device cuda`), the research workload on the GPU (f32) and on the CPU at the same dtype, the research
 #   workload side by side with its PyTorch twin on the GPU (bench/compare.sh, when python3 has torch with
 #   CUDA), then compute-sanitizer memcheck and racecheck over the cuda suite; print one summary table.
 #   Logs go to build-gpu/logs; with $OUT set (the device tool), the summary and one .tar.gz of the logs are
@@ -77,6 +77,7 @@ step build 300 cmake --build build-gpu -j "$jobs" --target oxmera_cuda_tests oxm
 step cuda_tests 120 ctest --test-dir build-gpu -L cuda --no-tests=error --output-on-failure -j 1
 tests=build-gpu/tests/oxmera_cuda_tests
 step bench 120 build-gpu/bench/oxmera_cuda_bench
+step train_cuda 60 "$ox" train --device cuda --epochs 5
 step research_cuda 150 "$ox" bench research --device cuda --out "$logs/research_cuda.json"
 step research_cpu 150 env OMP_NUM_THREADS=1 "$ox" bench research --device cpu --dtype f32 --out "$logs/research_cpu.json"
 if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -106,7 +107,7 @@ summary() {
     [ -f "$logs/$s.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAILED|PASSED" "$logs/$s.log" | sed "s/^/$s: /" | tail -4
   done
   if [ -f "$logs/bench.log" ]; then echo "---- benchmarks"; cat "$logs/bench.log"; fi
-  for s in research_cuda research_cpu; do
+  for s in train_cuda research_cuda research_cpu; do
     [ -f "$logs/$s.log" ] && { echo "---- $s"; cat "$logs/$s.log"; }
   done
   if [ -f "$logs/compare_torch.log" ]; then echo "---- compare_torch (oxmera vs PyTorch, both on the GPU)"; grep -v "^\[" "$logs/compare_torch.log"; fi

@@ -536,6 +536,20 @@ TEST(Cuda, ResearchShortRunMatchesCpuF32) {
     }
 }
 
+// Class targets may stay on the CPU for GPU logits (no read-back to validate them).
+TEST(Cuda, ClassTargetsMayStayOnTheCpu) {
+  NEED_GPU();
+  Tensor logits = uni({6, 4}, -2, 2, 61).requires_grad_();
+  Tensor lg = gpu(logits.detach()).requires_grad_();
+  Tensor y = from_vector<int64_t>({0, 3, 1, 1, 2, 0}, {6});
+  Tensor l = nn::cross_entropy(logits, y), lc = nn::cross_entropy(lg, y), ld = nn::cross_entropy(lg, gpu(y));
+  expect_match(lc, l, "cross_entropy, cpu target", 1e-5, 1e-6);
+  expect_match(ld, l, "cross_entropy, gpu target", 1e-5, 1e-6);
+  l.backward();
+  lc.backward();
+  expect_match(lg.grad(), logits.grad(), "cross_entropy grad, cpu target", 1e-5, 1e-6);
+}
+
 TEST(Cuda, DemoTrainingReachesTheCpuLoss) {
   NEED_GPU();
   auto train = [](Device dev) {

@@ -63,8 +63,11 @@ ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ig
             is_floating(target.dtype()) && std::string(op) == "cross_entropy"
                 ? " or pass class probabilities of the logits' shape and dtype"
                 : "");
-  OXM_CHECK(target.device() == input.device(), DeviceMismatch, op, ": target is on ", target.device(), " but ",
-            xname, " is on ", input.device());
+  // Class targets are index data: on the input's device, or on the CPU for any device (validated there with no
+  // device read-back, then copied over).
+  OXM_CHECK(target.device() == input.device() || target.device().is_cpu(), DeviceMismatch, op, ": target is on ",
+            target.device(), " but ", xname, " is on ", input.device(), "; keep class targets on the cpu or on ",
+            input.device());
   ClassTargets ct;
   ct.class_dim = input.dim() == 1 ? 0 : 1;
   ct.num_classes = xs[ct.class_dim];

@@ -72,7 +72,9 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
                        std::make_shared<nn::Linear>(32, 32, true, gen), std::make_shared<nn::Tanh>(),
                        std::make_shared<nn::Linear>(32, 2, true, gen)};
   model.to(device);
-  Tensor x = data.x.to(device), labels = data.labels.to(device);
+  // Class labels and batch indices stay on the CPU whatever the device: they are validated there and copied
+  // over asynchronously (on a GPU, a device index would be read back to be validated).
+  Tensor x = data.x.to(device), labels = data.labels;
   optim::AdamOptions ao;
   ao.lr = opt.lr;
   optim::Adam adam(model.parameters(), ao);
