@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU check for a fresh machine with an NVIDIA GPU (sized for 16 cores, under 8 minutes):
 #   configure Release with -DCMAKE_CUDA_ARCHITECTURES=90, build, run the `cuda` test label, the GPU
-#   benchmarks, the demo training (`oxmera train --device cuda`), the research workload on the GPU (f32) and on the CPU at the same dtype, the research
-#   workload side by side with its PyTorch twin on the GPU (bench/compare.sh, when python3 has torch with
-#   CUDA), then compute-sanitizer memcheck and racecheck over the cuda suite; print one summary table.
+#   benchmarks, the demo training (`oxmera train --device cuda`), the research workload on the GPU (f32)
+#   and on the CPU at the same dtype, the research workload side by side with its PyTorch twin on the GPU
+#   (bench/compare.sh, when python3 has torch with CUDA), then compute-sanitizer memcheck and racecheck over
+#   the cuda suite; print one summary table.
 #   Logs go to build-gpu/logs; with $OUT set (the device tool), the summary and one .tar.gz of the logs are
 #   copied there (the tool brings back at most 8 files). Every step has a time limit and the whole run a
 #   budget (GPU_CHECK_BUDGET seconds, default 450): a step that would start past it is skipped and says so.
