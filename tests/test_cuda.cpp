@@ -295,6 +295,21 @@ TEST(Cuda, IndexOpsAreDeterministicAndMatchCpu) {
   Tensor fsrc = uni({3, static_cast<int64_t>(flat.size())}, -1, 1, 57);
   EXPECT_EQ(host(gpu(zeros({3, 64 * 256})).index_add(1, gpu(fidx), gpu(fsrc))).to_vector<float>(),
             zeros({3, 64 * 256}).index_add(1, fidx, fsrc).to_vector<float>());
+  // scatter_add along a long index dim (sorted path: > 32 positions per output line), repeats included,
+  // bit-identical to the CPU's row-major adds; also on a transposed (strided) index and i64 data
+  std::vector<int64_t> sv(4 * 300);
+  for (size_t i = 0; i < sv.size(); ++i) sv[i] = static_cast<int64_t>((i * 37 + i / 7) % 50);
+  Tensor sgi = from_vector(sv, {4, 300});
+  Tensor sgs = uni({4, 300}, -1, 1, 60);
+  Tensor sbase = uni({4, 50}, -1, 1, 61);
+  EXPECT_EQ(host(gpu(sbase).scatter_add(1, gpu(sgi), gpu(sgs))).to_vector<float>(),
+            sbase.scatter_add(1, sgi, sgs).to_vector<float>());
+  Tensor sgiT = from_vector(sv, {300, 4}).t();  // [4, 300] with strides (1, 4)
+  EXPECT_EQ(host(gpu(sbase).scatter_add(1, gpu(from_vector(sv, {300, 4})).t(), gpu(sgs))).to_vector<float>(),
+            sbase.scatter_add(1, sgiT, sgs).to_vector<float>());
+  Tensor ones_i = from_vector(std::vector<int64_t>(4 * 300, 1), {4, 300});
+  EXPECT_EQ(host(gpu(zeros({4, 50}, DType::I64)).scatter_add(1, gpu(sgi), gpu(ones_i))).to_vector<int64_t>(),
+            zeros({4, 50}, DType::I64).scatter_add(1, sgi, ones_i).to_vector<int64_t>());
   // sorted path with a strided device index and with i64 data
   Tensor sidx = gpu(ridx).slice(0, 0, 5000, 2);  // 2500 indices, stride 2
   Tensor ssrc = uni({2500, 3}, -1, 1, 59);

@@ -4,13 +4,14 @@
 #include <bit>
 #include <cmath>
 #include <cub/device/device_radix_sort.cuh>
+#include <memory>
 
 #include "backend/cuda/cuda_common.cuh"
 
 namespace oxmera::detail::cuda {
 namespace {
 
-// index_add scans the whole index list per out element up to this many indices, and sorts them above it.
+// index_add / scatter_add scan up to this many index positions per out element, and sort them above it.
 constexpr int64_t kIndexAddScanMax = 32;
 
 #define OXM_GRID_LOOP(i, n)                                                                         \
@@ -114,6 +115,49 @@ __global__ void scatter_add_kernel(Geom g, int64_t n, int dim, Geom ig, T* out, 
     T acc = *o;
     for (int64_t k = 0; k < ig.size[dim]; ++k)
       if (idx[ib + k * is] == r) acc += src[sb + k * ss];
+    *o = acc;
+  }
+}
+
+// scatter_add over long index dims: pair (flat row-major index in out of p's target, p) for every index position p.
+__global__ void scatter_pairs_kernel(Geom g, int dim, Geom ig, const int64_t* idx, int64_t m, uint64_t* keys,
+                                     int64_t* pos) {
+  OXM_GRID_LOOP(p, m) {
+    int64_t c[kMaxDims];
+    ig.coords(p, c);
+    c[dim] = idx[ig.dot(0, c)];
+    int64_t q = 0;
+    for (int d = 0; d < g.rank; ++d) q = q * g.size[d] + c[d];
+    keys[p] = static_cast<uint64_t>(q);
+    pos[p] = p;
+  }
+}
+
+// One thread per out element q: its run in the sorted pairs holds the positions p targeting it, ascending,
+// which is the row-major order in which the scan kernel (and the CPU) adds them.
+template <class T>
+__global__ void scatter_add_sorted_kernel(Geom g, int64_t n, Geom ig, T* out, const T* src, const uint64_t* keys,
+                                          const int64_t* pos, int64_t m) {
+  OXM_GRID_LOOP(q, n) {
+    const uint64_t key = static_cast<uint64_t>(q);
+    int64_t lo = 0, hi = m;  // first k with keys[k] >= q
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (keys[mid] < key)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo == m || keys[lo] != key) continue;
+    int64_t c[kMaxDims];
+    g.coords(q, c);
+    T* o = out + g.dot(0, c);
+    T acc = *o;
+    for (int64_t k = lo; k < m && keys[k] == key; ++k) {
+      int64_t cp[kMaxDims];
+      ig.coords(pos[k], cp);
+      acc += src[ig.dot(1, cp)];
+    }
     *o = acc;
   }
 }
@@ -288,6 +332,44 @@ void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl&
   gather_bytes(g, out, x, idx, xds, "gather");
 }
 
+// (key, position) pairs for the sorted scatters, sorted by key with CUB's stable radix sort (positions stay
+// ascending within a key). `fill(keys, pos)` enqueues the kernel that writes the m unsorted pairs; keys are
+// below 2^end_bit. The caller reads the sorted pairs before the object goes out of scope.
+class SortedPairs {
+ public:
+  template <class Fill>
+  SortedPairs(int64_t m, int end_bit, const char* op, Fill&& fill) : buf_(4 * static_cast<size_t>(m) * 8) {
+    OXM_CHECK(m <= INT32_MAX, NotImplemented, op, ": more than 2^31 indices are not supported on cuda (", m, ")");
+    uint64_t* base = buf_.as<uint64_t>();
+    uint64_t* keys = base;
+    int64_t* pos = reinterpret_cast<int64_t*>(base + m);
+    keys_ = base + 2 * m;
+    pos_ = reinterpret_cast<int64_t*>(base + 3 * m);
+    fill(keys, pos);
+    check_launch(op);
+    size_t temp_bytes = 0;
+    check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys_, pos, pos_, static_cast<int>(m), 0, end_bit,
+                                          stream()),
+          op, "cub::DeviceRadixSort::SortPairs (size query)");
+    temp_ = std::make_unique<Scratch>(temp_bytes);
+    check(cub::DeviceRadixSort::SortPairs(temp_->as<void>(), temp_bytes, keys, keys_, pos, pos_, static_cast<int>(m), 0,
+                                          end_bit, stream()),
+          op, "cub::DeviceRadixSort::SortPairs");
+  }
+  const uint64_t* keys() const { return keys_; }
+  const int64_t* positions() const { return pos_; }
+
+ private:
+  Scratch buf_;  // unsorted keys, unsorted positions, sorted keys, sorted positions
+  std::unique_ptr<Scratch> temp_;
+  uint64_t* keys_ = nullptr;
+  int64_t* pos_ = nullptr;
+};
+
+int bits_for(int64_t values) {  // keys in [0, values)
+  return std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(values))));
+}
+
 template <class T>
 void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
   Geom g = geom_of(out.shape, "index_add");
@@ -304,27 +386,12 @@ void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Tens
     check_launch("index_add");
     return;
   }
-  OXM_CHECK(m <= INT32_MAX, NotImplemented, "index_add: more than 2^31 indices are not supported on cuda (", m, ")");
   // Indices are validated to lie in [0, out.shape[dim]): sorting only the bits that range needs.
-  const int end_bit = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(out.shape[dim]))));
-  const size_t pair_bytes = static_cast<size_t>(m) * sizeof(int64_t);
-  Scratch buf_(4 * pair_bytes);  // keys, positions, sorted keys, sorted positions
-  uint64_t* keys = buf_.as<uint64_t>();
-  uint64_t* skeys = keys + 2 * m;
-  int64_t* pos = reinterpret_cast<int64_t*>(keys + m);
-  int64_t* spos = reinterpret_cast<int64_t*>(keys + 3 * m);
-  index_pairs_kernel<<<blocks(m), kThreads, 0, stream()>>>(m, idx.ptr<int64_t>(), istride, keys, pos);
-  check_launch("index_add");
-  size_t temp_bytes = 0;
-  check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, skeys, pos, spos, static_cast<int>(m), 0, end_bit,
-                                        stream()),
-        "index_add", "cub::DeviceRadixSort::SortPairs (size query)");
-  Scratch temp_(temp_bytes);
-  check(cub::DeviceRadixSort::SortPairs(temp_.as<void>(), temp_bytes, keys, skeys, pos, spos, static_cast<int>(m), 0,
-                                        end_bit, stream()),
-        "index_add", "cub::DeviceRadixSort::SortPairs");
-  index_add_sorted_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), out.ptr<T>(),
-                                                                   src.ptr<T>(), sds, skeys, spos, m);
+  const SortedPairs sorted(m, bits_for(out.shape[dim]), "index_add", [&](uint64_t* keys, int64_t* pos) {
+    index_pairs_kernel<<<blocks(m), kThreads, 0, stream()>>>(m, idx.ptr<int64_t>(), istride, keys, pos);
+  });
+  index_add_sorted_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(
+      g, n, static_cast<int>(dim), out.ptr<T>(), src.ptr<T>(), sds, sorted.keys(), sorted.positions(), m);
   check_launch("index_add");
 }  // the scratch goes back stream-ordered: safe right after enqueueing
 void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
@@ -348,8 +415,20 @@ void scatter_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Te
   load(ig, 1, src.strides);
   const int64_t n = out.numel;
   if (n == 0 || idx.numel == 0) return;
-  scatter_add_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), ig, out.ptr<T>(),
-                                                               idx.ptr<int64_t>(), src.ptr<T>());
+  if (ig.size[dim] <= kIndexAddScanMax) {
+    scatter_add_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, static_cast<int>(dim), ig, out.ptr<T>(),
+                                                                idx.ptr<int64_t>(), src.ptr<T>());
+    check_launch("scatter_add");
+    return;
+  }
+  // Long scans: each index position p becomes the pair (row-major flat index of its target in out, p).
+  const int64_t m = idx.numel;
+  const SortedPairs sorted(m, bits_for(n), "scatter_add", [&](uint64_t* keys, int64_t* pos) {
+    scatter_pairs_kernel<<<blocks(m), kThreads, 0, stream()>>>(g, static_cast<int>(dim), ig, idx.ptr<int64_t>(), m,
+                                                               keys, pos);
+  });
+  scatter_add_sorted_kernel<T><<<blocks(n), kThreads, 0, stream()>>>(g, n, ig, out.ptr<T>(), src.ptr<T>(),
+                                                                     sorted.keys(), sorted.positions(), m);
   check_launch("scatter_add");
 }
 void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
