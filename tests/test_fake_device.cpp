@@ -1,0 +1,283 @@
+// The device-side code paths of the tensor layer, run without a GPU: a test-only backend registered for
+// DeviceKind::CUDA keeps its tensors in host memory, forwards every kernel to the CPU backend and implements
+// the optional small-linear-algebra kernels with the same per-matrix code the CUDA kernels run
+// (src/backend/cuda/spd_math.hpp). So the branches a GPU takes in linalg (logdet/cholesky/solve_triangular
+// on the device, their tensor-op backward rules), in the index ops (CPU index for device data) and in the
+// research workload (`--device cuda`, f32) execute here, against the CPU, also under ASan in CI. On a
+// machine with a real GPU registered the suite skips itself (tests/test_cuda.cpp covers that case).
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/spd_math.hpp"
+#include "research.hpp"
+#include "test_util.hpp"
+
+using namespace oxt;
+namespace la = oxmera::linalg;
+
+namespace {
+
+namespace d = oxmera::detail;
+namespace dc = oxmera::detail::cuda;
+
+class HostMemoryDevice final : public d::Backend {
+ public:
+  DeviceKind kind() const override { return DeviceKind::CUDA; }
+  const char* name() const override { return "host-memory test device"; }
+  void* allocate(size_t n) override {
+    stats_.allocated_bytes += static_cast<int64_t>(n);
+    ++stats_.system_allocations;
+    return std::malloc(n == 0 ? 1 : n);
+  }
+  void deallocate(void* p, size_t n) noexcept override {
+    stats_.allocated_bytes -= static_cast<int64_t>(n);
+    std::free(p);
+  }
+  void copy_from_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  MemoryStats memory_stats() const override { return stats_; }
+  void empty_cache() override {}
+
+  // Kernels: the memory is host memory, so the CPU backend's kernels run on it as they are.
+  void unary(ops::UnaryOp op, const d::TensorImpl& x, d::TensorImpl& out) override { cpu().unary(op, x, out); }
+  void binary(ops::BinaryOp op, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    cpu().binary(op, a, b, out);
+  }
+  void where(const d::TensorImpl& m, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    cpu().where(m, a, b, out);
+  }
+  void copy(const d::TensorImpl& src, d::TensorImpl& dst) override { cpu().copy(src, dst); }
+  void fill(d::TensorImpl& dst, double v) override { cpu().fill(dst, v); }
+  void reduce(ops::ReduceOp op, const d::TensorImpl& x, d::TensorImpl& out, uint64_t mask) override {
+    cpu().reduce(op, x, out, mask);
+  }
+  bool arg_reduce(ops::ArgReduceOp op, const d::TensorImpl& x, d::TensorImpl& out, int64_t dim) override {
+    return cpu().arg_reduce(op, x, out, dim);
+  }
+  void softmax(const d::TensorImpl& x, d::TensorImpl& out, int64_t dim, bool log) override {
+    cpu().softmax(x, out, dim, log);
+  }
+  void matmul(const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override { cpu().matmul(a, b, out); }
+  void index_select(const d::TensorImpl& x, int64_t dim, const d::TensorImpl& idx, d::TensorImpl& out) override {
+    ++index_kernel_calls;
+    cpu().index_select(x, dim, idx, out);
+  }
+  void index_add(d::TensorImpl& out, int64_t dim, const d::TensorImpl& idx, const d::TensorImpl& src) override {
+    ++index_kernel_calls;
+    cpu().index_add(out, dim, idx, src);
+  }
+  void gather(const d::TensorImpl& x, int64_t dim, const d::TensorImpl& idx, d::TensorImpl& out) override {
+    cpu().gather(x, dim, idx, out);
+  }
+  void scatter_add(d::TensorImpl& out, int64_t dim, const d::TensorImpl& idx, const d::TensorImpl& src) override {
+    cpu().scatter_add(out, dim, idx, src);
+  }
+  void im2col(const d::TensorImpl& x, d::TensorImpl& cols, const d::ConvGeometry& g, double pad) override {
+    cpu().im2col(x, cols, g, pad);
+  }
+  void col2im(const d::TensorImpl& cols, d::TensorImpl& xg, const d::ConvGeometry& g) override {
+    cpu().col2im(cols, xg, g);
+  }
+  void optimizer_step(const d::OptimizerStep& s, d::TensorImpl& p, const d::TensorImpl& g, d::TensorImpl* s0,
+                      d::TensorImpl* s1, d::TensorImpl* s2) override {
+    cpu().optimizer_step(s, p, g, s0, s1, s2);
+  }
+
+  // Small linear algebra: the CUDA kernels' per-matrix functions, one matrix (or column) at a time.
+  bool has_small_linalg(DType dtype, int64_t n) const override {
+    return dtype == DType::F32 && n >= 1 && n <= dc::kSpdMaxN;
+  }
+  bool logdet_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& logdet, d::TensorImpl* inverse,
+                  d::SpdFailure& fail) override {
+    ++linalg_kernel_calls;
+    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    fail = {};
+    for (int64_t b = 0; b < count; ++b) {
+      const dc::SpdPivot p = dc::spd_logdet_inverse(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
+                                                    logdet.ptr<float>() + b,
+                                                    inverse ? inverse->ptr<float>() + b * n * n : nullptr);
+      if (p.pivot >= 0 && fail.batch < 0) fail = {b, p.pivot, p.value};
+    }
+    return true;
+  }
+  bool cholesky_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& L,
+                    d::SpdFailure& fail) override {
+    ++linalg_kernel_calls;
+    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    fail = {};
+    for (int64_t b = 0; b < count; ++b) {
+      const dc::SpdPivot p =
+          dc::spd_cholesky(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(), L.ptr<float>() + b * n * n);
+      if (p.pivot >= 0 && fail.batch < 0) fail = {b, p.pivot, p.value};
+    }
+    return true;
+  }
+  bool solve_triangular_small(const d::TensorImpl& t, d::TensorImpl& x, int64_t count, int64_t n, int64_t k,
+                              bool upper, d::SpdFailure& fail) override {
+    ++linalg_kernel_calls;
+    std::vector<double> work(static_cast<size_t>(n));
+    fail = {};
+    for (int64_t b = 0; b < count; ++b)
+      for (int64_t c = 0; c < k; ++c) {
+        const int row = dc::tri_solve_column(t.ptr<float>() + b * n * n, static_cast<int>(n),
+                                             x.ptr<float>() + b * n * k + c, k, upper, work.data());
+        if (row >= 0 && fail.batch < 0) fail = {b, row, 0.0};
+      }
+    return true;
+  }
+
+  int64_t linalg_kernel_calls = 0, index_kernel_calls = 0;
+
+ private:
+  static d::Backend& cpu() { return d::cpu_backend(); }
+  MemoryStats stats_;
+};
+
+HostMemoryDevice* g_device = nullptr;
+const Device kDev = Device::cuda();
+
+// Registers the host-memory device for CUDA unless a real backend holds the slot.
+bool use_fake_device() {
+  init();
+  if (g_device) return true;
+  if (device_available(kDev)) return false;
+  g_device = new HostMemoryDevice();
+  d::register_backend(g_device);
+  return device_available(kDev);
+}
+
+#define NEED_FAKE_DEVICE()                                                                        \
+  do {                                                                                            \
+    if (!use_fake_device()) GTEST_SKIP() << "a real CUDA backend is registered (see test_cuda.cpp)"; \
+  } while (0)
+
+Tensor dev(const Tensor& t) { return t.to(kDev); }
+Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
+void expect_match(const Tensor& got, const Tensor& want, const std::string& what, double rtol, double atol) {
+  ASSERT_EQ(got.device(), kDev) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  expect_close(values(host(got)), values(want), rtol, atol, what);
+}
+Tensor spd(const Shape& s, uint64_t seed) {
+  const int64_t n = s[s.size() - 1];
+  Tensor B = rand(s, seed) * 2.0 - 1.0;
+  return (matmul(B, B.transpose(-1, -2)) / static_cast<double>(n) + eye(n) * 0.5).detach();
+}
+
+TEST(FakeDevice, LogdetCholeskyAndSolvesTakeTheDevicePathAndMatchCpu) {
+  NEED_FAKE_DEVICE();
+  uint64_t seed = 10;
+  for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{32}, int64_t{40}}) {
+    const std::string tag = "n " + std::to_string(n);
+    const int64_t calls0 = g_device->linalg_kernel_calls;
+    Tensor a = spd({2, 3, n, n}, ++seed).requires_grad_(), ad = dev(a.detach()).requires_grad_();
+    Tensor w = rand({2, 3}, ++seed), W = rand({2, 3, n, n}, ++seed);
+    Tensor ld = la::logdet(a), ldd = la::logdet(ad);
+    expect_match(ldd, ld, "logdet " + tag, 1e-6, 1e-6);
+    Tensor L = la::cholesky(a), Ld = la::cholesky(ad);
+    expect_match(Ld, L, "cholesky " + tag, 1e-6, 1e-6);
+    ((ld * w).sum() + (L * W).sum()).backward();
+    ((ldd * dev(w)).sum() + (Ld * dev(W)).sum()).backward();
+    ASSERT_EQ(ad.grad().device(), kDev);
+    expect_match(ad.grad(), a.grad(), "logdet + cholesky grad " + tag, 1e-4, 1e-5);
+    for (bool upper : {false, true}) {
+      Tensor T = (upper ? L.detach().transpose(-1, -2) : L.detach()).contiguous().requires_grad_();
+      Tensor Td = dev(T.detach()).requires_grad_();
+      Tensor b = rand({3, n, 2}, ++seed).requires_grad_(), bd = dev(b.detach()).requires_grad_();
+      Tensor x = la::solve_triangular(T, b, upper), xd = la::solve_triangular(Td, bd, upper);
+      expect_match(xd, x, "solve_triangular " + tag, 1e-5, 1e-5);
+      Tensor V = rand(x.shape(), ++seed);
+      (x * V).sum().backward();
+      (xd * dev(V)).sum().backward();
+      expect_match(Td.grad(), T.grad(), "solve_triangular dT " + tag, 1e-4, 1e-5);
+      expect_match(bd.grad(), b.grad(), "solve_triangular db " + tag, 1e-4, 1e-5);
+      EXPECT_EQ(b.detach().to_vector<float>(), host(bd.detach()).to_vector<float>()) << "b was overwritten";
+    }
+    NoGradGuard ng;
+    Tensor rhs = rand({2, 3, n, 4}, ++seed);
+    expect_match(la::solve(dev(a.detach()), dev(rhs)), la::solve(a.detach(), rhs), "solve " + tag, 1e-4, 1e-5);
+    expect_match(la::inverse(dev(a.detach())), la::inverse(a.detach()), "inverse " + tag, 1e-4, 1e-5);
+    expect_match(la::det(dev(a.detach())), la::det(a.detach()), "det " + tag, 1e-5, 1e-6);
+    if (n <= 32) {
+      EXPECT_GT(g_device->linalg_kernel_calls, calls0) << tag;
+    } else {
+      EXPECT_EQ(g_device->linalg_kernel_calls, calls0) << "n > 32 must take the host path";
+    }
+  }
+}
+
+TEST(FakeDevice, LinalgErrorsNameTheMatrixAsOnTheCpu) {
+  NEED_FAKE_DEVICE();
+  Tensor bad = eye(4).expand({3, 6, 4, 4}).contiguous();
+  bad.select(0, 2).select(0, 5).select(0, 1).select(0, 1).fill_(-1.0);
+  EXPECT_OXM_ERROR(la::logdet(dev(bad)), NotPositiveDefinite, "batch index 17 [2, 5]");
+  EXPECT_OXM_ERROR(la::logdet(dev(bad)), NotPositiveDefinite, "Cholesky pivot 1 is -1");
+  EXPECT_OXM_ERROR(la::cholesky(dev(bad)), NotPositiveDefinite, "batch index 17 [2, 5]");
+  Tensor sing = eye(5).expand({4, 5, 5}).contiguous();
+  sing.select(0, 3).select(0, 2).select(0, 2).fill_(0.0);
+  EXPECT_OXM_ERROR(la::solve_triangular(dev(sing), dev(ones({4, 5, 1})), false), InvalidArgument,
+                   "batch index 3 [3] has a zero on its diagonal at row 2");
+  // the same inputs on the CPU give the same messages
+  EXPECT_OXM_ERROR(la::logdet(bad), NotPositiveDefinite, "batch index 17 [2, 5]");
+  EXPECT_OXM_ERROR(la::solve_triangular(sing, ones({4, 5, 1}), false), InvalidArgument,
+                   "batch index 3 [3] has a zero on its diagonal at row 2");
+}
+
+TEST(FakeDevice, IndexOpsTakeCpuOrDeviceIndicesForDeviceData) {
+  NEED_FAKE_DEVICE();
+  Tensor x = rand({6, 5}, 51).requires_grad_();
+  Tensor idx = from_vector<int64_t>({4, 0, 4, 2, 4, 5, 0}, {7});
+  Tensor w = rand({7, 5}, 52);
+  (x.index_select(0, idx) * w).sum().backward();
+  for (const Tensor& i : {idx, dev(idx)}) {  // a CPU index, then a device index
+    Tensor xd = dev(x.detach()).requires_grad_();
+    Tensor y = xd.index_select(0, i);
+    expect_match(y, x.detach().index_select(0, idx), "index_select", 0, 0);
+    (y * dev(w)).sum().backward();
+    expect_match(xd.grad(), x.grad(), "index_select grad", 1e-6, 1e-7);
+    expect_match(dev(x.detach()).index_add(0, i, dev(w)), x.detach().index_add(0, idx, w), "index_add", 1e-6, 1e-7);
+  }
+  Tensor gi = from_vector<int64_t>({0, 2, 1, 1, 4, 0, 3, 3, 2, 0, 1, 4}, {6, 2});
+  expect_match(dev(x.detach()).gather(1, gi), x.detach().gather(1, gi), "gather, cpu index", 0, 0);
+  Tensor s2 = rand({6, 2}, 53);
+  expect_match(dev(x.detach()).scatter_add(1, gi, dev(s2)), x.detach().scatter_add(1, gi, s2), "scatter_add", 1e-6,
+               1e-7);
+  EXPECT_OXM_ERROR(x.index_select(0, dev(idx)), DeviceMismatch, "pass the index on the cpu");
+  EXPECT_OXM_ERROR(dev(x.detach()).index_select(0, from_vector<int64_t>({6}, {1})), IndexOutOfBounds, "index 6");
+  // class targets on the CPU for device logits
+  Tensor logits = rand({6, 4}, 54).requires_grad_(), ld = dev(logits.detach()).requires_grad_();
+  Tensor y = from_vector<int64_t>({0, 3, 1, 1, 2, 0}, {6});
+  Tensor l = nn::cross_entropy(logits, y), lc = nn::cross_entropy(ld, y);
+  expect_match(lc, l, "cross_entropy, cpu target", 1e-6, 1e-7);
+  l.backward();
+  lc.backward();
+  expect_match(ld.grad(), logits.grad(), "cross_entropy grad", 1e-6, 1e-7);
+}
+
+// `oxmera bench research --device cuda` (f32) through every device branch it takes, against the CPU run.
+TEST(FakeDevice, ResearchWorkloadOnTheDeviceMatchesTheCpu) {
+  NEED_FAKE_DEVICE();
+  oxmera_cli::ResearchOptions o;
+  o.epochs = 2;
+  o.replicas = 2;
+  o.seed = 4;
+  o.dtype = "f32";
+  const auto cpu = oxmera_cli::research_fits(o);
+  o.device = "cuda";
+  o.dtype = "auto";  // f32 on a GPU
+  const int64_t linalg0 = g_device->linalg_kernel_calls;
+  const auto gpu = oxmera_cli::research_fits(o);
+  EXPECT_GT(g_device->linalg_kernel_calls, linalg0) << "the DPP fits did not take the device linalg path";
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t f = 0; f < cpu.size(); ++f)
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_NEAR(gpu[f].train_loss[r], cpu[f].train_loss[r], 1e-5 * std::abs(cpu[f].train_loss[r])) << cpu[f].name;
+      EXPECT_NEAR(gpu[f].metric[r], cpu[f].metric[r], 1e-5 * std::abs(cpu[f].metric[r])) << cpu[f].name;
+    }
+  o.dtype = "f64";
+  EXPECT_THROW(oxmera_cli::research_fits(o), std::invalid_argument);
+  EXPECT_GT(memory_stats(kDev).system_allocations, 0);
+}
+
+}  // namespace
