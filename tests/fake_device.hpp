@@ -1,0 +1,157 @@
+#pragma once
+// A test-only backend for DeviceKind::CUDA that keeps tensors in host memory: every kernel is forwarded to the
+// CPU backend, and the optional small-linear-algebra hooks run the same per-matrix code as the CUDA kernels
+// (src/backend/cuda/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
+// logic, run without a GPU (tests/test_fake_device.cpp, the cuda_suite_on_test_device ctest).
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/spd_math.hpp"
+#include "oxmera/oxmera.hpp"
+
+namespace oxt_fake {
+
+using namespace oxmera;
+
+namespace d = oxmera::detail;
+namespace dc = oxmera::detail::cuda;
+
+class HostMemoryDevice final : public d::Backend {
+ public:
+  DeviceKind kind() const override { return DeviceKind::CUDA; }
+  const char* name() const override { return "host-memory test device"; }
+  void* allocate(size_t n) override {
+    void* p = n > (size_t{1} << 40) ? nullptr : std::malloc(n == 0 ? 1 : n);  // refuse absurd sizes outright
+    OXM_CHECK(p != nullptr, OutOfMemory, "host-memory test device: out of memory allocating ", n,
+              " bytes (allocated ", allocated_.load(), ", reserved ", allocated_.load(), ")");
+    allocated_ += static_cast<int64_t>(n);
+    ++allocations_;
+    return p;
+  }
+  void deallocate(void* p, size_t n) noexcept override {
+    allocated_ -= static_cast<int64_t>(n);
+    std::free(p);
+  }
+  void copy_from_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  MemoryStats memory_stats() const override {
+    MemoryStats s;
+    s.allocated_bytes = s.reserved_bytes = allocated_.load();
+    s.system_allocations = allocations_.load();
+    return s;
+  }
+  void empty_cache() override {}
+
+  // Kernels: the memory is host memory, so the CPU backend's kernels run on it as they are.
+  void unary(ops::UnaryOp op, const d::TensorImpl& x, d::TensorImpl& out) override { cpu().unary(op, x, out); }
+  void binary(ops::BinaryOp op, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    cpu().binary(op, a, b, out);
+  }
+  void where(const d::TensorImpl& m, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    cpu().where(m, a, b, out);
+  }
+  void copy(const d::TensorImpl& src, d::TensorImpl& dst) override { cpu().copy(src, dst); }
+  void fill(d::TensorImpl& dst, double v) override { cpu().fill(dst, v); }
+  void reduce(ops::ReduceOp op, const d::TensorImpl& x, d::TensorImpl& out, uint64_t mask) override {
+    cpu().reduce(op, x, out, mask);
+  }
+  bool arg_reduce(ops::ArgReduceOp op, const d::TensorImpl& x, d::TensorImpl& out, int64_t dim) override {
+    return cpu().arg_reduce(op, x, out, dim);
+  }
+  void softmax(const d::TensorImpl& x, d::TensorImpl& out, int64_t dim, bool log) override {
+    cpu().softmax(x, out, dim, log);
+  }
+  void matmul(const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override { cpu().matmul(a, b, out); }
+  void index_select(const d::TensorImpl& x, int64_t dim, const d::TensorImpl& idx, d::TensorImpl& out) override {
+    ++index_kernel_calls;
+    cpu().index_select(x, dim, idx, out);
+  }
+  void index_add(d::TensorImpl& out, int64_t dim, const d::TensorImpl& idx, const d::TensorImpl& src) override {
+    ++index_kernel_calls;
+    cpu().index_add(out, dim, idx, src);
+  }
+  void gather(const d::TensorImpl& x, int64_t dim, const d::TensorImpl& idx, d::TensorImpl& out) override {
+    cpu().gather(x, dim, idx, out);
+  }
+  void scatter_add(d::TensorImpl& out, int64_t dim, const d::TensorImpl& idx, const d::TensorImpl& src) override {
+    cpu().scatter_add(out, dim, idx, src);
+  }
+  void im2col(const d::TensorImpl& x, d::TensorImpl& cols, const d::ConvGeometry& g, double pad) override {
+    cpu().im2col(x, cols, g, pad);
+  }
+  void col2im(const d::TensorImpl& cols, d::TensorImpl& xg, const d::ConvGeometry& g) override {
+    cpu().col2im(cols, xg, g);
+  }
+  void optimizer_step(const d::OptimizerStep& s, d::TensorImpl& p, const d::TensorImpl& g, d::TensorImpl* s0,
+                      d::TensorImpl* s1, d::TensorImpl* s2) override {
+    cpu().optimizer_step(s, p, g, s0, s1, s2);
+  }
+
+  // Small linear algebra: the CUDA kernels' per-matrix functions, one matrix (or column) at a time.
+  bool has_small_linalg(DType dtype, int64_t n) const override {
+    return dtype == DType::F32 && n >= 1 && n <= dc::kSpdMaxN;
+  }
+  bool logdet_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& logdet, d::TensorImpl* inverse,
+                  d::SpdFailure& fail) override {
+    ++linalg_kernel_calls;
+    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    fail = {};
+    for (int64_t b = 0; b < count; ++b) {
+      const dc::SpdPivot p = dc::spd_logdet_inverse(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
+                                                    logdet.ptr<float>() + b,
+                                                    inverse ? inverse->ptr<float>() + b * n * n : nullptr);
+      if (p.pivot >= 0 && fail.batch < 0) fail = {b, p.pivot, p.value};
+    }
+    return true;
+  }
+  bool cholesky_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& L,
+                    d::SpdFailure& fail) override {
+    ++linalg_kernel_calls;
+    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    fail = {};
+    for (int64_t b = 0; b < count; ++b) {
+      const dc::SpdPivot p =
+          dc::spd_cholesky(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(), L.ptr<float>() + b * n * n);
+      if (p.pivot >= 0 && fail.batch < 0) fail = {b, p.pivot, p.value};
+    }
+    return true;
+  }
+  bool solve_triangular_small(const d::TensorImpl& t, d::TensorImpl& x, int64_t count, int64_t n, int64_t k,
+                              bool upper, d::SpdFailure& fail) override {
+    ++linalg_kernel_calls;
+    std::vector<double> work(static_cast<size_t>(n));
+    fail = {};
+    for (int64_t b = 0; b < count; ++b)
+      for (int64_t c = 0; c < k; ++c) {
+        const int row = dc::tri_solve_column(t.ptr<float>() + b * n * n, static_cast<int>(n),
+                                             x.ptr<float>() + b * n * k + c, k, upper, work.data());
+        if (row >= 0 && fail.batch < 0) fail = {b, row, 0.0};
+      }
+    return true;
+  }
+
+  std::atomic<int64_t> linalg_kernel_calls{0}, index_kernel_calls{0};
+
+ private:
+  static d::Backend& cpu() { return d::cpu_backend(); }
+  std::atomic<int64_t> allocated_{0}, allocations_{0};
+};
+
+// Registers a HostMemoryDevice for CUDA unless a backend (a real GPU) holds the slot; returns it, or nullptr.
+inline HostMemoryDevice* register_host_memory_device() {
+  static HostMemoryDevice* registered = [] {
+    init();
+    if (device_available(Device::cuda())) return static_cast<HostMemoryDevice*>(nullptr);
+    auto* dev = new HostMemoryDevice();
+    detail::register_backend(dev);
+    return dev;
+  }();
+  return registered;
+}
+
+
+
+}  // namespace oxt_fake
