@@ -5,9 +5,13 @@
 // on the device, their tensor-op backward rules), in the index ops (CPU index for device data) and in the
 // research workload (`--device cuda`, f32) execute here, against the CPU, also under ASan in CI. On a
 // machine with a real GPU registered the suite skips itself (tests/test_cuda.cpp covers that case).
+#include <unistd.h>
+#include <cstdio>
+
 #include "fake_device.hpp"
 #include "research.hpp"
 #include "test_util.hpp"
+#include "train.hpp"
 
 using namespace oxt;
 namespace la = oxmera::linalg;
@@ -128,6 +132,32 @@ TEST(FakeDevice, IndexOpsTakeCpuOrDeviceIndicesForDeviceData) {
   l.backward();
   lc.backward();
   expect_match(ld.grad(), logits.grad(), "cross_entropy grad", 1e-6, 1e-7);
+}
+
+// `oxmera train --device cuda`: the same run as on the CPU, and a checkpoint written on the device resumes
+// bit-identically there.
+TEST(FakeDevice, DemoTrainingOnTheDeviceMatchesTheCpuAndResumes) {
+  NEED_FAKE_DEVICE();
+  oxmera_cli::TrainOptions o;
+  o.epochs = 3;
+  const auto none = [](int, int64_t, int64_t) {};
+  const auto quiet = [](const oxmera_cli::EpochStats&) {};
+  const oxmera_cli::EpochStats cpu = oxmera_cli::run_demo_training(o, none, quiet);
+  o.device = "cuda";
+  const oxmera_cli::EpochStats gpu = oxmera_cli::run_demo_training(o, none, quiet);
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * cpu.loss);
+  EXPECT_EQ(gpu.accuracy, cpu.accuracy);
+  const std::string ckpt = "fake_device_ckpt_" + std::to_string(::getpid()) + ".safetensors";
+  o.epochs = 2;
+  o.checkpoint = ckpt;
+  (void)oxmera_cli::run_demo_training(o, none, quiet);
+  o.epochs = 3;
+  o.checkpoint.clear();
+  o.resume = ckpt;
+  const oxmera_cli::EpochStats resumed = oxmera_cli::run_demo_training(o, none, quiet);
+  std::remove(ckpt.c_str());
+  EXPECT_EQ(resumed.loss, gpu.loss);
+  EXPECT_EQ(resumed.accuracy, gpu.accuracy);
 }
 
 // `oxmera bench research --device cuda` (f32) through every device branch it takes, against the CPU run.
