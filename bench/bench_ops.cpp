@@ -112,6 +112,22 @@ BENCHMARK(BM_SumRows)->ComputeStatistics("min", min_of)->Unit(benchmark::kMillis
 void BM_SumCols(benchmark::State& state) { sum_dim(state, 0); }
 BENCHMARK(BM_SumCols)->ComputeStatistics("min", min_of)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The research workload's small reductions: [3, 64, 16, 16] f64 over the last dim (3072 rows of 16) and over
+// dim 2 (a middle dim; the outputs stay contiguous).
+void sum_small(benchmark::State& state, int64_t dim) {
+  ox::NoGradGuard ng;
+  ox::Tensor a = ox::randn({3, 64, 16, 16}, 1, ox::DType::F64);
+  for (auto _ : state) {
+    ox::Tensor s = a.sum({dim}, true);
+    benchmark::DoNotOptimize(s.impl());
+    benchmark::ClobberMemory();
+  }
+}
+void BM_SumShortRowsF64(benchmark::State& state) { sum_small(state, 3); }
+BENCHMARK(BM_SumShortRowsF64)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond);
+void BM_SumMiddleDimF64(benchmark::State& state) { sum_small(state, 2); }
+BENCHMARK(BM_SumMiddleDimF64)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond);
+
 void BM_Softmax(benchmark::State& state) {
   ox::NoGradGuard ng;
   ox::Tensor a = ox::randn({1024, 4096}, 1);

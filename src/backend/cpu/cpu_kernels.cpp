@@ -439,14 +439,18 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
     return;
   }
   const bool inner_contig = red.ndim > 0 && red.stride[0] == 1;
+  // With a contiguous innermost reduced run: the dims above it, built once (not per output: a Group is
+  // ~1.5 KB, and copying it per row dominated short-row sums).
+  const Group red_outer = inner_contig ? drop_innermost(red) : Group{};
+  const int64_t runs = inner_contig ? R / red.size[0] : 0;
   // Reduce over the reduced group for one output, starting at input offset `base`.
   auto reduce_one = [&](int64_t base) -> T {
     if (op == ReduceOp::Sum) {
+      // One run (plain row sums): its lane sum is the result (a compensated sum of one value is that value).
+      if (runs == 1) return static_cast<T>(sum_contig<T, A>(xp + base, red.size[0]));
       SumAcc<T> acc;
       if (inner_contig) {
-        int64_t runs = R / red.size[0];
-        const Group outer = drop_innermost(red);  // dims above the contiguous run
-        for (int64_t r = 0; r < runs; ++r) acc.add(sum_contig<T, A>(xp + base + outer.offset(r), red.size[0]));
+        for (int64_t r = 0; r < runs; ++r) acc.add(sum_contig<T, A>(xp + base + red_outer.offset(r), red.size[0]));
       } else {
         for (int64_t r = 0; r < R; ++r) acc.add(static_cast<A>(xp[base + red.offset(r)]));
       }
@@ -525,8 +529,18 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
                    for (int64_t u = b; u < e; ++u) {
                      const int64_t mo = u / col_blocks, j0 = (u % col_blocks) * kCols;
                      const int64_t cnt = std::min(kCols, L - j0);
-                     for (int64_t j = 0; j < cnt; ++j) acc[j] = SumAcc<T>{};
                      const T* xb = xp + outer.offset(mo) + j0;
+                     T* ob = op_ + outer.offset(mo, true) + j0;
+                     if (R <= kRows) {  // one block: its plain lanes are the result (compensating one value is a no-op)
+                       for (int64_t j = 0; j < cnt; ++j) part[j] = 0;
+                       for (int64_t r = 0; r < R; ++r) {
+                         const T* row = xb + red.offset(r);
+                         for (int64_t j = 0; j < cnt; ++j) part[j] += static_cast<P>(row[j]);
+                       }
+                       for (int64_t j = 0; j < cnt; ++j) ob[j] = static_cast<T>(static_cast<A>(part[j]));
+                       continue;
+                     }
+                     for (int64_t j = 0; j < cnt; ++j) acc[j] = SumAcc<T>{};
                      for (int64_t r0 = 0; r0 < R; r0 += kRows) {
                        for (int64_t j = 0; j < cnt; ++j) part[j] = 0;
                        const int64_t r1 = std::min(R, r0 + kRows);
@@ -536,10 +550,17 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
                        }
                        for (int64_t j = 0; j < cnt; ++j) acc[j].add(static_cast<A>(part[j]));
                      }
-                     T* ob = op_ + outer.offset(mo, true) + j0;
                      for (int64_t j = 0; j < cnt; ++j) ob[j] = static_cast<T>(acc[j].result());
                    }
                  });
+    return;
+  }
+  if (op == ReduceOp::Sum && runs == 1 && kept.ndim == 1) {
+    // Rows of one strided run of outputs (the common sum(-1) of a contiguous tensor): no offset arithmetic.
+    const int64_t xs = kept.stride[0], os = kept.out_stride[0], len = red.size[0];
+    parallel_for(M, std::max<int64_t>(kGrainCheap / std::max<int64_t>(R, 1), 1), [&](int64_t b, int64_t e) {
+      for (int64_t m = b; m < e; ++m) op_[m * os] = static_cast<T>(sum_contig<T, A>(xp + m * xs, len));
+    });
     return;
   }
   parallel_for(M, std::max<int64_t>(kGrainCheap / std::max<int64_t>(R, 1), 1), [&](int64_t b, int64_t e) {
