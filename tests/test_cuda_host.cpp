@@ -194,6 +194,16 @@ TEST(CudaIndexMath, ColumnReductionChunks) {
   EXPECT_EQ(col_reduce_chunks(7, 1), 1);
 }
 
+TEST(CudaIndexMath, LowerBoundOfSortedKeys) {
+  const std::vector<uint64_t> keys = {1, 1, 3, 3, 3, 7, 9};
+  for (uint64_t key = 0; key <= 10; ++key) {
+    int64_t want = 0;
+    while (want < static_cast<int64_t>(keys.size()) && keys[static_cast<size_t>(want)] < key) ++want;
+    EXPECT_EQ(lower_bound_key(keys.data(), static_cast<int64_t>(keys.size()), key), want) << key;
+  }
+  EXPECT_EQ(lower_bound_key(keys.data(), 0, 5), 0);
+}
+
 TEST(CudaIndexMath, LaunchGeometry) {
   EXPECT_EQ(grid_blocks(0, 256, 132), 1);
   EXPECT_EQ(grid_blocks(1, 256, 132), 1);

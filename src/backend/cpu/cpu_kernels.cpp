@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
 #include "backend/cpu/vec_math.hpp"
+#include "backend/mat_layout.hpp"
 
 #ifndef OXM_ISA
 #define OXM_ISA isa_base
@@ -720,16 +721,6 @@ void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
 }
 
 // ---------------------------------------------------------------- matmul
-// Describes one matrix operand as BLAS sees it: row-major with leading dim, possibly transposed.
-struct MatLayout {
-  bool trans;
-  int64_t ld;
-};
-// rows x cols with strides (rs, cs); the front guarantees one of them is 1 (or the dim has size 1).
-MatLayout layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  if (cs == 1 || cols == 1) return {false, rows == 1 ? std::max<int64_t>(cols, 1) : std::max(rs, cols)};
-  return {true, cols == 1 ? std::max<int64_t>(rows, 1) : std::max(cs, rows)};
-}
 
 template <class T>
 void matmul_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
@@ -753,8 +744,8 @@ void matmul_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
     std::fill(cp, cp + B * m * n, T(0));
     return;
   }
-  MatLayout la = layout(m, k, a.strides[r - 2], a.strides[r - 1]);
-  MatLayout lb = layout(k, n, b.strides[r - 2], b.strides[r - 1]);
+  MatLayout la = mat_layout(m, k, a.strides[r - 2], a.strides[r - 1]);
+  MatLayout lb = mat_layout(k, n, b.strides[r - 2], b.strides[r - 1]);
   GemmArgs g{la.trans, lb.trans, m, n, k, la.ld, lb.ld, n};
   auto one = [&](int64_t i) {
     const T* A = ap + mat_offset(a, i);

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/mat_layout.hpp"
 
 namespace oxmera::detail::cuda {
 
@@ -179,16 +180,6 @@ void check_blas(cublasStatus_t s, const char* op, const char* what) {
             static_cast<int>(s), ")");
 }
 
-// One matrix operand as cuBLAS sees it: row-major rows x cols with strides (rs, cs), one of them 1.
-struct MatLayout {
-  bool trans;
-  int64_t ld;
-};
-MatLayout layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  if (cs == 1 || cols == 1) return {false, rows == 1 ? std::max<int64_t>(cols, 1) : std::max(rs, cols)};
-  return {true, cols == 1 ? std::max<int64_t>(rows, 1) : std::max(cs, rows)};
-}
-
 }  // namespace
 
 void fail(cudaError_t e, const char* op, const char* what) {
@@ -301,8 +292,8 @@ void CudaBackend::matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& o
   }
   OXM_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && B <= INT32_MAX, NotImplemented,
             "matmul: dims beyond 2^31 are not supported by cuBLAS (m ", m, ", n ", n, ", k ", k, ", batch ", B, ")");
-  const MatLayout la = layout(m, k, a.strides[r - 2], a.strides[r - 1]);
-  const MatLayout lb = layout(k, n, b.strides[r - 2], b.strides[r - 1]);
+  const MatLayout la = mat_layout(m, k, a.strides[r - 2], a.strides[r - 1]);
+  const MatLayout lb = mat_layout(k, n, b.strides[r - 2], b.strides[r - 1]);
   // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets (B, A) with the row-major layouts.
   const cublasOperation_t opa = la.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const float one = 1.f, zero = 0.f;

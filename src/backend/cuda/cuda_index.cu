@@ -73,14 +73,7 @@ __global__ void index_add_sorted_kernel(Geom g, int64_t n, int dim, T* out, cons
     c[dim] = 0;
     const T* s = src + g.dot(1, c);
     T* o = out + g.dot(0, c) + r * g.stride[0][dim];
-    int64_t lo = 0, hi = nidx;  // first k with keys[k] >= r
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (keys[mid] < key)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
+    const int64_t lo = lower_bound_key(keys, nidx, key);
     if (lo == nidx || keys[lo] != key) continue;
     T acc = *o;
     for (int64_t k = lo; k < nidx && keys[k] == key; ++k) acc += s[pos[k] * src_dim_stride];
@@ -140,14 +133,7 @@ __global__ void scatter_add_sorted_kernel(Geom g, int64_t n, Geom ig, T* out, co
                                           const int64_t* pos, int64_t m) {
   OXM_GRID_LOOP(q, n) {
     const uint64_t key = static_cast<uint64_t>(q);
-    int64_t lo = 0, hi = m;  // first k with keys[k] >= q
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (keys[mid] < key)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
+    const int64_t lo = lower_bound_key(keys, m, key);
     if (lo == m || keys[lo] != key) continue;
     int64_t c[kMaxDims];
     g.coords(q, c);

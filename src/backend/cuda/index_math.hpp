@@ -165,6 +165,20 @@ struct Geom {
   }
 };
 
+// First position in the ascending keys[0, n) whose key is >= `key` (n when none): the sorted scatters'
+// run lookup.
+OXM_CUDA_HD inline int64_t lower_bound_key(const uint64_t* keys, int64_t n, uint64_t key) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 // ---------------------------------------------------------------- col2im
 // The (y, z) output position that reads input pixel (h, w) through kernel tap (i, j), or false when none
 // does: h = y*sh - ph + i*dh must hold for an integer y in [0, oh) (same for w).
