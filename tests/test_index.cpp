@@ -118,6 +118,11 @@ TEST(IndexGradcheck, AllIndexOps) {
   Tensor gi = from_vector<int64_t>({2, 0, 1, 1, 0, 0, 2, 2}, {4, 2});
   expect_gc([&](const std::vector<Tensor>& v) { return v[0].gather(1, gi); }, {x}, "gather");
   expect_gc([&](const std::vector<Tensor>& v) { return v[0].scatter_add(1, gi, v[1]); }, {x, z}, "scatter_add");
+  // an index smaller than src: src entries outside it are unused and get a zero gradient
+  Tensor gs = from_vector<int64_t>({2, 0, 1, 1, 0, 2}, {3, 2});
+  Tensor big = u64({4, 3}, 5);
+  expect_gc([&](const std::vector<Tensor>& v) { return v[0].scatter_add(1, gs, v[1]); }, {x, big},
+            "scatter_add, index smaller than src");
   expect_gc([](const std::vector<Tensor>& v) { return cat({v[0], v[1], v[0]}, 0); }, {x, y}, "cat");
   expect_gc([](const std::vector<Tensor>& v) { return stack({v[0], v[0] * 2.0}, 2); }, {x}, "stack");
   expect_gc([](const std::vector<Tensor>& v) { return pad(v[0], 1, 2, 1, 3.0).square(); }, {x}, "pad");

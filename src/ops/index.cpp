@@ -75,10 +75,18 @@ struct GatherNode final : Node {
 struct ScatterAddNode final : Node {
   int64_t dim;
   Tensor index;
+  Shape src_shape;
   const char* name() const override { return "scatter_add"; }
   void apply(Tensor* g, Tensor* gin) override {
     if (needs_grad(0)) gin[0] = g[0];
-    if (needs_grad(1)) gin[1] = g[0].gather(dim, index);
+    if (needs_grad(1)) {
+      // src entries at index positions get the gathered gradient; entries beyond the index's extent were
+      // never read, so their gradient is 0 (zero padding at the end of each shorter dim).
+      Tensor gs = g[0].gather(dim, index);
+      for (int64_t d = 0; d < gs.dim(); ++d)
+        if (gs.shape()[d] < src_shape[d]) gs = pad(gs, d, 0, src_shape[d] - gs.shape()[d]);
+      gin[1] = gs;
+    }
   }
 };
 struct CatNode final : Node {
@@ -214,11 +222,10 @@ Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) 
   }
   if (idx.numel()) detail::backend_for(x.device(), op).scatter_add(*out.impl(), d, *idx.impl(), *src.impl());
   if (detail::needs_tape(*this, src)) {
-    OXM_CHECK(!src.requires_grad() || src.shape() == idx.shape(), NotImplemented, op,
-              ": the gradient for src needs src and index of one shape (got ", src.shape(), " and ", idx.shape(), ")");
     auto* n = new ScatterAddNode();
     n->dim = d;
     n->index = ci.host;
+    n->src_shape = src.shape();
     record(out, {this, &src}, n);
   }
   return out;
