@@ -261,3 +261,42 @@ TEST(Threads, IndependentGraphsOnEightThreadsMatchSerialBits) {
   for (auto& t : threads) t.join();
   for (size_t s = 0; s < 8; ++s) EXPECT_EQ(parallel[s], serial[s]) << "thread " << s;
 }
+
+// retain_grad: a non-leaf's full gradient (all consumers) lands in .grad and accumulates across backward
+// calls; leaves are unaffected; a retained tensor destroyed before backward is simply skipped.
+TEST(Autograd, RetainGradOnNonLeaves) {
+  Tensor x = from_vector<double>({1, 2, 3}, {3}).requires_grad_();
+  Tensor y = x * 2.0;
+  EXPECT_FALSE(y.retains_grad());
+  y.retain_grad();
+  y.retain_grad();  // idempotent
+  EXPECT_TRUE(y.retains_grad());
+  Tensor z = (y * y).sum() + y.sum();  // two consumers of y: dz/dy = 2y + 1
+  z.retain_grad();                     // the root too
+  z.backward();
+  EXPECT_EQ(y.grad().to_vector<double>(), std::vector<double>({5, 9, 13}));
+  EXPECT_EQ(z.grad().to_vector<double>(), std::vector<double>({1}));
+  EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>({10, 18, 26}));
+  z.backward();  // accumulates, as leaves do
+  EXPECT_EQ(y.grad().to_vector<double>(), std::vector<double>({10, 18, 26}));
+  x.retain_grad();  // a leaf: no-op
+  EXPECT_FALSE(x.retains_grad());
+  EXPECT_OXM_ERROR(from_vector<double>({1}, {1}).retain_grad(), InvalidArgument, "does not require grad");
+  // a multi-output node: only the retained output gets a .grad
+  Tensor a = from_vector<double>({2, 1, 1, 3}, {2, 2}).requires_grad_();
+  auto e = oxmera::linalg::eigh(a);
+  e.eigenvalues.retain_grad();
+  e.eigenvalues.sum().backward();
+  EXPECT_EQ(e.eigenvalues.grad().to_vector<double>(), std::vector<double>({1, 1}));
+  EXPECT_FALSE(e.eigenvectors.grad().defined());
+  // destroyed before backward: nothing is written, nothing dangles (ASan builds check)
+  Tensor w = from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor total;
+  {
+    Tensor mid = w.exp();
+    mid.retain_grad();
+    total = mid.sum();
+  }
+  total.backward();
+  EXPECT_TRUE(w.grad().defined());
+}

@@ -165,7 +165,11 @@ class Tensor {
   Tensor& requires_grad_(bool requires_grad = true);
   bool requires_grad() const;
   bool is_leaf() const;
-  Tensor grad() const;  // undefined tensor when none
+  // A non-leaf's gradient is kept in .grad by later backward() calls (accumulating), as leaves' are.
+  // No-op on a leaf; InvalidArgument when the tensor does not require grad.
+  Tensor& retain_grad();
+  bool retains_grad() const;  // true after retain_grad() on a non-leaf
+  Tensor grad() const;        // undefined tensor when none
   void set_grad(const Tensor& g);
   void zero_grad();  // drops the gradient (like set_to_none)
   void backward() const;

@@ -106,6 +106,9 @@ void accumulate_leaf(const Tensor& leaf, Tensor g) {
   }
 }
 
+// A retained non-leaf gets its own copy (the same gradient tensor continues through the node's backward).
+void accumulate_retained(TensorImpl& t, const Tensor& g) { t.grad = t.grad.defined() ? t.grad + g : g.clone(); }
+
 std::atomic<uint64_t> g_epoch{0};
 
 }  // namespace
@@ -154,6 +157,9 @@ void run_backward(const Tensor& root, const Tensor& seed) {
       any |= grad_out[i].defined();
     }
     n->grad_buffer.clear();
+    for (const Node::Retained& rt : n->retained)
+      if (rt.output_nr < grad_out.size() && grad_out[rt.output_nr].defined())
+        accumulate_retained(*rt.tensor, grad_out[rt.output_nr]);
     grad_in.assign(n->next.size(), Tensor());
     if (any) n->apply(grad_out.data(), grad_in.data());
     for (size_t i = 0; i < n->next.size(); ++i) {
@@ -191,6 +197,18 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
   return *this;
 }
 bool Tensor::requires_grad() const { return defined() && impl_->requires_grad; }
+Tensor& Tensor::retain_grad() {
+  detail::check_defined(*this, "retain_grad");
+  auto& t = *impl_;
+  OXM_CHECK(t.requires_grad, InvalidArgument,
+            "retain_grad: this tensor does not require grad, so backward() computes no gradient for it");
+  if (t.grad_fn && !t.retains_grad) {  // leaves keep their gradient anyway
+    t.grad_fn->retained.push_back({t.output_nr, &t});
+    t.retains_grad = true;
+  }
+  return *this;
+}
+bool Tensor::retains_grad() const { return defined() && impl_->retains_grad; }
 bool Tensor::is_leaf() const { return defined() && !impl_->grad_fn; }
 Tensor Tensor::grad() const {
   detail::check_defined(*this, "grad");

@@ -4,6 +4,7 @@
 // .grad accumulates) and whatever it saved for its backward rule.
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "core/small_vec.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -25,6 +26,13 @@ struct Node {
   uint64_t epoch = 0;
   int32_t pending = 0;
   SmallVec<Tensor, 1> grad_buffer;
+  // Outputs whose gradient is also stored in their .grad (Tensor::retain_grad). Not owning: a retained
+  // tensor removes itself when it is destroyed (destroy(TensorImpl*)).
+  struct Retained {
+    uint32_t output_nr;
+    TensorImpl* tensor;
+  };
+  std::vector<Retained> retained;
 
   virtual ~Node() = default;
   virtual const char* name() const = 0;

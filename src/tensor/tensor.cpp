@@ -24,7 +24,17 @@ void destroy(Storage* s) noexcept {
   delete s;
 }
 
-void destroy(TensorImpl* t) noexcept { delete t; }
+void destroy(TensorImpl* t) noexcept {
+  if (t->retains_grad && t->grad_fn) {  // unregister from the node that would write its gradient
+    auto& r = t->grad_fn->retained;
+    for (size_t i = 0; i < r.size(); ++i)
+      if (r[i].tensor == t) {
+        r.erase(r.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+  }
+  delete t;
+}
 
 TensorImpl* new_impl() { return new TensorImpl(); }
 

@@ -35,6 +35,7 @@ struct TensorImpl {
   bool contiguous = true;
   // autograd
   bool requires_grad = false;
+  bool retains_grad = false;  // a non-leaf whose gradient backward() stores in .grad (registered on grad_fn)
   uint32_t output_nr = 0;
   Ref<Node> grad_fn;  // null for leaves and untracked tensors
   Tensor grad;
