@@ -96,7 +96,8 @@ TEST(Gradcheck, ReductionsSoftmaxMatmul) {
     expect_gradcheck([&](const std::vector<Tensor>& v) { return v[0].logsumexp(d); }, {x}, "logsumexp");
   }
   const std::vector<std::pair<Shape, Shape>> mm = {
-      {{3, 4}, {4, 2}}, {{2, 1, 3, 4}, {5, 4, 2}}, {{3, 4}, {2, 4, 5}}, {{2, 3, 4}, {4, 1}}};
+      {{3, 4}, {4, 2}}, {{2, 1, 3, 4}, {5, 4, 2}}, {{3, 4}, {2, 4, 5}}, {{2, 3, 4}, {4, 1}},
+      {{4}, {4, 2}},    {{2, 3, 4}, {4}},          {{4}, {4}},          {{4}, {3, 4, 2}}};  // vector forms
   for (const auto& [sa, sb] : mm) {
     Tensor a = u64(sa, -1, 1, 41), b = u64(sb, -1, 1, 42);
     expect_gradcheck([](const std::vector<Tensor>& v) { return v[0].matmul(v[1]); }, {a, b},

@@ -519,7 +519,19 @@ TEST(Matmul, BatchBroadcastingAndLayouts) {
   Shape so;
   expect_close(values(x.matmul(w)), ref_matmul(x, w, &so), 1e-12, 1e-12, "stride-0 batch");
   EXPECT_EQ(zeros({3, 0}).matmul(zeros({0, 2})).to_vector<float>(), std::vector<float>(6, 0.0f));
-  EXPECT_OXM_ERROR(ones({3}).matmul(ones({3, 2})), InvalidArgument, "rank >= 2");
+  // torch's vector forms: [k] @ [..., k, n] -> [..., n], [..., m, k] @ [k] -> [..., m], [k] @ [k] -> []
+  Tensor v = from_vector<double>({1, 2, 3}, {3});
+  Tensor M = from_vector<double>({1, 0, 2, 1, 0, 3}, {3, 2});  // rows [1 0] [2 1] [0 3]
+  Tensor vM = v.matmul(M), Mv = M.t().matmul(v), vv = v.matmul(v);
+  EXPECT_EQ(vM.shape(), Shape({2}));
+  EXPECT_EQ(vM.to_vector<double>(), std::vector<double>({5, 11}));
+  EXPECT_EQ(Mv.to_vector<double>(), std::vector<double>({5, 11}));
+  EXPECT_EQ(vv.shape(), Shape({}));
+  EXPECT_EQ(vv.item<double>(), 14.0);
+  EXPECT_EQ(v.matmul(M.unsqueeze(0).broadcast_to({4, 3, 2})).shape(), Shape({4, 2}));
+  EXPECT_EQ(M.t().unsqueeze(0).broadcast_to({4, 2, 3}).matmul(v).shape(), Shape({4, 2}));
+  EXPECT_OXM_ERROR(ones({3}).matmul(ones({2, 2})), ShapeMismatch, "[3] x [2, 2]");
+  EXPECT_OXM_ERROR(scalar(2.0).matmul(ones({3, 2})), InvalidArgument, "rank >= 1");
   EXPECT_OXM_ERROR(ones({3, 4}).matmul(ones({5, 2})), ShapeMismatch, "[3, 4] x [5, 2]");
   EXPECT_OXM_ERROR(ones({2, 3, 4}).matmul(ones({3, 4, 2})), BroadcastIncompatible, "matmul");
   EXPECT_OXM_ERROR(ones({3, 4}).matmul(ones({4, 2}, DType::F64)), DTypeMismatch, "matmul");

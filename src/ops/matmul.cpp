@@ -43,8 +43,19 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   OXM_CHECK(a.device() == b.device(), DeviceMismatch, "matmul: operands are on ", a.device(), " and ", b.device());
   const auto &ai = *a.impl(), &bi = *b.impl();
   const size_t ra = ai.shape.size(), rb = bi.shape.size();
-  OXM_CHECK(ra >= 2 && rb >= 2, InvalidArgument, "matmul: operands need rank >= 2, got shapes ", ai.shape, " and ",
-            bi.shape, "; use unsqueeze to make a vector a [1, n] or [n, 1] matrix");
+  OXM_CHECK(ra >= 1 && rb >= 1, InvalidArgument, "matmul: operands need rank >= 1, got shapes ", ai.shape, " and ",
+            bi.shape, "; multiply by a 0-d tensor with * instead");
+  if (ra == 1 || rb == 1) {
+    // torch's vector forms: a 1-d left operand is a [1, k] row, a 1-d right operand a [k, 1] column, and
+    // the added dim is removed from the result (vector . vector is a 0-d dot product).
+    const int64_t ka = ai.shape[ra - 1], kb = rb == 1 ? bi.shape[0] : bi.shape[rb - 2];
+    OXM_CHECK(ka == kb, ShapeMismatch, "matmul: inner dimensions differ: ", ai.shape, " x ", bi.shape, " (", ka, " vs ",
+              kb, ")");
+    Tensor r = matmul(ra == 1 ? a.unsqueeze(0) : a, rb == 1 ? b.unsqueeze(-1) : b);
+    if (rb == 1) r = r.squeeze(-1);
+    if (ra == 1) r = r.squeeze(rb == 1 ? -1 : -2);
+    return r;
+  }
   OXM_CHECK(is_floating(ai.dtype), UnsupportedDType, "matmul: dtype ", ai.dtype, " is not supported (f32, f64)");
   const int64_t m = ai.shape[ra - 2], k = ai.shape[ra - 1], k2 = bi.shape[rb - 2], n = bi.shape[rb - 1];
   OXM_CHECK(k == k2, ShapeMismatch, "matmul: inner dimensions differ: ", ai.shape, " x ", bi.shape, " (", k,

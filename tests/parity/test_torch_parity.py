@@ -439,9 +439,10 @@ def gen_cases():
              error="EmptyReduction"))
     add(Case("mean", f64, [(rnd([0], f64), 0, 0)], params={"dims": [], "keepdim": False}, grad=False,
              error="EmptyReduction"))
-    # by design: rank-1 matmul operands are rejected (torch treats them as vectors)
-    for sa, sb in (([4], [4, 5]), ([3, 4], [4]), ([4], [4])):
-        add(Case("matmul", f32, [(rnd(sa, f32), 0, 0), (rnd(sb, f32), 0, 0)], grad=False, error="InvalidArgument"))
+    # rank-1 operands: torch's vector forms (row / column vector, dot product), values and gradients
+    for dt in (f32, f64):
+        for sa, sb in (([4], [4, 5]), ([3, 4], [4]), ([4], [4]), ([4], [2, 4, 3]), ([2, 3, 4], [4])):
+            add(Case("matmul", dt, [(rnd(sa, dt, -1, 1), 0, 1), (rnd(sb, dt, -1, 1), 0, 1)], kfwd=4))
     # by design: max/min over an empty floating extent give -inf/+inf (torch raises)
     for op, v in (("max", -math.inf), ("min", math.inf)):
         add(Case(op, f32, [(rnd([3, 0], f32), 0, 0)], params={"dims": [1], "keepdim": False}, grad=False,
