@@ -1,6 +1,10 @@
 // Optimizers (against torch 1.13's formulas written out below), LR schedulers and clip_grad_norm_.
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numbers>
 
@@ -495,6 +499,59 @@ TEST(OptimSched, ReduceLROnPlateauFollowsTorch) {
   s.step(8.999);
   EXPECT_EQ(s.best(), 8.999);
   EXPECT_OXM_ERROR(optim::ReduceLROnPlateau(opt, {.factor = 1.0}), InvalidArgument, "factor");
+}
+
+// A scheduler's state survives a checkpoint (through its metadata): the resumed run sets the same lrs as
+// the uninterrupted one, bit for bit; bad states are refused without changing anything.
+TEST(OptimSched, StateDictRoundTripsThroughACheckpoint) {
+  const std::string path = "sched_state_" + std::to_string(::getpid()) + ".safetensors";
+  nn::Linear model(2, 1);
+  Tensor w = model.parameters()[0];
+  Adam opt(model.parameters(), {.lr = 0.3});
+  optim::CosineAnnealingLR cos(opt, 7, 0.01);
+  for (int e = 0; e < 3; ++e) cos.step();
+  save_checkpoint(path, model, opt, 3, {}, cos.state_dict());
+  nn::Linear model2(2, 1);
+  Adam opt2(model2.parameters(), {.lr = 0.05});  // another base lr: the state overrides it
+  optim::CosineAnnealingLR cos2(opt2, 7, 0.01);
+  std::map<std::string, std::string> md;
+  EXPECT_EQ(load_checkpoint(path, model2, opt2, {}, &md), 3);
+  cos2.load_state_dict(md);
+  EXPECT_EQ(cos2.last_epoch(), 3);
+  EXPECT_EQ(opt2.lr(0), opt.lr(0));
+  for (int e = 0; e < 6; ++e) {
+    cos.step();
+    cos2.step();
+    EXPECT_EQ(opt2.lr(0), opt.lr(0)) << e;
+  }
+  std::remove(path.c_str());
+
+  SGD sgd({param({1.0})}, {.lr = 1.0});
+  optim::ReduceLROnPlateau p(sgd, {.factor = 0.5, .patience = 1, .cooldown = 2});
+  for (double m : {5.0, 4.0, 4.0, 4.0, 4.0}) p.step(m);
+  SGD sgd2({param({1.0})}, {.lr = 1.0});
+  optim::ReduceLROnPlateau p2(sgd2, {.factor = 0.5, .patience = 1, .cooldown = 2});
+  p2.load_state_dict(p.state_dict("plateau."), "plateau.");
+  EXPECT_EQ(p2.best(), p.best());
+  EXPECT_EQ(sgd2.lr(0), sgd.lr(0));
+  for (double m : {4.0, 4.0, 3.0, 3.0, 3.0, 3.0}) {
+    p.step(m);
+    p2.step(m);
+    EXPECT_EQ(sgd2.lr(0), sgd.lr(0));
+    EXPECT_EQ(p2.num_bad_epochs(), p.num_bad_epochs());
+  }
+
+  auto bad = cos.state_dict();
+  bad.erase("lr_scheduler.base_lr.0");
+  const double before = opt2.lr(0);
+  EXPECT_OXM_ERROR(cos2.load_state_dict(bad), InvalidArgument, "no entry 'lr_scheduler.base_lr.0'");
+  bad = cos.state_dict();
+  bad["lr_scheduler.last_epoch"] = "three";
+  EXPECT_OXM_ERROR(cos2.load_state_dict(bad), InvalidArgument, "not an integer");
+  bad = cos.state_dict();
+  bad["lr_scheduler.groups"] = "2";
+  EXPECT_OXM_ERROR(cos2.load_state_dict(bad), InvalidArgument, "2 parameter groups");
+  EXPECT_EQ(opt2.lr(0), before);  // nothing changed
 }
 
 // ---------------------------------------------------------------- clip_grad_norm_

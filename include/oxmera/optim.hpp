@@ -12,6 +12,7 @@
 // otherwise; make them contiguous before handing them over). State buffers are created lazily on the
 // parameter's device with zeros_like.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -202,6 +203,11 @@ class RMSprop final : public GroupedOptimizer<RMSpropOptions> {
 // ---- learning-rate schedulers (torch.optim.lr_scheduler). Construction applies epoch 0 (as torch does);
 // each step() advances one epoch and sets every group's lr from the closed form of the base lrs (the group
 // lrs at construction). Groups added later are not scheduled.
+//
+// state_dict() / load_state_dict(): the scheduler's state as strings (floats in exact hex form), keyed
+// "<prefix>last_epoch", "<prefix>base_lr.<group>", ..., ready to pass as save_checkpoint's metadata and to
+// restore from what load_checkpoint returns. load_state_dict sets the optimizer's lrs to match; a missing or
+// malformed entry, or a different number of groups, is InvalidArgument and changes nothing.
 class LRScheduler {
  public:
   virtual ~LRScheduler() = default;
@@ -209,6 +215,8 @@ class LRScheduler {
   std::vector<double> get_last_lr() const { return last_lr_; }
   int64_t last_epoch() const noexcept { return last_epoch_; }
   const std::vector<double>& base_lrs() const noexcept { return base_lrs_; }
+  std::map<std::string, std::string> state_dict(const std::string& prefix = "lr_scheduler.") const;
+  void load_state_dict(const std::map<std::string, std::string>& state, const std::string& prefix = "lr_scheduler.");
 
  protected:
   explicit LRScheduler(Optimizer& opt);
@@ -272,6 +280,9 @@ class ReduceLROnPlateau {
   std::vector<double> get_last_lr() const { return last_lr_; }
   double best() const noexcept { return best_; }
   int64_t num_bad_epochs() const noexcept { return num_bad_; }
+  // As LRScheduler's: best, bad-epoch and cooldown counters, epoch and every group's current lr.
+  std::map<std::string, std::string> state_dict(const std::string& prefix = "lr_scheduler.") const;
+  void load_state_dict(const std::map<std::string, std::string>& state, const std::string& prefix = "lr_scheduler.");
 
  private:
   bool is_better(double a) const;

@@ -1,6 +1,8 @@
 // LR schedulers (torch.optim.lr_scheduler closed forms) and clip_grad_norm_.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <numbers>
 
@@ -8,6 +10,62 @@
 #include "oxmera/optim.hpp"
 
 namespace oxmera::optim {
+
+// ---------------------------------------------------------------- scheduler state as strings
+namespace {
+std::string exact(double v) {  // hex float: round-trips every double exactly
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+const std::string& entry(const std::map<std::string, std::string>& state, const std::string& key, const char* who) {
+  auto it = state.find(key);
+  OXM_CHECK(it != state.end(), InvalidArgument, who, "::load_state_dict: no entry '", key,
+            "' (was the state saved by this scheduler type, with this prefix and number of groups?)");
+  return it->second;
+}
+double read_double(const std::map<std::string, std::string>& state, const std::string& key, const char* who) {
+  const std::string& s = entry(state, key, who);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  OXM_CHECK(!s.empty() && end == s.c_str() + s.size(), InvalidArgument, who, "::load_state_dict: entry '", key,
+            "' is not a number: '", s, "'");
+  return v;
+}
+int64_t read_int(const std::map<std::string, std::string>& state, const std::string& key, const char* who) {
+  const std::string& s = entry(state, key, who);
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  OXM_CHECK(!s.empty() && end == s.c_str() + s.size(), InvalidArgument, who, "::load_state_dict: entry '", key,
+            "' is not an integer: '", s, "'");
+  return static_cast<int64_t>(v);
+}
+void check_groups(const std::map<std::string, std::string>& state, const std::string& prefix, size_t groups,
+                  const char* who) {
+  const int64_t saved = read_int(state, prefix + "groups", who);
+  OXM_CHECK(saved == static_cast<int64_t>(groups), InvalidArgument, who, "::load_state_dict: the state has ", saved,
+            " parameter groups but the optimizer has ", groups);
+}
+}  // namespace
+
+std::map<std::string, std::string> LRScheduler::state_dict(const std::string& prefix) const {
+  std::map<std::string, std::string> s = {{prefix + "last_epoch", std::to_string(last_epoch_)},
+                                          {prefix + "groups", std::to_string(base_lrs_.size())}};
+  for (size_t g = 0; g < base_lrs_.size(); ++g) s[prefix + "base_lr." + std::to_string(g)] = exact(base_lrs_[g]);
+  return s;
+}
+
+void LRScheduler::load_state_dict(const std::map<std::string, std::string>& state, const std::string& prefix) {
+  const char* who = "LRScheduler";
+  check_groups(state, prefix, base_lrs_.size(), who);
+  const int64_t epoch = read_int(state, prefix + "last_epoch", who);
+  OXM_CHECK(epoch >= 0, InvalidArgument, who, "::load_state_dict: last_epoch must be >= 0, got ", epoch);
+  std::vector<double> base(base_lrs_.size());
+  for (size_t g = 0; g < base.size(); ++g) base[g] = read_double(state, prefix + "base_lr." + std::to_string(g), who);
+  base_lrs_ = std::move(base);  // everything parsed: commit
+  last_epoch_ = epoch;
+  apply();
+}
 
 // ---------------------------------------------------------------- LRScheduler
 LRScheduler::LRScheduler(Optimizer& opt) : opt_(opt) {
@@ -98,6 +156,33 @@ void ReduceLROnPlateau::step(double metric) {
   }
   last_lr_.clear();
   for (size_t g = 0; g < opt_.num_param_groups(); ++g) last_lr_.push_back(opt_.lr(g));
+}
+
+std::map<std::string, std::string> ReduceLROnPlateau::state_dict(const std::string& prefix) const {
+  std::map<std::string, std::string> s = {{prefix + "last_epoch", std::to_string(last_epoch_)},
+                                          {prefix + "best", exact(best_)},
+                                          {prefix + "num_bad_epochs", std::to_string(num_bad_)},
+                                          {prefix + "cooldown_counter", std::to_string(cooldown_counter_)},
+                                          {prefix + "groups", std::to_string(opt_.num_param_groups())}};
+  for (size_t g = 0; g < opt_.num_param_groups(); ++g) s[prefix + "lr." + std::to_string(g)] = exact(opt_.lr(g));
+  return s;
+}
+
+void ReduceLROnPlateau::load_state_dict(const std::map<std::string, std::string>& state, const std::string& prefix) {
+  const char* who = "ReduceLROnPlateau";
+  check_groups(state, prefix, opt_.num_param_groups(), who);
+  const int64_t epoch = read_int(state, prefix + "last_epoch", who);
+  const double best = read_double(state, prefix + "best", who);
+  const int64_t bad = read_int(state, prefix + "num_bad_epochs", who);
+  const int64_t cooldown = read_int(state, prefix + "cooldown_counter", who);
+  std::vector<double> lrs(opt_.num_param_groups());
+  for (size_t g = 0; g < lrs.size(); ++g) lrs[g] = read_double(state, prefix + "lr." + std::to_string(g), who);
+  last_epoch_ = epoch;  // everything parsed: commit
+  best_ = best;
+  num_bad_ = bad;
+  cooldown_counter_ = cooldown;
+  for (size_t g = 0; g < lrs.size(); ++g) opt_.set_lr(g, lrs[g]);
+  last_lr_ = lrs;
 }
 
 // ---------------------------------------------------------------- clip_grad_norm_
