@@ -124,14 +124,8 @@ TEST(FakeDevice, IndexOpsTakeCpuOrDeviceIndicesForDeviceData) {
                1e-7);
   EXPECT_OXM_ERROR(x.index_select(0, dev(idx)), DeviceMismatch, "pass the index on the cpu");
   EXPECT_OXM_ERROR(dev(x.detach()).index_select(0, from_vector<int64_t>({6}, {1})), IndexOutOfBounds, "index 6");
-  // class targets on the CPU for device logits
-  Tensor logits = rand({6, 4}, 54).requires_grad_(), ld = dev(logits.detach()).requires_grad_();
-  Tensor y = from_vector<int64_t>({0, 3, 1, 1, 2, 0}, {6});
-  Tensor l = nn::cross_entropy(logits, y), lc = nn::cross_entropy(ld, y);
-  expect_match(lc, l, "cross_entropy, cpu target", 1e-6, 1e-7);
-  l.backward();
-  lc.backward();
-  expect_match(ld.grad(), logits.grad(), "cross_entropy grad", 1e-6, 1e-7);
+  // (class targets on the CPU for device logits: Cuda.ClassTargetsMayStayOnTheCpu, run on this device by
+  // the cuda_suite_on_test_device ctest)
 }
 
 // `oxmera train --device cuda`: the same run as on the CPU, and a checkpoint written on the device resumes
@@ -160,26 +154,20 @@ TEST(FakeDevice, DemoTrainingOnTheDeviceMatchesTheCpuAndResumes) {
   EXPECT_EQ(resumed.accuracy, gpu.accuracy);
 }
 
-// `oxmera bench research --device cuda` (f32) through every device branch it takes, against the CPU run.
-TEST(FakeDevice, ResearchWorkloadOnTheDeviceMatchesTheCpu) {
+// `oxmera bench research --device cuda` takes the device linalg path for its DPP fits (its results against
+// the CPU: Cuda.ResearchShortRunMatchesCpuF32, run on this device by cuda_suite_on_test_device).
+TEST(FakeDevice, ResearchWorkloadTakesTheDeviceLinalgPath) {
   NEED_FAKE_DEVICE();
   oxmera_cli::ResearchOptions o;
-  o.epochs = 2;
+  o.epochs = 1;
   o.replicas = 2;
-  o.seed = 4;
-  o.dtype = "f32";
-  const auto cpu = oxmera_cli::research_fits(o);
-  o.device = "cuda";
-  o.dtype = "auto";  // f32 on a GPU
+  o.fit = "linear-lag5";
+  o.device = "cuda";  // dtype auto: f32 on a GPU
   const int64_t linalg0 = g_device->linalg_kernel_calls;
-  const auto gpu = oxmera_cli::research_fits(o);
-  EXPECT_GT(g_device->linalg_kernel_calls, linalg0) << "the DPP fits did not take the device linalg path";
-  ASSERT_EQ(cpu.size(), gpu.size());
-  for (size_t f = 0; f < cpu.size(); ++f)
-    for (size_t r = 0; r < 2; ++r) {
-      EXPECT_NEAR(gpu[f].train_loss[r], cpu[f].train_loss[r], 1e-5 * std::abs(cpu[f].train_loss[r])) << cpu[f].name;
-      EXPECT_NEAR(gpu[f].metric[r], cpu[f].metric[r], 1e-5 * std::abs(cpu[f].metric[r])) << cpu[f].name;
-    }
+  const auto r = oxmera_cli::research_fits(o);
+  EXPECT_GT(g_device->linalg_kernel_calls, linalg0) << "the DPP fit did not take the device linalg path";
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_TRUE(std::isfinite(r[0].train_loss[0]) && std::isfinite(r[0].metric[1]));
   o.dtype = "f64";
   EXPECT_THROW(oxmera_cli::research_fits(o), std::invalid_argument);
   EXPECT_GT(memory_stats(kDev).system_allocations, 0);
