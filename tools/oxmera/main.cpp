@@ -103,10 +103,10 @@ int main(int argc, char** argv) {
   std::string replay, checkpoint, resume;
   auto* train = app.add_subcommand("train", "Train the demo model (two spirals, MLP)");
   train->add_option("--device", topt.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  train->add_option("--epochs", topt.epochs, "Epochs (default 12)")->check(CLI::Range(1, 1000000));
+  train->add_option("--epochs", topt.epochs, "Epochs (default 30)")->check(CLI::Range(1, 1000000));
   train->add_option("--seed", topt.seed, "Seed (default 7)");
   train->add_option("--batch", topt.batch, "Batch size (default 32)")->check(CLI::Range(1, 1 << 20));
-  train->add_option("--lr", topt.lr, "Adam learning rate (default 0.01)")->check(CLI::PositiveNumber);
+  train->add_option("--lr", topt.lr, "Adam learning rate (default 0.03)")->check(CLI::PositiveNumber);
   train->add_option("--metrics", topt.metrics, "Write one JSON object per epoch to this file");
   train->add_flag("--tui", tui, "Live terminal dashboard");
   train->add_option("--replay", replay, "Drive the dashboard from a recorded fixture");

@@ -7,10 +7,10 @@ namespace oxmera_cli {
 
 struct TrainOptions {
   std::string device = "cpu";
-  int epochs = 12;
+  int epochs = 30;
   uint64_t seed = 7;
   int64_t batch = 32;
-  double lr = 0.01;
+  double lr = 0.03;
   std::string metrics;     // JSON lines, one object per epoch
   std::string checkpoint;  // saved atomically at each epoch end, and after the current step on a stop request
   std::string resume;      // continue bit-identically from this checkpoint
