@@ -118,10 +118,13 @@ nlohmann::json probe_report() {
   json caps = json::array({
       {{"area", "tensor"}, {"status", "strided views, broadcasting, overflow-checked shapes"}},
       {{"area", "dtypes"}, {"status", "f32, f64 (cpu), i64, u8 (storage)"}},
-      {{"area", "linalg"}, {"status", "cholesky, logdet, det, solve, inverse, eigh (f64 host kernels)"}},
+      {{"area", "linalg"},
+       {"status",
+        "cholesky, logdet, det, solve, inverse, eigh (f64 arithmetic; on cuda, matrices up to 32x32 "
+        "on the device, eigh on the host)"}},
       {{"area", "einsum"}, {"status", "any operands, implicit output, diagonals, ellipsis"}},
       {{"area", "indexing"}, {"status", "index_select/add, gather, scatter_add, cat, pad, one_hot"}},
-      {{"area", "autograd"}, {"status", "reverse mode, gradcheck, no higher order"}},
+      {{"area", "autograd"}, {"status", "reverse mode, gradcheck, retain_grad, no higher order"}},
       {{"area", "nn"}, {"status", "Linear, Conv2d, pools, Embedding, norms, Dropout, Sequential"}},
       {{"area", "losses"}, {"status", "mse, cross_entropy, nll, bce_with_logits"}},
       {{"area", "optim"}, {"status", "SGD, Adam, AdamW, RMSprop, schedulers, fused step"}},
