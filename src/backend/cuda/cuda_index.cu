@@ -324,8 +324,7 @@ void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl&
 class SortedPairs {
  public:
   template <class Fill>
-  SortedPairs(int64_t m, int end_bit, const char* op, Fill&& fill) : buf_(4 * static_cast<size_t>(m) * 8) {
-    OXM_CHECK(m <= INT32_MAX, NotImplemented, op, ": more than 2^31 indices are not supported on cuda (", m, ")");
+  SortedPairs(int64_t m, int end_bit, const char* op, Fill&& fill) : buf_(pair_bytes(m, op)) {
     uint64_t* base = buf_.as<uint64_t>();
     uint64_t* keys = base;
     int64_t* pos = reinterpret_cast<int64_t*>(base + m);
@@ -346,6 +345,11 @@ class SortedPairs {
   const int64_t* positions() const { return pos_; }
 
  private:
+  // Bytes of the four pair arrays; CUB sorts at most 2^31 - 1 items (checked before allocating).
+  static size_t pair_bytes(int64_t m, const char* op) {
+    OXM_CHECK(m <= INT32_MAX, NotImplemented, op, ": more than 2^31 indices are not supported on cuda (", m, ")");
+    return 4 * static_cast<size_t>(m) * sizeof(uint64_t);
+  }
   Scratch buf_;  // unsorted keys, unsorted positions, sorted keys, sorted positions
   std::unique_ptr<Scratch> temp_;
   uint64_t* keys_ = nullptr;

@@ -137,21 +137,28 @@ __global__ void fill_kept_kernel(Group kept, T* out, int64_t M, T v) {
 
 const char* reduce_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : (op == ReduceOp::Max ? "max" : "min"); }
 
+// x's shape and strides with out's strides, as the plain arrays index_math.hpp's group builders take.
+struct FlatDims {
+  int rank;
+  int64_t shape[kMaxDims], xs[kMaxDims], os[kMaxDims];
+  FlatDims(const TensorImpl& x, const TensorImpl& out, const char* op) : rank(static_cast<int>(x.shape.size())) {
+    check_rank(x, op);
+    for (int d = 0; d < rank; ++d) {
+      shape[d] = x.shape[d];
+      xs[d] = x.strides[d];
+      os[d] = out.strides[d];
+    }
+  }
+};
+
 template <class T>
 void reduce_t(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
   using A = typename AccOf<T>::type;
   const char* name = reduce_name(op);
-  check_rank(x, name);
-  const int rank = static_cast<int>(x.shape.size());
-  int64_t shape[kMaxDims], xs[kMaxDims], os[kMaxDims];
-  for (int d = 0; d < rank; ++d) {
-    shape[d] = x.shape[d];
-    xs[d] = x.strides[d];
-    os[d] = out.strides[d];
-  }
+  const FlatDims f(x, out, name);
   Group kept, red;
-  OXM_CHECK(make_reduce_groups(rank, shape, xs, os, mask, kept, red), NotImplemented, name, ": more than ", kMaxDims,
-            " non-mergeable dims");
+  OXM_CHECK(make_reduce_groups(f.rank, f.shape, f.xs, f.os, mask, kept, red), NotImplemented, name, ": more than ",
+            kMaxDims, " non-mergeable dims");
   const int64_t M = kept.numel(), R = red.numel();
   if (M == 0) return;
   const T* xp = x.ptr<T>();
@@ -239,16 +246,9 @@ __global__ void __launch_bounds__(kThreads) arg_kernel(bool is_max, Lines l, con
 
 // The lines of x along `dim` (with out's strides for the other dims), as argmax and softmax walk them.
 Lines lines_along(const TensorImpl& x, const TensorImpl& out, int64_t dim, const char* name) {
-  check_rank(x, name);
-  const int rank = static_cast<int>(x.shape.size());
-  int64_t shape[kMaxDims], xs[kMaxDims], os[kMaxDims];
-  for (int d = 0; d < rank; ++d) {
-    shape[d] = x.shape[d];
-    xs[d] = x.strides[d];
-    os[d] = out.strides[d];
-  }
+  const FlatDims f(x, out, name);
   Lines l;
-  OXM_CHECK(make_lines(rank, shape, xs, os, dim, l), NotImplemented, name, ": more than ", kMaxDims, " dims");
+  OXM_CHECK(make_lines(f.rank, f.shape, f.xs, f.os, dim, l), NotImplemented, name, ": more than ", kMaxDims, " dims");
   return l;
 }
 
