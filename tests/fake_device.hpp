@@ -4,6 +4,7 @@
 // (src/backend/cuda/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
 // logic, run without a GPU (tests/test_fake_device.cpp, the cuda_suite_on_test_device ctest).
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -35,8 +36,16 @@ class HostMemoryDevice final : public d::Backend {
     allocated_ -= static_cast<int64_t>(n);
     std::free(p);
   }
-  void copy_from_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
-  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_from_host(void* dst, const void* src, size_t n) override {
+    ++host_to_device;
+    if (trace) std::fprintf(stderr, "  h2d %zu bytes\n", n);
+    std::memcpy(dst, src, n);
+  }
+  void copy_to_host(void* dst, const void* src, size_t n) override {
+    ++device_to_host;
+    if (trace) std::fprintf(stderr, "  d2h %zu bytes\n", n);
+    std::memcpy(dst, src, n);
+  }
   MemoryStats memory_stats() const override {
     MemoryStats s;
     s.allocated_bytes = s.reserved_bytes = allocated_.load();
@@ -46,47 +55,86 @@ class HostMemoryDevice final : public d::Backend {
   void empty_cache() override {}
 
   // Kernels: the memory is host memory, so the CPU backend's kernels run on it as they are.
-  void unary(ops::UnaryOp op, const d::TensorImpl& x, d::TensorImpl& out) override { cpu().unary(op, x, out); }
+  void unary(ops::UnaryOp op, const d::TensorImpl& x, d::TensorImpl& out) override {
+    note_kernel(__func__);
+    cpu().unary(op, x, out);
+  }
   void binary(ops::BinaryOp op, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    note_kernel(__func__);
     cpu().binary(op, a, b, out);
   }
+  void unary_grad(ops::UnaryOp op, const d::TensorImpl& g, const d::TensorImpl& x, const d::TensorImpl& y,
+                  d::TensorImpl& out) override {
+    note_kernel(__func__);
+    cpu().unary_grad(op, g, x, y, out);
+  }
   void where(const d::TensorImpl& m, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    note_kernel(__func__);
     cpu().where(m, a, b, out);
   }
-  void copy(const d::TensorImpl& src, d::TensorImpl& dst) override { cpu().copy(src, dst); }
-  void fill(d::TensorImpl& dst, double v) override { cpu().fill(dst, v); }
+  void copy(const d::TensorImpl& src, d::TensorImpl& dst) override {
+    note_kernel(__func__);
+    cpu().copy(src, dst);
+  }
+  void fill(d::TensorImpl& dst, double v) override {
+    note_kernel(__func__);
+    cpu().fill(dst, v);
+  }
   void reduce(ops::ReduceOp op, const d::TensorImpl& x, d::TensorImpl& out, uint64_t mask) override {
+    note_kernel(__func__);
     cpu().reduce(op, x, out, mask);
   }
   bool arg_reduce(ops::ArgReduceOp op, const d::TensorImpl& x, d::TensorImpl& out, int64_t dim) override {
+    note_kernel(__func__);
     return cpu().arg_reduce(op, x, out, dim);
   }
   void softmax(const d::TensorImpl& x, d::TensorImpl& out, int64_t dim, bool log) override {
+    note_kernel(__func__);
     cpu().softmax(x, out, dim, log);
   }
-  void matmul(const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override { cpu().matmul(a, b, out); }
+  void matmul(const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    note_kernel(__func__);
+    cpu().matmul(a, b, out);
+  }
   void index_select(const d::TensorImpl& x, int64_t dim, const d::TensorImpl& idx, d::TensorImpl& out) override {
     ++index_kernel_calls;
+    note_kernel(__func__);
     cpu().index_select(x, dim, idx, out);
   }
   void index_add(d::TensorImpl& out, int64_t dim, const d::TensorImpl& idx, const d::TensorImpl& src) override {
     ++index_kernel_calls;
+    note_kernel(__func__);
     cpu().index_add(out, dim, idx, src);
   }
   void gather(const d::TensorImpl& x, int64_t dim, const d::TensorImpl& idx, d::TensorImpl& out) override {
+    note_kernel(__func__);
     cpu().gather(x, dim, idx, out);
   }
   void scatter_add(d::TensorImpl& out, int64_t dim, const d::TensorImpl& idx, const d::TensorImpl& src) override {
+    note_kernel(__func__);
     cpu().scatter_add(out, dim, idx, src);
   }
   void im2col(const d::TensorImpl& x, d::TensorImpl& cols, const d::ConvGeometry& g, double pad) override {
+    note_kernel(__func__);
     cpu().im2col(x, cols, g, pad);
   }
   void col2im(const d::TensorImpl& cols, d::TensorImpl& xg, const d::ConvGeometry& g) override {
+    note_kernel(__func__);
     cpu().col2im(cols, xg, g);
+  }
+  void cross_entropy(const d::TensorImpl& x, const d::TensorImpl& t, double ls, double scale, d::TensorImpl& loss,
+                     d::TensorImpl& lse) override {
+    note_kernel(__func__);
+    cpu().cross_entropy(x, t, ls, scale, loss, lse);
+  }
+  void cross_entropy_backward(const d::TensorImpl& x, const d::TensorImpl& t, const d::TensorImpl& lse,
+                              const d::TensorImpl& g, double ls, double scale, d::TensorImpl& gx) override {
+    note_kernel(__func__);
+    cpu().cross_entropy_backward(x, t, lse, g, ls, scale, gx);
   }
   void optimizer_step(const d::OptimizerStep& s, d::TensorImpl& p, const d::TensorImpl& g, d::TensorImpl* s0,
                       d::TensorImpl* s1, d::TensorImpl* s2) override {
+    note_kernel(__func__);
     cpu().optimizer_step(s, p, g, s0, s1, s2);
   }
 
@@ -97,6 +145,7 @@ class HostMemoryDevice final : public d::Backend {
   bool logdet_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& logdet, d::TensorImpl* inverse,
                   d::SpdFailure& fail) override {
     ++linalg_kernel_calls;
+    note_kernel(__func__);
     std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
     fail = {};
     for (int64_t b = 0; b < count; ++b) {
@@ -110,6 +159,7 @@ class HostMemoryDevice final : public d::Backend {
   bool cholesky_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& L,
                     d::SpdFailure& fail) override {
     ++linalg_kernel_calls;
+    note_kernel(__func__);
     std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
     fail = {};
     for (int64_t b = 0; b < count; ++b) {
@@ -122,6 +172,7 @@ class HostMemoryDevice final : public d::Backend {
   bool solve_triangular_small(const d::TensorImpl& t, d::TensorImpl& x, int64_t count, int64_t n, int64_t k,
                               bool upper, d::SpdFailure& fail) override {
     ++linalg_kernel_calls;
+    note_kernel(__func__);
     std::vector<double> work(static_cast<size_t>(n));
     fail = {};
     for (int64_t b = 0; b < count; ++b)
@@ -134,7 +185,17 @@ class HostMemoryDevice final : public d::Backend {
   }
 
   std::atomic<int64_t> linalg_kernel_calls{0}, index_kernel_calls{0};
+  // Every kernel (one launch or more on a GPU) and every transfer, for launch-count tests.
+  std::atomic<int64_t> kernel_calls{0}, host_to_device{0}, device_to_host{0};
+  bool trace = false;  // print each kernel and transfer to stderr (for finding launches to save)
 
+ private:
+  void note_kernel(const char* what) {
+    ++kernel_calls;
+    if (trace) std::fprintf(stderr, "  kernel %s\n", what);
+  }
+
+ public:
  private:
   static d::Backend& cpu() { return d::cpu_backend(); }
   std::atomic<int64_t> allocated_{0}, allocations_{0};

@@ -1,12 +1,13 @@
 // The CUDA backend against the CPU backend: every op of the op table (random, broadcast, non-contiguous,
-// empty inputs), reductions, softmax, arg-reductions, index ops, where, matmul (strided and pointer-array
-// batches), conv (im2col/col2im), autograd end to end, optimizers, logdet on the device, the allocator
-// (reuse, OOM), an 8-thread stress, the demo training and a short research-workload run. Without a usable
-// GPU every test reports itself skipped with the reason.
+// empty inputs) and its one-pass backward kernel, reductions, softmax, arg-reductions, index ops, where,
+// matmul (strided and pointer-array batches), conv (im2col/col2im), autograd end to end, optimizers, logdet
+// on the device, the allocator (reuse, OOM), an 8-thread stress, the demo training and a short
+// research-workload run. Without a usable GPU every test reports itself skipped with the reason.
 #include <atomic>
 #include <thread>
 
 #include "ops/op_defs.hpp"
+#include "ops/ops_internal.hpp"
 #include "research.hpp"
 #include "test_util.hpp"
 
@@ -131,6 +132,30 @@ TEST(Cuda, UnaryOpsMatchCpu) {
   }
   OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
+}
+
+// The one-pass backward kernel of every differentiable unary op (defs::*::grad) against the CPU's, with a
+// non-contiguous and a broadcast gradient.
+TEST(Cuda, UnaryGradKernelsMatchCpu) {
+  NEED_GPU();
+  int checked = 0;
+#define OXM_X(id, def)                                                                                           \
+  if (ops::defs::def::diff) {                                                                                    \
+    const Domain dom = domain_of(ops::defs::def::name);                                                          \
+    const std::string name = std::string(ops::defs::def::name) + " grad";                                        \
+    Tensor x = uni({5, 7}, dom.lo, dom.hi, 31), y = call_unary(ops::UnaryOp::id, x);                             \
+    Tensor g = uni({7, 5}, -2, 2, 32).t(), gb = uni({1, 7}, -2, 2, 33).broadcast_to({5, 7});                     \
+    expect_match(ops::unary_grad(ops::UnaryOp::id, gpu(g.contiguous()), gpu(x), gpu(y)),                         \
+                 ops::unary_grad(ops::UnaryOp::id, g, x, y), name);                                              \
+    expect_match(ops::unary_grad(ops::UnaryOp::id, gpu(g.t().contiguous()).t(), gpu(x), gpu(y)),                 \
+                 ops::unary_grad(ops::UnaryOp::id, g, x, y), name + " (transposed g)");                          \
+    expect_match(ops::unary_grad(ops::UnaryOp::id, gpu(gb.slice(0, 0, 1)).broadcast_to({5, 7}), gpu(x), gpu(y)), \
+                 ops::unary_grad(ops::UnaryOp::id, gb, x, y), name + " (broadcast g)");                          \
+    ++checked;                                                                                                   \
+  }
+  OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+  EXPECT_EQ(checked, 17);
 }
 
 TEST(Cuda, BinaryOpsMatchCpuWithBroadcasting) {
@@ -535,6 +560,33 @@ TEST(Cuda, ResearchShortRunMatchesCpuF32) {
 }
 
 // Class targets may stay on the CPU for GPU logits (no read-back to validate them).
+// The fused cross-entropy kernels (one block per row; 32 or 256 threads by class count) against the CPU.
+TEST(Cuda, FusedCrossEntropyMatchesCpu) {
+  NEED_GPU();
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{37, 10}, {300, 1000}, {1, 2}})
+    for (bool transposed : {false, true})
+      for (double ls : {0.0, 0.2})
+        for (nn::Reduction red : {nn::Reduction::Mean, nn::Reduction::Sum, nn::Reduction::None}) {
+          Tensor x = transposed ? uni({C, N}, -4, 4, 71).t() : uni({N, C}, -4, 4, 71);
+          std::vector<int64_t> tv(static_cast<size_t>(N));
+          for (int64_t i = 0; i < N; ++i) tv[static_cast<size_t>(i)] = i % 7 == 3 ? -100 : (i * 5) % C;
+          Tensor t = from_vector<int64_t>(tv, {N});
+          nn::CrossEntropyOptions o;
+          o.label_smoothing = ls;
+          o.reduction = red;
+          Tensor xc = x.detach().requires_grad_();
+          Tensor xg = (transposed ? gpu(x.t().contiguous()).t() : gpu(x.contiguous())).detach().requires_grad_();
+          Tensor lc = nn::cross_entropy(xc, t, o), lg = nn::cross_entropy(xg, t, o);
+          const std::string what = "cross_entropy [" + std::to_string(N) + ", " + std::to_string(C) + "]" +
+                                   (transposed ? " transposed" : "") + " ls " + std::to_string(ls);
+          expect_match(lg, lc, what, 1e-5, 1e-5);
+          Tensor w = uni(lc.shape(), 0.5, 1.5, 72);
+          (lc * w).sum().backward();
+          (lg * gpu(w)).sum().backward();
+          expect_match(xg.grad(), xc.grad(), what + " grad", 1e-5, 1e-6);
+        }
+}
+
 TEST(Cuda, ClassTargetsMayStayOnTheCpu) {
   NEED_GPU();
   Tensor logits = uni({6, 4}, -2, 2, 61).requires_grad_();

@@ -210,6 +210,40 @@ TEST(Loss, CrossEntropyMatchesReference) {
     }
 }
 
+// Without class weights, cross_entropy of [N, C] / [C] logits runs a fused kernel pair; with weights of 1 it takes
+// the op-built path. Both must agree, values and gradients, also for non-contiguous logits.
+TEST(Loss, FusedCrossEntropyMatchesTheComposite) {
+  for (DType dt : kFloats)
+    for (bool transposed : {false, true})
+      for (double ls : {0.0, 0.3})
+        for (int64_t ignore : {int64_t{-100}, int64_t{2}})
+          for (Reduction red : kReductions) {
+            Tensor base = transposed ? (randn({6, 9}, 61, dt) * 3.0).t() : randn({9, 6}, 61, dt) * 3.0;
+            Tensor t = from_vector<int64_t>({2, 0, 5, 2, 1, 3, 4, 2, 0}, {9});
+            nn::CrossEntropyOptions o;
+            o.label_smoothing = ls;
+            o.ignore_index = ignore;
+            o.reduction = red;
+            Tensor xf = base.detach().requires_grad_(), xc = base.detach().requires_grad_();
+            Tensor fused = nn::cross_entropy(xf, t, o);
+            o.weight = ones({6}, dt);
+            Tensor composite = nn::cross_entropy(xc, t, o);
+            const std::string what = std::string("fused ") + dtype_name(dt) + (transposed ? " transposed" : "") +
+                                     " ls " + std::to_string(ls) + " ignore " + std::to_string(ignore) + " " +
+                                     rname(red);
+            ASSERT_EQ(fused.shape(), composite.shape()) << what;
+            expect_close(values(fused), values(composite), tol(dt), tol(dt), what);
+            (fused * rand(fused.shape(), 62, dt)).sum().backward();
+            (composite * rand(composite.shape(), 62, dt)).sum().backward();
+            expect_close(values(xf.grad()), values(xc.grad()), tol(dt), tol(dt), what + " grad");
+          }
+  // [C] logits give a 0-d loss for Reduction::None, as the composite does.
+  Tensor x = randn({5}, 63);
+  nn::CrossEntropyOptions o;
+  o.reduction = Reduction::None;
+  EXPECT_EQ(nn::cross_entropy(x, scalar(3.0, DType::I64), o).shape(), Shape{});
+}
+
 TEST(Loss, CrossEntropyExtremeLogits) {
   for (DType dt : kFloats) {
     std::vector<double> xv = {1000, -1000, 0, 1000, -1000, -1000, 1000, 500, 0, 0, 3, -3};

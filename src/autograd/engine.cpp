@@ -162,6 +162,9 @@ void run_backward(const Tensor& root, const Tensor& seed) {
         accumulate_retained(*rt.tensor, grad_out[rt.output_nr]);
     grad_in.assign(n->next.size(), Tensor());
     if (any) n->apply(grad_out.data(), grad_in.data());
+    // Drop the incoming gradients now: a view node's output shares their storage, and a leaf can take
+    // ownership of a gradient (no copy) only when nothing else holds it.
+    for (Tensor& g : grad_out) g = Tensor();
     for (size_t i = 0; i < n->next.size(); ++i) {
       Edge& e = n->next[i];
       if (e.node) {

@@ -64,6 +64,10 @@ class Backend {
   // broadcast); outputs are freshly allocated and contiguous unless a comment says otherwise.
   virtual void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) = 0;
   virtual void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) = 0;
+  // The backward of a unary op in one pass: out = Def::grad(g, x, y) elementwise (float dtypes). x and y are
+  // the op's saved input and output; one it does not save is passed as g (never read).
+  virtual void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
+                          TensorImpl& out) = 0;
   // out = mask != 0 ? a : b; mask may be U8 or the dtype of a/b.
   virtual void where(const TensorImpl& mask, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) = 0;
   // Strided copy with dtype conversion; `dst` may be any (non-overlapping) strided view.
@@ -93,6 +97,18 @@ class Backend {
   virtual void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) = 0;
   // The adjoint: x_grad (contiguous [N, C, H, W], zero-filled by the caller) += col2im(cols).
   virtual void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) = 0;
+
+  // ---- fused cross entropy over rows (class targets, no class weights). x: [R, C], any strides; target: [R]
+  // I64 on this device, a class in [0, C) or -1 for an ignored row. Writes loss and lse ([R], contiguous):
+  //   lse_r = log sum_c exp x_rc,  logp_rc = x_rc - lse_r,
+  //   loss_r = scale * (-(1 - ls) logp_{r, t_r} - (ls / C) sum_c logp_rc), and 0 for an ignored row.
+  virtual void cross_entropy(const TensorImpl& x, const TensorImpl& target, double label_smoothing, double scale,
+                             TensorImpl& loss, TensorImpl& lse) = 0;
+  // Its gradient: grad_x (contiguous [R, C]) = g_r * scale * (p_rc - (1 - ls) [c == t_r] - ls / C) with
+  // p_rc = exp(x_rc - lse_r), and 0 for an ignored row; g: [R], any strides (0 for a broadcast gradient).
+  virtual void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse,
+                                      const TensorImpl& g, double label_smoothing, double scale,
+                                      TensorImpl& grad_x) = 0;
 
   // ---- fused optimizer update of one parameter: one pass over its memory (one launch on a GPU).
   // param, grad and the state buffers are contiguous tensors of one shape and dtype.

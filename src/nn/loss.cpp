@@ -1,9 +1,12 @@
-// Loss functions composed of differentiable tensor ops; see include/oxmera/nn/loss.hpp for the contract.
+// Loss functions composed of differentiable tensor ops, and a fused cross entropy (class targets without
+// class weights); see include/oxmera/nn/loss.hpp for the contract.
 #include "oxmera/nn/loss.hpp"
 
 #include <string>
 #include <vector>
 
+#include "autograd/node.hpp"
+#include "backend/backend.hpp"
 #include "oxmera/error.hpp"
 
 namespace oxmera::nn {
@@ -42,18 +45,18 @@ Tensor reduce(const Tensor& loss, Reduction r, const char* op, const Shape& inpu
   OXM_FAIL(InvalidArgument, op, ": unknown reduction");
 }
 
-// Class targets, validated on the host. `safe` replaces ignored targets by 0 (so gather stays in range), `keep`
-// is a u8 mask of the targets that count.
-struct ClassTargets {
-  Tensor safe;
-  Tensor keep;
+// Class targets read and validated on the host: `marked` holds each target, or -1 where it equals
+// ignore_index; `kept` counts the others.
+struct HostTargets {
+  std::vector<int64_t> marked;
   int64_t kept = 0;
   int64_t class_dim = 0;
   int64_t num_classes = 0;
+  Shape shape;  // the target's shape (the input's without its class dim)
 };
 
-ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op,
-                           const char* xname) {
+HostTargets read_class_targets(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op,
+                               const char* xname) {
   check_defined(target, op, "target");
   const Shape& xs = input.shape();
   OXM_CHECK(input.dim() >= 1, ShapeMismatch, op, ": ", xname, " must have shape [N, C], [N, C, d1, ...] or [C], got ",
@@ -68,34 +71,109 @@ ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ig
   OXM_CHECK(target.device() == input.device() || target.device().is_cpu(), DeviceMismatch, op, ": target is on ",
             target.device(), " but ", xname, " is on ", input.device(), "; keep class targets on the cpu or on ",
             input.device());
-  ClassTargets ct;
-  ct.class_dim = input.dim() == 1 ? 0 : 1;
-  ct.num_classes = xs[ct.class_dim];
-  Shape want = xs;
-  want.erase(ct.class_dim);
-  OXM_CHECK(target.shape() == want, ShapeMismatch, op, ": target shape ", target.shape(), " does not match ", xname,
-            " shape ", xs, "; expected a target of shape ", want, " (", xname, " without its class dim ",
-            ct.class_dim, ")");
-  const std::vector<int64_t> t = target.to(Device::cpu()).to_vector<int64_t>();
-  std::vector<int64_t> safe(t.size());
-  std::vector<uint8_t> keep(t.size());
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] == ignore_index) {
-      safe[i] = 0;
-      keep[i] = 0;
+  HostTargets h;
+  h.class_dim = input.dim() == 1 ? 0 : 1;
+  h.num_classes = xs[h.class_dim];
+  h.shape = xs;
+  h.shape.erase(h.class_dim);
+  OXM_CHECK(target.shape() == h.shape, ShapeMismatch, op, ": target shape ", target.shape(), " does not match ", xname,
+            " shape ", xs, "; expected a target of shape ", h.shape, " (", xname, " without its class dim ",
+            h.class_dim, ")");
+  h.marked = target.to(Device::cpu()).to_vector<int64_t>();
+  for (size_t i = 0; i < h.marked.size(); ++i) {
+    const int64_t t = h.marked[i];
+    if (t == ignore_index) {
+      h.marked[i] = -1;
       continue;
     }
-    OXM_CHECK(t[i] >= 0 && t[i] < ct.num_classes, IndexOutOfBounds, op, ": target ", t[i], " (at flat position ", i,
-              " of target shape ", target.shape(), ") is out of range for ", ct.num_classes, " classes (", xname,
-              " shape ", xs, "); class targets must be in [0, ", ct.num_classes, ") or equal ignore_index (",
+    OXM_CHECK(t >= 0 && t < h.num_classes, IndexOutOfBounds, op, ": target ", t, " (at flat position ", i,
+              " of target shape ", target.shape(), ") is out of range for ", h.num_classes, " classes (", xname,
+              " shape ", xs, "); class targets must be in [0, ", h.num_classes, ") or equal ignore_index (",
               ignore_index, ")");
-    safe[i] = t[i];
-    keep[i] = 1;
-    ++ct.kept;
+    ++h.kept;
   }
-  ct.safe = from_vector<int64_t>(safe, want).to(input.device());
-  ct.keep = from_vector<uint8_t>(keep, want).to(input.device());
+  return h;
+}
+
+// Class targets for the composite (op-built) losses. `safe` replaces ignored targets by 0 (so gather stays in
+// range), `keep` is a u8 mask of the targets that count.
+struct ClassTargets {
+  Tensor safe;
+  Tensor keep;
+  int64_t kept = 0;
+  int64_t class_dim = 0;
+  int64_t num_classes = 0;
+};
+
+ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op,
+                           const char* xname) {
+  HostTargets h = read_class_targets(input, target, ignore_index, op, xname);
+  ClassTargets ct;
+  ct.kept = h.kept;
+  ct.class_dim = h.class_dim;
+  ct.num_classes = h.num_classes;
+  std::vector<uint8_t> keep(h.marked.size());
+  for (size_t i = 0; i < h.marked.size(); ++i) {
+    keep[i] = h.marked[i] >= 0;
+    if (h.marked[i] < 0) h.marked[i] = 0;
+  }
+  ct.safe = from_vector<int64_t>(h.marked, h.shape).to(input.device());
+  ct.keep = from_vector<uint8_t>(keep, h.shape).to(input.device());
   return ct;
+}
+
+// The empty-mean error shared by every class-target loss.
+[[noreturn]] void fail_empty_mean(const char* op, const Shape& xs, int64_t targets) {
+  OXM_FAIL(EmptyReduction, op, ": reduction 'mean' over zero targets (input shape ", xs, ", ", targets,
+           " targets, all of them equal to ignore_index or none at all) is undefined (torch returns NaN); use "
+           "Reduction::Sum or skip such batches");
+}
+
+// The fused cross entropy (backend kernels for the forward and the backward: two launches on a GPU where the
+// composite takes about twenty). Its node keeps the logits, each row's log-sum-exp and the marked targets.
+struct CrossEntropyNode final : detail::Node {
+  detail::SavedTensor logits;
+  Tensor target, lse;
+  double label_smoothing = 0, scale = 1;
+  const char* name() const override { return "cross_entropy"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor x = logits.get("cross_entropy");
+    const auto& xi = *x.impl();
+    Tensor gx = detail::make_empty(xi.shape, xi.dtype, xi.device(), "cross_entropy backward");
+    detail::backend_for(xi.device(), "cross_entropy backward")
+        .cross_entropy_backward(xi, *target.impl(), *lse.impl(), *gout[0].impl(), label_smoothing, scale, *gx.impl());
+    gin[0] = gx;
+  }
+};
+
+// logits: [N, C] or [C] with N, C >= 1; class targets; no class weight.
+Tensor fused_cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  const char* op = "cross_entropy";
+  HostTargets h = read_class_targets(logits, target, o.ignore_index, op, "logits");
+  Tensor x = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
+  const auto& xi = *x.impl();
+  const int64_t R = xi.shape[0];
+  double scale = 1.0;
+  if (o.reduction == Reduction::Mean) {
+    if (h.kept == 0) fail_empty_mean(op, logits.shape(), R);
+    scale = 1.0 / static_cast<double>(h.kept);
+  }
+  Tensor marked = from_vector<int64_t>(h.marked, Shape{R}).to(xi.device());
+  Tensor rows = detail::make_empty(Shape{R}, xi.dtype, xi.device(), op);
+  Tensor lse = detail::make_empty(Shape{R}, xi.dtype, xi.device(), op);
+  detail::backend_for(xi.device(), op)
+      .cross_entropy(xi, *marked.impl(), o.label_smoothing, scale, *rows.impl(), *lse.impl());
+  if (detail::needs_tape(x)) {
+    auto* n = new CrossEntropyNode();
+    n->next.push_back(detail::edge_of(x));
+    n->logits.save(x, false);
+    n->target = marked;
+    n->lse = lse;
+    n->label_smoothing = o.label_smoothing;
+    n->scale = scale;
+    detail::set_history(rows, n);
+  }
+  return o.reduction == Reduction::None ? rows.reshape(h.shape) : rows.sum();
 }
 
 void check_class_weight(const Tensor& input, const Tensor& weight, int64_t num_classes, const char* op,
@@ -116,9 +194,7 @@ Tensor weight_view(const Tensor& weight, int64_t rank, int64_t class_dim) {
 // Zero is EmptyReduction (torch returns NaN).
 Tensor class_mean_denominator(const ClassTargets& ct, const Tensor& picked_weight, const Tensor& zero,
                               const char* op, const Shape& xs) {
-  OXM_CHECK(ct.kept > 0, EmptyReduction, op, ": reduction 'mean' over zero targets (input shape ", xs, ", ",
-            ct.safe.numel(), " targets, all of them equal to ignore_index or none at all) is undefined (torch "
-            "returns NaN); use Reduction::Sum or skip such batches");
+  if (ct.kept == 0) fail_empty_mean(op, xs, ct.safe.numel());
   if (!picked_weight.defined()) return scalar(static_cast<double>(ct.kept), zero.dtype()).to(zero.device());
   Tensor denom = where(ct.keep, picked_weight, zero).sum();
   OXM_CHECK(denom.to(DType::F64).item<double>() != 0.0, EmptyReduction, op,
@@ -205,6 +281,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     }
     OXM_FAIL(InvalidArgument, op, ": unknown reduction");
   }
+  if (!o.weight.defined() && logits.dim() <= 2 && logits.numel() > 0) return fused_cross_entropy(logits, target, o);
   ClassTargets ct = class_targets(logits, target, o.ignore_index, op, "logits");
   if (ct.num_classes == 0 || ct.safe.numel() == 0) {
     // Nothing to softmax over (log_softmax of an empty tensor is never needed).

@@ -28,6 +28,18 @@ const char* binary_name(BinaryOp op) noexcept {
   }
 }
 
+// One pass over the output: out = Def::grad(g, x, y). g, x and y have one shape, dtype and device.
+Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y) {
+  const auto &gi = *g.impl(), &xi = *x.impl(), &yi = *y.impl();
+  OXM_CHECK(xi.shape == gi.shape && yi.shape == gi.shape && xi.dtype == gi.dtype && yi.dtype == gi.dtype &&
+                xi.device() == gi.device() && yi.device() == gi.device(),
+            InvalidArgument, unary_name(op), " backward: gradient ", gi.shape, " ", gi.dtype, " on ", gi.device(),
+            " does not match the saved tensors ", xi.shape, " ", xi.dtype, " and ", yi.shape, " ", yi.dtype);
+  Tensor out = detail::make_empty(gi.shape, gi.dtype, gi.device(), unary_name(op));
+  detail::backend_for(gi.device(), unary_name(op)).unary_grad(op, gi, xi, yi, *out.impl());
+  return out;
+}
+
 namespace {
 
 using detail::Node;
@@ -37,7 +49,13 @@ template <class Def>
 struct UnaryNode final : Node {
   SavedTensor x, y;
   const char* name() const override { return Def::name; }
-  void apply(Tensor* gout, Tensor* gin) override { gin[0] = Def::bwd(gout[0], x.get(Def::name), y.get(Def::name)); }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const Tensor& g = gout[0];
+    Tensor xs, ys;
+    if constexpr (Def::saves == Saves::Input || Def::saves == Saves::Both) xs = x.get(Def::name);
+    if constexpr (Def::saves == Saves::Output || Def::saves == Saves::Both) ys = y.get(Def::name);
+    gin[0] = unary_grad(static_cast<UnaryOp>(op_index<Def>()), g, xs.defined() ? xs : g, ys.defined() ? ys : g);
+  }
 };
 
 template <class Def>

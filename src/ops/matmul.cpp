@@ -13,10 +13,25 @@ struct MatmulNode final : detail::Node {
   detail::SavedTensor a, b;
   Shape a_shape, b_shape;
   const char* name() const override { return "matmul"; }
+  bool a_column_major = false, b_column_major = false;
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor& g = gout[0];
-    if (needs_grad(0)) gin[0] = detail::sum_to(g.matmul(b.get("matmul").t()), a_shape);
-    if (needs_grad(1)) gin[1] = detail::sum_to(a.get("matmul").t().matmul(g), b_shape);
+    // A column-major operand (a transposed view, as Linear's weight.t()) gets its gradient as the transpose of
+    // a row-major product: same GEMM cost, and the leaf behind the view receives a contiguous gradient (no
+    // copy when it is accumulated).
+    if (needs_grad(0)) {
+      Tensor B = b.get("matmul");
+      gin[0] = a_column_major ? B.matmul(g.t()).t() : detail::sum_to(g.matmul(B.t()), a_shape);
+    }
+    if (needs_grad(1)) {
+      Tensor A = a.get("matmul");
+      gin[1] = b_column_major ? g.t().matmul(A).t() : detail::sum_to(A.t().matmul(g), b_shape);
+    }
+  }
+  // A 2-d operand of a 2-d product stored column by column.
+  static bool column_major_matrix(const detail::TensorImpl& t, const detail::TensorImpl& other) {
+    return t.shape.size() == 2 && other.shape.size() == 2 && t.shape[0] > 1 && t.shape[1] > 1 && t.strides[0] == 1 &&
+           t.strides[1] == t.shape[0];
   }
 };
 
@@ -89,6 +104,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     node->next.push_back(detail::edge_of(b));
     node->a_shape = ai.shape;
     node->b_shape = bi.shape;
+    node->a_column_major = MatmulNode::column_major_matrix(ai, bi);
+    node->b_column_major = MatmulNode::column_major_matrix(bi, ai);
     if (node->needs_grad(1)) node->a.save(a, false);
     if (node->needs_grad(0)) node->b.save(b, false);
     detail::set_history(out, node);

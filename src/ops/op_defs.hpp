@@ -35,14 +35,19 @@ OXM_HD inline bool is_nan(T v) {
 }
 
 // ---------------------------------------------------------------- unary
-// Each def: name, ints (accepts I64), diff (has a backward), saves, fwd(x), bwd(g, x, y).
+// Each def: name, ints (accepts I64), diff (has a backward), saves, fwd(x), and grad(g, x, y): the input's
+// gradient element from the output's gradient g, the input x and the output y (the ones `saves` names; the
+// others are unspecified). Both run in every backend's kernels, so a unary backward is one pass (one launch).
 struct Neg {
   static constexpr const char* name = "neg";
   static constexpr bool ints = true, diff = true;
   static constexpr Saves saves = Saves::None;
   template <class T>
   OXM_HD static T fwd(T x) { return -x; }
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor&) { return -g; }
+  template <class T>
+  OXM_HD static T grad(T g, T, T) {
+    return -g;
+  }
 };
 struct Exp {
   static constexpr const char* name = "exp";
@@ -50,7 +55,10 @@ struct Exp {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return std::exp(x); }
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * y; }
+  template <class T>
+  OXM_HD static T grad(T g, T, T y) {
+    return g * y;
+  }
 };
 struct Log {
   static constexpr const char* name = "log";
@@ -58,7 +66,10 @@ struct Log {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return std::log(x); }
-  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g / x; }
+  template <class T>
+  OXM_HD static T grad(T g, T x, T) {
+    return g / x;
+  }
 };
 struct Abs {
   static constexpr const char* name = "abs";
@@ -66,7 +77,8 @@ struct Abs {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return x < T(0) ? -x : x; }
-  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g * x.sign(); }
+  template <class T>
+  OXM_HD static T grad(T g, T x, T);  // g * sign(x), defined after Sign
 };
 struct Sqrt {
   static constexpr const char* name = "sqrt";
@@ -74,7 +86,10 @@ struct Sqrt {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return std::sqrt(x); }
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g / (2.0 * y); }
+  template <class T>
+  OXM_HD static T grad(T g, T, T y) {
+    return g / (T(2) * y);
+  }
 };
 struct Rsqrt {
   static constexpr const char* name = "rsqrt";
@@ -82,7 +97,10 @@ struct Rsqrt {
   static constexpr Saves saves = Saves::Both;
   template <class T>
   OXM_HD static T fwd(T x) { return T(1) / std::sqrt(x); }
-  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor& y) { return g * (-0.5) * y / x; }
+  template <class T>
+  OXM_HD static T grad(T g, T x, T y) {
+    return g * T(-0.5) * y / x;
+  }
 };
 struct Sin {
   static constexpr const char* name = "sin";
@@ -90,7 +108,10 @@ struct Sin {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return std::sin(x); }
-  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g * x.cos(); }
+  template <class T>
+  OXM_HD static T grad(T g, T x, T) {
+    return g * std::cos(x);
+  }
 };
 struct Cos {
   static constexpr const char* name = "cos";
@@ -98,7 +119,10 @@ struct Cos {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return std::cos(x); }
-  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return -(g * x.sin()); }
+  template <class T>
+  OXM_HD static T grad(T g, T x, T) {
+    return -(g * std::sin(x));
+  }
 };
 struct Tanh {
   static constexpr const char* name = "tanh";
@@ -106,7 +130,10 @@ struct Tanh {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return std::tanh(x); }
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * (1.0 - y * y); }
+  template <class T>
+  OXM_HD static T grad(T g, T, T y) {
+    return g * (T(1) - y * y);
+  }
 };
 struct Relu {
   static constexpr const char* name = "relu";
@@ -116,7 +143,10 @@ struct Relu {
   template <class T>
   OXM_HD static T fwd(T x) { return (x > T(0) || is_nan(x)) ? x : T(0); }
   // relu'(0) = 0: the mask y > 0.
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * y.gt(zeros_like(y)); }
+  template <class T>
+  OXM_HD static T grad(T g, T, T y) {
+    return y > T(0) ? g : g * T(0);
+  }
 };
 struct Gelu {
   // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -128,12 +158,12 @@ struct Gelu {
     const T k = T(0.7978845608028654), c = T(0.044715);
     return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x)));
   }
-  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) {
-    const double k = 0.7978845608028654, c = 0.044715;
-    Tensor x2 = x * x;
-    Tensor th = (k * (x + c * x2 * x)).tanh();
-    Tensor d = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * (k * (1.0 + 3.0 * c * x2));
-    return g * d;
+  template <class T>
+  OXM_HD static T grad(T g, T x, T) {
+    const T k = T(0.7978845608028654), c = T(0.044715);
+    const T x2 = x * x;
+    const T th = std::tanh(k * (x + c * x2 * x));
+    return g * (T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * (k * (T(1) + T(3.0 * 0.044715) * x2)));
   }
 };
 struct Sigmoid {
@@ -147,7 +177,10 @@ struct Sigmoid {
     T e = std::exp(x);
     return e / (T(1) + e);
   }
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * y * (1.0 - y); }
+  template <class T>
+  OXM_HD static T grad(T g, T, T y) {
+    return g * y * (T(1) - y);
+  }
 };
 struct Square {
   static constexpr const char* name = "square";
@@ -155,7 +188,10 @@ struct Square {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return x * x; }
-  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g * (2.0 * x); }
+  template <class T>
+  OXM_HD static T grad(T g, T x, T) {
+    return g * (T(2) * x);
+  }
 };
 struct Reciprocal {
   static constexpr const char* name = "reciprocal";
@@ -163,7 +199,10 @@ struct Reciprocal {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return T(1) / x; }
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return -(g * y * y); }
+  template <class T>
+  OXM_HD static T grad(T g, T, T y) {
+    return -(g * y * y);
+  }
 };
 struct Log1p {
   static constexpr const char* name = "log1p";
@@ -171,7 +210,10 @@ struct Log1p {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return std::log1p(x); }
-  static Tensor bwd(const Tensor& g, const Tensor& x, const Tensor&) { return g / (1.0 + x); }
+  template <class T>
+  OXM_HD static T grad(T g, T x, T) {
+    return g / (T(1) + x);
+  }
 };
 struct Expm1 {
   static constexpr const char* name = "expm1";
@@ -179,7 +221,10 @@ struct Expm1 {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return std::expm1(x); }
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor& y) { return g * (y + 1.0); }
+  template <class T>
+  OXM_HD static T grad(T g, T, T y) {
+    return g * (y + T(1));
+  }
 };
 struct Sign {
   static constexpr const char* name = "sign";
@@ -190,8 +235,16 @@ struct Sign {
     if (is_nan(x)) return x;
     return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
   }
-  static Tensor bwd(const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); }
+  template <class T>
+  OXM_HD static T grad(T, T, T) {
+    return T(0);
+  }
 };
+
+template <class T>
+OXM_HD inline T Abs::grad(T g, T x, T) {
+  return g * Sign::fwd(x);
+}
 
 // ---------------------------------------------------------------- binary
 // Each def: name, ints, diff, fwd(a, b), bwd(g, a, b, y) -> {ga, gb} (before reduction to input shapes).

@@ -20,6 +20,8 @@ constexpr int op_index() {
 }
 
 Tensor unary(UnaryOp op, const Tensor& x);
+// The backward of unary op `op` in one kernel (see defs::*::grad); x, y: what the op saves, else g.
+Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 Shape check_binary(const Tensor& a, const Tensor& b, const char* op);
 Tensor broadcast_view(const Tensor& t, const Shape& shape);

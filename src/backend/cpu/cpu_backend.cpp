@@ -50,6 +50,10 @@ class CpuBackend final : public Backend {
   void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
     k_->binary(op, a, b, out);
   }
+  void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
+                  TensorImpl& out) override {
+    k_->unary_grad(op, g, x, y, out);
+  }
   void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
     k_->where(m, a, b, out);
   }
@@ -82,6 +86,14 @@ class CpuBackend final : public Backend {
   }
   void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) override {
     cpu_col2im(cols, x_grad, g);
+  }
+  void cross_entropy(const TensorImpl& x, const TensorImpl& target, double ls, double scale, TensorImpl& loss,
+                     TensorImpl& lse) override {
+    cpu_cross_entropy(x, target, ls, scale, loss, lse);
+  }
+  void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
+                              double ls, double scale, TensorImpl& grad_x) override {
+    cpu_cross_entropy_backward(x, target, lse, g, ls, scale, grad_x);
   }
   void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
                       TensorImpl* s1, TensorImpl* s2) override {

@@ -188,6 +188,42 @@ void unary(UnaryOp op, const TensorImpl& x, TensorImpl& out) {
 }
 
 template <class Def, class T>
+void unary_grad_typed(const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out, int64_t grain) {
+  const TensorImpl* ops[4] = {&out, &g, &x, &y};
+  Plan p = make_plan(out.shape, ops, 4);
+  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
+    constexpr int64_t e = sizeof(T);
+    if (s[0] == e && s[1] == e && s[2] == e && s[3] == e) {
+      T* o = reinterpret_cast<T*>(ptr[0]);
+      const T* gv = reinterpret_cast<const T*>(ptr[1]);
+      const T* xv = reinterpret_cast<const T*>(ptr[2]);
+      const T* yv = reinterpret_cast<const T*>(ptr[3]);
+      for (int64_t i = 0; i < n; ++i) o[i] = Def::template grad<T>(gv[i], xv[i], yv[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        at<T>(ptr[0], s[0], i) =
+            Def::template grad<T>(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
+    }
+  });
+}
+
+void unary_grad(UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out) {
+  const int64_t grain = is_cheap(op) ? kGrainCheap : kGrainCostly;
+  switch (op) {
+#define OXM_X(id, def)                                                                               \
+  case UnaryOp::id:                                                                                  \
+    if (g.dtype == DType::F32) return unary_grad_typed<ops::defs::def, float>(g, x, y, out, grain);  \
+    if (g.dtype == DType::F64) return unary_grad_typed<ops::defs::def, double>(g, x, y, out, grain); \
+    break;
+    OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+    default:
+      break;
+  }
+  OXM_FAIL(UnsupportedDType, ops::unary_name(op), " backward: dtype ", g.dtype, " is not supported (f32, f64)");
+}
+
+template <class Def, class T>
 void binary_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[3] = {&out, &a, &b};
   Plan p = make_plan(out.shape, ops, 3);
@@ -776,7 +812,8 @@ void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
 
 #define OXM_STR2(x) #x
 #define OXM_STR(x) OXM_STR2(x)
-const CpuKernels table = {OXM_STR(OXM_ISA), unary, binary, where, copy, fill, reduce, arg_reduce, softmax, matmul};
+const CpuKernels table = {OXM_STR(OXM_ISA), unary,      binary,  unary_grad, where, copy, fill,
+                          reduce,           arg_reduce, softmax, matmul};
 
 }  // namespace
 

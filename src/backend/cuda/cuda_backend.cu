@@ -218,6 +218,10 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize"); }
   void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) override { cuda::unary(op, x, out); }
+  void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
+                  TensorImpl& out) override {
+    cuda::unary_grad(op, g, x, y, out);
+  }
   void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
     cuda::binary(op, a, b, out);
   }
@@ -253,6 +257,14 @@ class CudaBackend final : public Backend {
   }
   void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) override {
     cuda::col2im(cols, x_grad, g);
+  }
+  void cross_entropy(const TensorImpl& x, const TensorImpl& target, double ls, double scale, TensorImpl& loss,
+                     TensorImpl& lse) override {
+    cuda::cross_entropy(x, target, ls, scale, loss, lse);
+  }
+  void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
+                              double ls, double scale, TensorImpl& grad_x) override {
+    cuda::cross_entropy_backward(x, target, lse, g, ls, scale, grad_x);
   }
   void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
                       TensorImpl* s1, TensorImpl* s2) override {

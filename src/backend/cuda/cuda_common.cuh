@@ -51,6 +51,7 @@ void check_rank(const TensorImpl& t, const char* op);
 
 // ---- kernels (cuda_elementwise.cu, cuda_reduce.cu, cuda_index.cu)
 void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out);
+void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out);
 void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
 void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
 void copy(const TensorImpl& src, TensorImpl& dst);
@@ -58,6 +59,10 @@ void fill(TensorImpl& dst, double v);
 void reduce(ops::ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask);
 bool arg_reduce(ops::ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim);
 void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log);
+void cross_entropy(const TensorImpl& x, const TensorImpl& target, double ls, double scale, TensorImpl& loss,
+                   TensorImpl& lse);
+void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
+                            double ls, double scale, TensorImpl& grad_x);
 void index_select(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out);
 void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src);
 void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out);

@@ -66,6 +66,12 @@ struct UnaryF {
   }
 };
 template <class Def, class T>
+struct UnaryGradF {
+  __device__ void operator()(const Ptrs<4>& p, const int64_t* o) const {
+    at<T>(p.p[0], o[0]) = Def::template grad<T>(at<T>(p.p[1], o[1]), at<T>(p.p[2], o[2]), at<T>(p.p[3], o[3]));
+  }
+};
+template <class Def, class T>
 struct BinaryF {
   __device__ void operator()(const Ptrs<3>& p, const int64_t* o) const {
     at<T>(p.p[0], o[0]) = Def::template fwd<T>(at<T>(p.p[1], o[1]), at<T>(p.p[2], o[2]));
@@ -136,6 +142,22 @@ void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) {
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default: break;
+  }
+  OXM_FAIL(NotImplemented, "cuda: unknown unary op");
+}
+
+void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out) {
+  OXM_CHECK(g.dtype == DType::F32, UnsupportedDType, ops::unary_name(op), " backward: dtype ", g.dtype,
+            " is not supported on cuda (f32)");
+  const TensorImpl* ts[4] = {&out, &g, &x, &y};
+  switch (op) {
+#define OXM_X(id, def)   \
+  case ops::UnaryOp::id: \
+    return launch<4>(ts, UnaryGradF<ops::defs::def, float>{}, ops::defs::def::name);
+    OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+    default:
+      break;
   }
   OXM_FAIL(NotImplemented, "cuda: unknown unary op");
 }

@@ -1,5 +1,5 @@
-// Reductions over any dim set, arg-reductions and softmax. Deterministic: no float atomics; every output is
-// combined by a fixed tree inside a block and (for long reductions) fixed-size chunks summed in order.
+// Reductions over any dim set, arg-reductions, softmax and the fused cross entropy. Deterministic: no float atomics;
+// every output is combined by a fixed tree inside a block and (for long reductions) fixed-size chunks summed in order.
 // f32 sums accumulate in f64 like the CPU backend.
 #include <cfloat>
 
@@ -306,7 +306,92 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(Lines l, const float*
   }
 }
 
+// ---------------------------------------------------------------- cross entropy (class targets)
+// One block per row, as softmax: max, then the f64 sums of exp(x - max) and of x; thread 0 writes the row's
+// log-sum-exp and loss with the CPU kernel's rounding (cpu_loss.cpp).
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_kernel(int64_t C, int64_t sr, int64_t sc, const float* x, const int64_t* target, int64_t ts,
+                         double ls, double scale, float* loss, float* lse) {
+  __shared__ double sh[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* row = x + r * sr;
+  double mx = -HUGE_VAL;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) mx = combine<double>(ReduceOp::Max, mx, row[c * sc]);
+  mx = block_combine<double>(ReduceOp::Max, mx, sh);
+  __syncthreads();
+  float fmx = static_cast<float>(mx);
+  if (fmx == -INFINITY) fmx = 0.f;
+  double sum = 0, xsum = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    sum += expf(row[c * sc] - fmx);
+    xsum += row[c * sc];
+  }
+  sum = block_combine<double>(ReduceOp::Sum, sum, sh);
+  __syncthreads();
+  if (ls > 0) xsum = block_combine<double>(ReduceOp::Sum, xsum, sh);
+  if (threadIdx.x != 0) return;
+  const float l = static_cast<float>(::log(sum)) + fmx;
+  lse[r] = l;
+  const int64_t t = target[r * ts];
+  if (t < 0) {
+    loss[r] = 0.f;
+    return;
+  }
+  const float picked = row[t * sc] - l;
+  float v = -picked;
+  if (ls > 0)
+    v = static_cast<float>((1.0 - ls) * -static_cast<double>(picked) -
+                           ls / static_cast<double>(C) * (xsum - static_cast<double>(C) * l));
+  loss[r] = static_cast<float>(scale * v);
+}
+
+// One thread per element of the contiguous [R, C] gradient.
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_backward_kernel(int64_t R, int64_t C, int64_t sr, int64_t sc, const float* x, const int64_t* target,
+                                  int64_t ts, const float* lse, const float* g, int64_t gs, float on_target,
+                                  float uniform, double scale, float* gx) {
+  const int64_t n = R * C, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const int64_t r = i / C, c = i - r * C, t = target[r * ts];
+    if (t < 0) {
+      gx[i] = 0.f;
+      continue;
+    }
+    const float gr = static_cast<float>(scale * static_cast<double>(g[r * gs]));
+    float v = gr * (expf(x[r * sr + c * sc] - lse[r]) - uniform);
+    if (c == t) v -= gr * on_target;
+    gx[i] = v;
+  }
+}
+
 }  // namespace
+
+void cross_entropy(const TensorImpl& x, const TensorImpl& target, double ls, double scale, TensorImpl& loss,
+                   TensorImpl& lse) {
+  OXM_CHECK(x.dtype == DType::F32, UnsupportedDType, "cross_entropy: dtype ", x.dtype,
+            " is not supported on cuda (f32)");
+  const int64_t R = x.shape[0], C = x.shape[1];
+  if (R == 0) return;
+  OXM_CHECK(R <= INT32_MAX, NotImplemented, "cross_entropy: too many rows for the cuda kernel (", R, ")");
+  const int threads = C >= kThreads ? kThreads : 32;
+  cross_entropy_kernel<<<static_cast<unsigned>(R), threads, 0, stream()>>>(
+      C, x.strides[0], x.strides[1], x.ptr<float>(), target.ptr<int64_t>(), target.strides[0], ls, scale,
+      loss.ptr<float>(), lse.ptr<float>());
+  check_launch("cross_entropy");
+}
+
+void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
+                            double ls, double scale, TensorImpl& grad_x) {
+  OXM_CHECK(x.dtype == DType::F32, UnsupportedDType, "cross_entropy backward: dtype ", x.dtype,
+            " is not supported on cuda (f32)");
+  const int64_t R = x.shape[0], C = x.shape[1];
+  if (R == 0 || C == 0) return;
+  cross_entropy_backward_kernel<<<blocks(R * C), kThreads, 0, stream()>>>(
+      R, C, x.strides[0], x.strides[1], x.ptr<float>(), target.ptr<int64_t>(), target.strides[0], lse.ptr<float>(),
+      g.ptr<float>(), g.strides[0], static_cast<float>(1.0 - ls), static_cast<float>(ls / static_cast<double>(C)),
+      scale, grad_x.ptr<float>());
+  check_launch("cross_entropy backward");
+}
 
 void reduce(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
   switch (x.dtype) {
