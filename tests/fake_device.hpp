@@ -63,6 +63,10 @@ class HostMemoryDevice final : public d::Backend {
     note_kernel(__func__);
     cpu().binary(op, a, b, out);
   }
+  void binary_scalar(ops::BinaryOp op, const d::TensorImpl& t, double s, bool left, d::TensorImpl& out) override {
+    note_kernel(__func__);
+    cpu().binary_scalar(op, t, s, left, out);
+  }
   void unary_grad(ops::UnaryOp op, const d::TensorImpl& g, const d::TensorImpl& x, const d::TensorImpl& y,
                   d::TensorImpl& out) override {
     note_kernel(__func__);

@@ -186,6 +186,31 @@ TEST(Cuda, BinaryOpsMatchCpuWithBroadcasting) {
 #undef OXM_X
 }
 
+// Every binary op with a host scalar on either side (binary_scalar: the scalar passed by value), on a
+// contiguous and a transposed operand, f32 and (where the op takes it) i64.
+TEST(Cuda, ScalarOperandsMatchCpu) {
+  NEED_GPU();
+#define OXM_X(id, def)                                                                                               \
+  for (bool left : {false, true}) {                                                                                  \
+    const bool pw = ops::BinaryOp::id == ops::BinaryOp::Pow;                                                         \
+    const std::string name = std::string(ops::defs::def::name) + (left ? " scalar left" : " scalar right");          \
+    Tensor x = uni({7, 5}, pw ? 0.2 : 0.5, 3, 41), s = scalar(pw ? 1.7 : -1.25);                                     \
+    for (Tensor xd : {gpu(x), gpu(x.t().contiguous()).t()}) {                                                        \
+      Tensor xc = host(xd);                                                                                          \
+      expect_match(left ? call_binary(ops::BinaryOp::id, s, xd) : call_binary(ops::BinaryOp::id, xd, s),             \
+                   left ? call_binary(ops::BinaryOp::id, s, xc) : call_binary(ops::BinaryOp::id, xc, s), name);      \
+    }                                                                                                                \
+    if (ops::defs::def::ints) {                                                                                      \
+      Tensor xi = uni({4, 6}, -5, 5, 42).to(DType::I64), si = scalar(3.0, DType::I64);                               \
+      Tensor got = left ? call_binary(ops::BinaryOp::id, si, gpu(xi)) : call_binary(ops::BinaryOp::id, gpu(xi), si); \
+      Tensor want = left ? call_binary(ops::BinaryOp::id, si, xi) : call_binary(ops::BinaryOp::id, xi, si);          \
+      EXPECT_EQ(host(got).to_vector<int64_t>(), want.to_vector<int64_t>()) << name << " i64";                        \
+    }                                                                                                                \
+  }
+  OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+}
+
 TEST(Cuda, NaNPropagationWhereAndCasts) {
   NEED_GPU();
   Tensor a = from_vector<float>({1, NAN, -2, 0}, {4}), b = from_vector<float>({NAN, 1, 3, -0.0f}, {4});

@@ -175,6 +175,43 @@ TEST(FakeDevice, ResearchWorkloadTakesTheDeviceLinalgPath) {
 
 }  // namespace
 
+// Scalar operands of device tensors travel to the kernel by value: one launch for `x * 2.0`, no fill, no upload.
+// A 0-d CPU tensor that does not require grad may join a device tensor the same way (as in torch); anything
+// else on the CPU is DeviceMismatch.
+TEST(FakeDevice, ScalarOperandsArePassedByValue) {
+  NEED_FAKE_DEVICE();
+  Tensor x = rand({3, 5}, 81) + 0.5, xd = dev(x);
+  const int64_t k0 = g_device->kernel_calls, h0 = g_device->host_to_device;
+  Tensor y = xd * 2.0;
+  EXPECT_EQ(g_device->kernel_calls - k0, 1);
+  EXPECT_EQ(g_device->host_to_device - h0, 0);
+  expect_match(y, x * 2.0, "x * 2", 0, 0);
+  expect_match(2.0 - xd, 2.0 - x, "2 - x", 0, 0);
+  expect_match(2.0 / xd, 2.0 / x, "2 / x", 0, 0);
+  expect_match(xd.pow(2.5), x.pow(2.5), "x ^ 2.5", 0, 0);
+  expect_match(xd.maximum(scalar(0.9)), x.maximum(scalar(0.9)), "maximum with a cpu 0-d tensor", 0, 0);
+  expect_match(xd.clamp(0.7, 1.2), x.clamp(0.7, 1.2), "clamp", 0, 0);
+  const int64_t k1 = g_device->kernel_calls;
+  expect_match(xd.mean({1}), x.mean({1}), "mean", 1e-7, 0);
+  EXPECT_EQ(g_device->kernel_calls - k1, 2);  // the sum and the scaling
+  // Gradients through scalar forms match the CPU's.
+  for (double e : {0.0, 1.0, 2.5, -1.5}) {
+    Tensor xc = x.detach().requires_grad_(), xg = dev(x).requires_grad_();
+    ((xc.pow(e) * 3.0 - 1.0) / 2.0).sum().backward();
+    ((xg.pow(e) * 3.0 - 1.0) / 2.0).sum().backward();
+    expect_match(xg.grad(), xc.grad(), "grad of (x^" + std::to_string(e) + " * 3 - 1) / 2", 1e-6, 1e-6);
+  }
+  // An i64 scalar a double cannot hold exactly is uploaded instead, not rounded.
+  const int64_t big = (int64_t{1} << 60) + 1;
+  Tensor iv = from_vector<int64_t>({1, 2, 3}, {3});
+  EXPECT_EQ(host(dev(iv) + from_vector<int64_t>({big}, Shape{})).to_vector<int64_t>(),
+            (std::vector<int64_t>{big + 1, big + 2, big + 3}));
+  // What may not mix.
+  EXPECT_OXM_ERROR(xd + scalar(1.0).requires_grad_(), DeviceMismatch, "0-d cpu tensor");
+  EXPECT_OXM_ERROR(xd + ones({1}), DeviceMismatch, "add");
+  EXPECT_OXM_ERROR(where(xd.gt(scalar(1.0)), xd, scalar(0.0)), DeviceMismatch, "where");
+}
+
 // What one training step of the demo-sized MLP (bench_cuda's train_step) asks of a device: kernel launches
 // and transfers. A GPU step of this size is bound by launch latency, so this count is its cost model; it fell
 // from 52 kernels, 7 uploads and 2 read-backs to 27, 2 and 1 with the one-pass unary backward, the fused cross

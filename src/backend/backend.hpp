@@ -64,6 +64,9 @@ class Backend {
   // broadcast); outputs are freshly allocated and contiguous unless a comment says otherwise.
   virtual void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) = 0;
   virtual void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) = 0;
+  // A binary op with one operand a host scalar passed by value: out = op(s, t) when scalar_left, else op(t, s);
+  // t has out's shape (any strides). Saves a device-side 0-d tensor (one fill launch) per scalar operand.
+  virtual void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool scalar_left, TensorImpl& out) = 0;
   // The backward of a unary op in one pass: out = Def::grad(g, x, y) elementwise (float dtypes). x and y are
   // the op's saved input and output; one it does not save is passed as g (never read).
   virtual void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,

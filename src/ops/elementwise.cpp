@@ -85,7 +85,8 @@ struct BinaryNode final : Node {
   Shape a_shape, b_shape;
   const char* name() const override { return Def::name; }
   void apply(Tensor* gout, Tensor* gin) override {
-    defs::GradPair g = Def::bwd(gout[0], a.get(Def::name), b.get(Def::name), y.get(Def::name));
+    defs::GradPair g =
+        Def::bwd(gout[0], a.get(Def::name), b.get(Def::name), y.get(Def::name), needs_grad(0), needs_grad(1));
     if (needs_grad(0)) gin[0] = detail::sum_to(g.a, a_shape);
     if (needs_grad(1)) gin[1] = detail::sum_to(g.b, b_shape);
   }
@@ -93,17 +94,44 @@ struct BinaryNode final : Node {
 
 }  // namespace
 
-// Validates and broadcasts two operands of a binary-shaped op; returns the output shape.
-Shape check_binary(const Tensor& a, const Tensor& b, const char* op) {
+// Validates and broadcasts two operands of a binary-shaped op; returns the output shape. With
+// `allow_host_scalar`, a 0-d CPU operand that does not require grad may meet a tensor on another device.
+Shape check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_host_scalar) {
   detail::check_defined(a, op, "first operand");
   detail::check_defined(b, op, "second operand");
   const auto &ai = *a.impl(), &bi = *b.impl();
   OXM_CHECK(ai.dtype == bi.dtype, DTypeMismatch, op, ": operands have dtypes ", ai.dtype, " and ", bi.dtype,
             " (shapes ", ai.shape, " and ", bi.shape, "); oxmera never promotes — cast one with .to(DType::",
             ai.dtype == DType::F64 || bi.dtype == DType::F64 ? "F64" : "F32", ")");
-  OXM_CHECK(ai.device() == bi.device(), DeviceMismatch, op, ": operands are on ", ai.device(), " and ",
-            bi.device(), "; move one with .to(Device)");
+  if (ai.device() != bi.device()) {
+    const detail::TensorImpl& s = ai.device().is_cpu() ? ai : bi;
+    OXM_CHECK(allow_host_scalar && s.device().is_cpu() && s.shape.empty() && !s.requires_grad, DeviceMismatch, op,
+              ": operands are on ", ai.device(), " and ", bi.device(),
+              "; move one with .to(Device) (only a 0-d cpu tensor that does not require grad may join a tensor on "
+              "another device, as a scalar)");
+  }
   return broadcast_shapes(ai.shape, bi.shape, op);
+}
+
+// The value of a 0-d CPU tensor as a double, when it converts exactly (an i64 beyond 2^53 does not).
+bool host_scalar_value(const detail::TensorImpl& s, double& v) {
+  switch (s.dtype) {
+    case DType::F32:
+      v = *s.ptr<float>();
+      return true;
+    case DType::F64:
+      v = *s.ptr<double>();
+      return true;
+    case DType::U8:
+      v = *s.ptr<uint8_t>();
+      return true;
+    case DType::I64: {
+      const int64_t i = *s.ptr<int64_t>();
+      v = static_cast<double>(i);
+      return i > -(int64_t{1} << 53) && i < (int64_t{1} << 53);
+    }
+  }
+  return false;
 }
 
 Tensor broadcast_view(const Tensor& t, const Shape& shape) {
@@ -120,14 +148,24 @@ Tensor broadcast_view(const Tensor& t, const Shape& shape) {
 
 template <class Def>
 Tensor binary_impl(const Tensor& a, const Tensor& b) {
-  Shape shape = check_binary(a, b, Def::name);
+  Shape shape = check_binary(a, b, Def::name, true);
   const auto &ai = *a.impl(), &bi = *b.impl();
   OXM_CHECK(is_floating(ai.dtype) || (Def::ints && ai.dtype == DType::I64), UnsupportedDType, Def::name,
             ": dtype ", ai.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)");
-  Tensor out = detail::make_empty(shape, ai.dtype, ai.device(), Def::name);
-  auto& be = detail::backend_for(ai.device(), Def::name);
+  // A 0-d CPU operand with a tensor on another device goes to the kernel by value.
+  const bool scalar_left = ai.device() != bi.device() && ai.device().is_cpu();
+  const detail::TensorImpl& ti = scalar_left ? bi : ai;  // the operand on the output's device
+  Tensor out = detail::make_empty(shape, ti.dtype, ti.device(), Def::name);
+  auto& be = detail::backend_for(ti.device(), Def::name);
   const auto op = static_cast<BinaryOp>(op_index<Def>());
-  if (ai.shape == shape && bi.shape == shape) {
+  double sv = 0;
+  if (ai.device() != bi.device() && !host_scalar_value(scalar_left ? ai : bi, sv)) {
+    // An i64 scalar a double cannot hold: upload it.
+    return binary_impl<Def>(scalar_left ? a.to(bi.device()) : a, scalar_left ? b : b.to(ai.device()));
+  }
+  if (ai.device() != bi.device()) {
+    be.binary_scalar(op, ti, sv, scalar_left, *out.impl());
+  } else if (ai.shape == shape && bi.shape == shape) {
     be.binary(op, ai, bi, *out.impl());
   } else {
     Tensor av = broadcast_view(a, shape), bv = broadcast_view(b, shape);
@@ -170,22 +208,36 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   }
 }
 
-// A 0-d tensor holding `v` in the dtype/device of `like` (scalar forms of binary ops).
+// A 0-d CPU tensor holding `v` in the dtype of `like` (scalar forms of binary ops): binary ops take it with a
+// tensor on any device and pass it to the kernel by value.
 Tensor scalar_like(double v, const Tensor& like, const char* op) {
   detail::check_defined(like, op);
   const auto& li = *like.impl();
-  Tensor s = detail::make_empty(Shape{}, li.dtype, li.device(), op);
-  if (li.device().is_cpu()) {
-    switch (li.dtype) {
-      case DType::F32: *s.impl()->ptr<float>() = static_cast<float>(v); break;
-      case DType::F64: *s.impl()->ptr<double>() = v; break;
-      case DType::I64: *s.impl()->ptr<int64_t>() = static_cast<int64_t>(v); break;
-      case DType::U8: *s.impl()->ptr<uint8_t>() = static_cast<uint8_t>(v); break;
-    }
-  } else {
-    detail::backend_for(li.device(), op).fill(*s.impl(), v);
+  Tensor s = detail::make_empty(Shape{}, li.dtype, Device::cpu(), op);
+  switch (li.dtype) {
+    case DType::F32:
+      *s.impl()->ptr<float>() = static_cast<float>(v);
+      break;
+    case DType::F64:
+      *s.impl()->ptr<double>() = v;
+      break;
+    case DType::I64:
+      *s.impl()->ptr<int64_t>() = static_cast<int64_t>(v);
+      break;
+    case DType::U8:
+      *s.impl()->ptr<uint8_t>() = static_cast<uint8_t>(v);
+      break;
   }
   return s;
+}
+
+// A 0-d tensor holding `v` on like's device (for ops other than binary ones, such as where).
+Tensor scalar_on_device_of(double v, const Tensor& like, const char* op) {
+  Tensor s = scalar_like(v, like, op);
+  if (like.device().is_cpu()) return s;
+  Tensor d = detail::make_empty(Shape{}, like.dtype(), like.device(), op);
+  detail::backend_for(like.device(), op).fill(*d.impl(), v);
+  return d;
 }
 
 namespace {
@@ -250,7 +302,7 @@ Tensor Tensor::clamp(double lo, double hi) const {
   OXM_CHECK(lo <= hi, InvalidArgument, "clamp: lower bound ", lo, " exceeds upper bound ", hi);
   // where() rather than maximum/minimum: the gradient passes at the bounds themselves (torch's rule),
   // and NaN propagates.
-  Tensor lo_t = ops::scalar_like(lo, *this, "clamp"), hi_t = ops::scalar_like(hi, *this, "clamp");
+  Tensor lo_t = ops::scalar_on_device_of(lo, *this, "clamp"), hi_t = ops::scalar_on_device_of(hi, *this, "clamp");
   return where(lt(lo_t), lo_t, where(gt(hi_t), hi_t, *this));
 }
 

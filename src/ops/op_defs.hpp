@@ -247,7 +247,9 @@ OXM_HD inline T Abs::grad(T g, T x, T) {
 }
 
 // ---------------------------------------------------------------- binary
-// Each def: name, ints, diff, fwd(a, b), bwd(g, a, b, y) -> {ga, gb} (before reduction to input shapes).
+// Each def: name, ints, diff, fwd(a, b), bwd(g, a, b, y, need_a, need_b) -> {ga, gb} (before reduction to the
+// input shapes; a gradient not needed may be left undefined). b may be a 0-d CPU tensor (a scalar operand) while
+// a and g are on another device.
 struct GradPair {
   Tensor a, b;
 };
@@ -256,22 +258,24 @@ struct Add {
   static constexpr bool ints = true, diff = true, saves_inputs = false, saves_output = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a + b; }
-  static GradPair bwd(const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return {g, g}; }
+  static GradPair bwd(const Tensor& g, const Tensor&, const Tensor&, const Tensor&, bool, bool) { return {g, g}; }
 };
 struct Sub {
   static constexpr const char* name = "sub";
   static constexpr bool ints = true, diff = true, saves_inputs = false, saves_output = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a - b; }
-  static GradPair bwd(const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return {g, -g}; }
+  static GradPair bwd(const Tensor& g, const Tensor&, const Tensor&, const Tensor&, bool, bool need_b) {
+    return {g, need_b ? -g : Tensor()};
+  }
 };
 struct Mul {
   static constexpr const char* name = "mul";
   static constexpr bool ints = true, diff = true, saves_inputs = true, saves_output = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a * b; }
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
-    return {g * b, g * a};
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool need_a, bool need_b) {
+    return {need_a ? g * b : Tensor(), need_b ? g * a : Tensor()};
   }
 };
 struct Div {
@@ -279,9 +283,9 @@ struct Div {
   static constexpr bool ints = false, diff = true, saves_inputs = true, saves_output = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a / b; }
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool, bool need_b) {
     Tensor ga = g / b;
-    return {ga, -(ga * a / b)};
+    return {ga, need_b ? -(ga * a / b) : Tensor()};
   }
 };
 struct Pow {
@@ -289,14 +293,26 @@ struct Pow {
   static constexpr bool ints = false, diff = true, saves_inputs = true, saves_output = true;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return std::pow(a, b); }
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& y) {
-    // d/da a^b = b a^(b-1); defined as 0 where b == 0 (else 0 * inf = NaN at a == 0), as torch does.
-    Tensor zero_b = zeros_like(b);
-    Tensor ga = g * where(b.eq(zero_b), zero_b, b * a.pow(b - 1.0));
-    // d/db a^b = a^b log a; defined as 0 where a == 0 (the limit for b > 0), as torch does.
-    Tensor zero = zeros_like(a);
-    Tensor safe_log = where(a.eq(zero), zero, a.log());
-    return {ga, g * y * safe_log};
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& y, bool need_a, bool need_b) {
+    GradPair r;
+    if (need_a) {
+      // d/da a^b = b a^(b-1); defined as 0 where b == 0 (else 0 * inf = NaN at a == 0), as torch does.
+      double e = 0;
+      if (b.dim() == 0 && b.device().is_cpu() && !b.requires_grad()) {
+        e = b.dtype() == DType::F64 ? b.item<double>() : static_cast<double>(b.item<float>());
+        r.a = e == 0 ? g * 0.0 : g * (e * a.pow(e - 1.0));  // a scalar exponent: no where()
+      } else {
+        Tensor zero_b = zeros_like(b);
+        r.a = g * where(b.eq(zero_b), zero_b, b * a.pow(b - 1.0));
+      }
+    }
+    if (need_b) {
+      // d/db a^b = a^b log a; defined as 0 where a == 0 (the limit for b > 0), as torch does.
+      Tensor zero = zeros_like(a);
+      Tensor safe_log = where(a.eq(zero), zero, a.log());
+      r.b = g * y * safe_log;
+    }
+    return r;
   }
 };
 struct Maximum {
@@ -308,9 +324,9 @@ struct Maximum {
     return a > b ? a : b;
   }
   // Ties split the gradient evenly.
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool need_a, bool need_b) {
     Tensor w = a.gt(b) + 0.5 * a.eq(b);
-    return {g * w, g * (1.0 - w)};
+    return {need_a ? g * w : Tensor(), need_b ? g * (1.0 - w) : Tensor()};
   }
 };
 struct Minimum {
@@ -321,18 +337,20 @@ struct Minimum {
     if (is_nan(a) || is_nan(b)) return nan_v<T>();
     return a < b ? a : b;
   }
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool need_a, bool need_b) {
     Tensor w = a.lt(b) + 0.5 * a.eq(b);
-    return {g * w, g * (1.0 - w)};
+    return {need_a ? g * w : Tensor(), need_b ? g * (1.0 - w) : Tensor()};
   }
 };
-#define OXM_COMPARISON(Name, str, expr)                                                    \
-  struct Name {                                                                            \
-    static constexpr const char* name = str;                                               \
-    static constexpr bool ints = true, diff = false, saves_inputs = false, saves_output = false; \
-    template <class T>                                                                     \
-    OXM_HD static T fwd(T a, T b) { return (expr) ? T(1) : T(0); }                         \
-    static GradPair bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { return {}; } \
+#define OXM_COMPARISON(Name, str, expr)                                                                        \
+  struct Name {                                                                                                \
+    static constexpr const char* name = str;                                                                   \
+    static constexpr bool ints = true, diff = false, saves_inputs = false, saves_output = false;               \
+    template <class T>                                                                                         \
+    OXM_HD static T fwd(T a, T b) {                                                                            \
+      return (expr) ? T(1) : T(0);                                                                             \
+    }                                                                                                          \
+    static GradPair bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, bool) { return {}; } \
   };
 OXM_COMPARISON(Eq, "eq", a == b)
 OXM_COMPARISON(Ne, "ne", a != b)

@@ -23,9 +23,12 @@ Tensor unary(UnaryOp op, const Tensor& x);
 // The backward of unary op `op` in one kernel (see defs::*::grad); x, y: what the op saves, else g.
 Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
-Shape check_binary(const Tensor& a, const Tensor& b, const char* op);
+Shape check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_host_scalar = false);
 Tensor broadcast_view(const Tensor& t, const Shape& shape);
+// A 0-d CPU tensor of like's dtype: a scalar operand for binary ops on any device (passed by value).
 Tensor scalar_like(double v, const Tensor& like, const char* op);
+// A 0-d tensor on like's device (one fill on a GPU), for ops that take no host scalar (where).
+Tensor scalar_on_device_of(double v, const Tensor& like, const char* op);
 // Reduction mask over `dims` (empty = all) of a rank-`rank` tensor; duplicate dims are an error.
 uint64_t reduce_mask(const Dims& dims, int64_t rank, const char* op);
 

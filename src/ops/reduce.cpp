@@ -96,11 +96,7 @@ Tensor reduce_impl(RKind kind, const Tensor& x, const Dims& dims, bool keepdim) 
   ReduceOp rop = kind == RKind::Max ? ReduceOp::Max : kind == RKind::Min ? ReduceOp::Min : ReduceOp::Sum;
   be.reduce(rop, xi, *out.impl(), mask);
   const double inv = count > 0 ? 1.0 / static_cast<double>(count) : 1.0;
-  if (kind == RKind::Mean && count != 1) {
-    Tensor s = scalar_like(inv, out, op);
-    Tensor sv = broadcast_view(s, keep);
-    be.binary(BinaryOp::Mul, *out.impl(), *sv.impl(), *out.impl());
-  }
+  if (kind == RKind::Mean && count != 1) be.binary_scalar(BinaryOp::Mul, *out.impl(), inv, false, *out.impl());
   Tensor result = keepdim ? out : detail::make_view(out, squeezed, contiguous_strides(squeezed), 0);
   if (is_floating(xi.dtype) && detail::needs_tape(x)) {
     auto* n = new ReduceNode();

@@ -449,8 +449,7 @@ Tensor& Tensor::add_(const Tensor& o, double alpha) {
 }
 Tensor& Tensor::mul_(double s) {
   check_inplace(*this, "mul_");
-  Tensor sv = ops::broadcast_view(ops::scalar_like(s, *this, "mul_"), shape());
-  if (impl_->numel) detail::backend_for(device(), "mul_").binary(ops::BinaryOp::Mul, *impl_, *sv.impl(), *impl_);
+  if (impl_->numel) detail::backend_for(device(), "mul_").binary_scalar(ops::BinaryOp::Mul, *impl_, s, false, *impl_);
   ++impl_->storage->version;
   return *this;
 }

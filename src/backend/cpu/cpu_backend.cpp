@@ -50,6 +50,9 @@ class CpuBackend final : public Backend {
   void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
     k_->binary(op, a, b, out);
   }
+  void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) override {
+    k_->binary_scalar(op, t, s, left, out);
+  }
   void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
                   TensorImpl& out) override {
     k_->unary_grad(op, g, x, y, out);

@@ -271,6 +271,57 @@ void binary(BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& o
   }
 }
 
+template <class Def, class T>
+void binary_scalar_typed(const TensorImpl& t, T s, bool left, TensorImpl& out, int64_t grain) {
+  const TensorImpl* ops[2] = {&out, &t};
+  Plan p = make_plan(out.shape, ops, 2);
+  run_plan(p, grain, [s, left](char** ptr, const int64_t* st, int64_t n) {
+    if (st[0] == sizeof(T) && st[1] == sizeof(T)) {
+      T* o = reinterpret_cast<T*>(ptr[0]);
+      const T* x = reinterpret_cast<const T*>(ptr[1]);
+      if (left) {
+        for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(s, x[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(x[i], s);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const T x = at<T>(ptr[1], st[1], i);
+        at<T>(ptr[0], st[0], i) = left ? Def::template fwd<T>(s, x) : Def::template fwd<T>(x, s);
+      }
+    }
+  });
+}
+
+template <class Def>
+void binary_scalar_dispatch(const TensorImpl& t, double s, bool left, TensorImpl& out) {
+  const int64_t grain = std::is_same_v<Def, ops::defs::Pow> ? kGrainCostly : kGrainCheap;
+  switch (t.dtype) {
+    case DType::F32:
+      return binary_scalar_typed<Def, float>(t, static_cast<float>(s), left, out, grain);
+    case DType::F64:
+      return binary_scalar_typed<Def, double>(t, s, left, out, grain);
+    case DType::I64:
+      if constexpr (Def::ints) return binary_scalar_typed<Def, int64_t>(t, static_cast<int64_t>(s), left, out, grain);
+      break;
+    default:
+      break;
+  }
+  OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", t.dtype, " is not supported");
+}
+
+void binary_scalar(BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) {
+  switch (op) {
+#define OXM_X(id, def) \
+  case BinaryOp::id:   \
+    return binary_scalar_dispatch<ops::defs::def>(t, s, left, out);
+    OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+    default:
+      break;
+  }
+}
+
 template <class T, class M>
 void where_typed(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   const TensorImpl* ops[4] = {&out, &m, &a, &b};
@@ -812,7 +863,7 @@ void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
 
 #define OXM_STR2(x) #x
 #define OXM_STR(x) OXM_STR2(x)
-const CpuKernels table = {OXM_STR(OXM_ISA), unary,      binary,  unary_grad, where, copy, fill,
+const CpuKernels table = {OXM_STR(OXM_ISA), unary,      binary,  binary_scalar, unary_grad, where, copy, fill,
                           reduce,           arg_reduce, softmax, matmul};
 
 }  // namespace

@@ -10,6 +10,7 @@ struct CpuKernels {
   const char* isa;
   void (*unary)(ops::UnaryOp, const TensorImpl&, TensorImpl&);
   void (*binary)(ops::BinaryOp, const TensorImpl&, const TensorImpl&, TensorImpl&);
+  void (*binary_scalar)(ops::BinaryOp, const TensorImpl&, double, bool, TensorImpl&);
   void (*unary_grad)(ops::UnaryOp, const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*where)(const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*copy)(const TensorImpl&, TensorImpl&);

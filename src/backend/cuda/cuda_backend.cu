@@ -218,6 +218,9 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize"); }
   void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) override { cuda::unary(op, x, out); }
+  void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) override {
+    cuda::binary_scalar(op, t, s, left, out);
+  }
   void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
                   TensorImpl& out) override {
     cuda::unary_grad(op, g, x, y, out);

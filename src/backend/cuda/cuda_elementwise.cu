@@ -77,6 +77,15 @@ struct BinaryF {
     at<T>(p.p[0], o[0]) = Def::template fwd<T>(at<T>(p.p[1], o[1]), at<T>(p.p[2], o[2]));
   }
 };
+template <class Def, class T>
+struct BinaryScalarF {
+  T s;
+  bool left;
+  __device__ void operator()(const Ptrs<2>& p, const int64_t* o) const {
+    const T x = at<T>(p.p[1], o[1]);
+    at<T>(p.p[0], o[0]) = left ? Def::template fwd<T>(s, x) : Def::template fwd<T>(x, s);
+  }
+};
 template <class T, class M>
 struct WhereF {
   __device__ void operator()(const Ptrs<4>& p, const int64_t* o) const {
@@ -112,6 +121,16 @@ void binary_dispatch(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) 
   if constexpr (Def::ints)
     if (a.dtype == DType::I64) return launch<3>(ts, BinaryF<Def, int64_t>{}, Def::name);
   OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", a.dtype, " is not supported on cuda (", gpu_dtypes(Def::ints), ")");
+}
+
+template <class Def>
+void binary_scalar_dispatch(const TensorImpl& t, double s, bool left, TensorImpl& out) {
+  const TensorImpl* ts[2] = {&out, &t};
+  if (t.dtype == DType::F32) return launch<2>(ts, BinaryScalarF<Def, float>{static_cast<float>(s), left}, Def::name);
+  if constexpr (Def::ints)
+    if (t.dtype == DType::I64)
+      return launch<2>(ts, BinaryScalarF<Def, int64_t>{static_cast<int64_t>(s), left}, Def::name);
+  OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", t.dtype, " is not supported on cuda (", gpu_dtypes(Def::ints), ")");
 }
 
 template <class T>
@@ -169,6 +188,19 @@ void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorIm
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default: break;
+  }
+  OXM_FAIL(NotImplemented, "cuda: unknown binary op");
+}
+
+void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) {
+  switch (op) {
+#define OXM_X(id, def)    \
+  case ops::BinaryOp::id: \
+    return binary_scalar_dispatch<ops::defs::def>(t, s, left, out);
+    OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+    default:
+      break;
   }
   OXM_FAIL(NotImplemented, "cuda: unknown binary op");
 }
