@@ -142,6 +142,14 @@ class HostMemoryDevice final : public d::Backend {
     cpu().optimizer_step(s, p, g, s0, s1, s2);
   }
 
+  void optimizer_steps(const d::OptimizerUpdate* updates, size_t count) override {
+    note_kernel(__func__);  // one launch for the whole list, as the CUDA backend (up to 24 parameters)
+    for (size_t i = 0; i < count; ++i) {
+      const d::OptimizerUpdate& u = updates[i];
+      cpu().optimizer_step(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2]);
+    }
+  }
+
   // Small linear algebra: the CUDA kernels' per-matrix functions, one matrix (or column) at a time.
   bool has_small_linalg(DType dtype, int64_t n) const override {
     return dtype == DType::F32 && n >= 1 && n <= dc::kSpdMaxN;

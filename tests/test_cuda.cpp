@@ -449,6 +449,62 @@ TEST(Cuda, OptimizersOverTenSteps) {
   for (int which = 0; which < 4; ++which) expect_match(run(kGpu, which), run(Device::cpu(), which), "optimizer " + std::to_string(which), 1e-4, 1e-5);
 }
 
+// optimizer_steps: one launch per 24 parameters (chunks of 4096 elements per block). 30 parameters of sizes
+// around the chunk size (and an empty one) in two groups with different options, every kind, against the CPU.
+TEST(Cuda, GroupedOptimizerStepsMatchCpu) {
+  NEED_GPU();
+  const int64_t sizes[] = {0, 1, 7, 4095, 4096, 4097, 10000, 33};
+  auto run = [&](Device dev, int which) {
+    std::vector<Tensor> a, b;
+    for (int i = 0; i < 30; ++i) {
+      Tensor p = uni({sizes[i % 8]}, -1, 1, 200 + static_cast<uint64_t>(i)).to(dev).requires_grad_();
+      (i % 3 == 0 ? b : a).push_back(p);
+    }
+    std::unique_ptr<optim::Optimizer> opt;
+    if (which == 0)
+      opt = std::make_unique<optim::SGD>(std::vector<optim::ParamGroup<optim::SGDOptions>>{
+          {a, optim::SGDOptions{0.1, 0.9, 0, 0.01, true}}, {b, optim::SGDOptions{0.05}}});
+    if (which == 1) {
+      optim::AdamOptions o1, o2;
+      o1.amsgrad = true;
+      o2.lr = 0.02;
+      o2.weight_decay = 0.1;
+      opt = std::make_unique<optim::Adam>(std::vector<optim::ParamGroup<optim::AdamOptions>>{{a, o1}, {b, o2}});
+    }
+    if (which == 2) {
+      optim::AdamWOptions o2;
+      o2.weight_decay = 0.3;
+      opt = std::make_unique<optim::AdamW>(
+          std::vector<optim::ParamGroup<optim::AdamWOptions>>{{a, optim::AdamWOptions{}}, {b, o2}});
+    }
+    if (which == 3) {
+      optim::RMSpropOptions o1, o2;
+      o1.momentum = 0.5;
+      o1.centered = true;
+      o2.lr = 0.003;
+      opt = std::make_unique<optim::RMSprop>(std::vector<optim::ParamGroup<optim::RMSpropOptions>>{{a, o1}, {b, o2}});
+    }
+    for (int step = 0; step < 5; ++step) {
+      opt->zero_grad();
+      Tensor loss = scalar(0.0).to(dev);
+      for (const auto* group : {&a, &b})
+        for (const Tensor& p : *group)
+          if (p.numel() > 0 && !(step == 2 && p.numel() == 7)) loss = loss + (p.sin() * p).sum();  // one skips a step
+      loss.backward();
+      opt->step();
+    }
+    std::vector<Tensor> out;
+    for (const auto* group : {&a, &b})
+      for (const Tensor& p : *group) out.push_back(p.detach());
+    return out;
+  };
+  for (int which = 0; which < 4; ++which) {
+    auto g = run(kGpu, which), c = run(Device::cpu(), which);
+    for (size_t i = 0; i < g.size(); ++i)
+      expect_match(g[i], c[i], "optimizer " + std::to_string(which) + " parameter " + std::to_string(i), 1e-4, 1e-5);
+  }
+}
+
 TEST(Cuda, AllocatorReusesBlocksAndReportsOutOfMemory) {
   NEED_GPU();
   empty_cache(kGpu);

@@ -31,6 +31,14 @@ struct OptimizerStep {
   bool first_step = false;             // SGD: momentum buffer initialised from the gradient
 };
 
+// One parameter's update for Backend::optimizer_steps.
+struct OptimizerUpdate {
+  OptimizerStep step;
+  TensorImpl* param = nullptr;
+  const TensorImpl* grad = nullptr;
+  TensorImpl* state[3] = {nullptr, nullptr, nullptr};
+};
+
 // Where a batched Cholesky found a matrix that is not positive definite (batch -1: none).
 struct SpdFailure {
   int64_t batch = -1, pivot = -1;
@@ -118,6 +126,9 @@ class Backend {
   // A backend that has not implemented it yet reports NotImplemented naming itself.
   virtual void optimizer_step(const OptimizerStep& step, TensorImpl& param, const TensorImpl& grad,
                               TensorImpl* state0, TensorImpl* state1, TensorImpl* state2);
+  // Several parameters' updates (all on this device) at once: a GPU runs them in one launch per batch of
+  // parameters instead of one per parameter. The default calls optimizer_step for each.
+  virtual void optimizer_steps(const OptimizerUpdate* updates, size_t count);
 
   // ---- small batched linear algebra on the device (optional). has_small_linalg says whether this backend
   // has kernels for the dtype and size n; when it has not (the default), linalg round-trips through the

@@ -26,6 +26,13 @@ void Backend::optimizer_step(const OptimizerStep&, TensorImpl&, const TensorImpl
   OXM_FAIL(NotImplemented, "optimizer step: the ", name(), " backend has no fused optimizer kernel yet");
 }
 
+void Backend::optimizer_steps(const OptimizerUpdate* updates, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const OptimizerUpdate& u = updates[i];
+    optimizer_step(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2]);
+  }
+}
+
 void register_backend(Backend* backend) {
   std::lock_guard<std::mutex> lock(g_register_mu);
   auto& slot = g_backends[static_cast<int>(backend->kind())];

@@ -30,6 +30,35 @@ void check_betas(const char* opt, std::pair<double, double> b) {
 }
 
 // Lazily creates a zero state buffer like torch (zeros_like on the parameter's device).
+// Updates collected during Optimizer::step (on its thread) and run together: one backend call per device, so
+// a GPU updates a whole parameter list in one launch. Outside step() an update runs at once.
+struct PendingUpdates {
+  std::vector<oxmera::detail::OptimizerUpdate> items;
+  std::vector<Tensor> keep;  // the gradients (possibly contiguous copies) until the updates have run
+};
+thread_local PendingUpdates* t_pending = nullptr;
+
+void submit(const char* op, const OptimizerStep& s, const Tensor& param, const Tensor& grad, TensorImpl* s0,
+            TensorImpl* s1, TensorImpl* s2) {
+  if (t_pending) {
+    t_pending->items.push_back({s, param.impl(), grad.impl(), {s0, s1, s2}});
+    t_pending->keep.push_back(grad);
+    return;
+  }
+  oxmera::detail::backend_for(param.device(), op).optimizer_step(s, *param.impl(), *grad.impl(), s0, s1, s2);
+}
+
+void run_pending(const PendingUpdates& p, const char* op) {
+  size_t begin = 0;
+  while (begin < p.items.size()) {
+    const Device dev = p.items[begin].param->device();
+    size_t end = begin + 1;
+    while (end < p.items.size() && p.items[end].param->device() == dev) ++end;
+    oxmera::detail::backend_for(dev, op).optimizer_steps(p.items.data() + begin, end - begin);
+    begin = end;
+  }
+}
+
 TensorImpl* buffer(Tensor& buf, const Tensor& param) {
   if (!buf.defined()) buf = zeros_like(param);
   return buf.impl();
@@ -105,18 +134,28 @@ void Optimizer::step() {
                 " is on ", p.device(), " but its grad is on ", grad.device());
     }
   }
-  for (size_t g = 0; g < ng; ++g) {
-    for (const Tensor& p : params(g)) {
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;  // torch skips parameters without a gradient
-      if (!grad.is_contiguous()) grad = grad.contiguous();
-      ParamState& st = state_[p.impl()];
-      if (!st.param.defined()) st.param = p;
-      ++st.step;
-      update(g, p, grad, st);
-      ++p.impl()->storage->version;  // an in-place write, visible to autograd's saved-tensor checks
+  PendingUpdates pending;
+  struct Collect {
+    explicit Collect(PendingUpdates* p) { t_pending = p; }
+    ~Collect() { t_pending = nullptr; }
+  };
+  {
+    Collect collect(&pending);
+    for (size_t g = 0; g < ng; ++g) {
+      for (const Tensor& p : params(g)) {
+        Tensor grad = p.grad();
+        if (!grad.defined()) continue;  // torch skips parameters without a gradient
+        if (!grad.is_contiguous()) grad = grad.contiguous();
+        ParamState& st = state_[p.impl()];
+        if (!st.param.defined()) st.param = p;
+        ++st.step;
+        update(g, p, grad, st);
+      }
     }
   }
+  run_pending(pending, name_);
+  // In-place writes, visible to autograd's saved-tensor checks.
+  for (const auto& u : pending.items) ++u.param->storage->version;
 }
 
 void Optimizer::zero_grad() {
@@ -247,8 +286,7 @@ void SGD::update(size_t group, const Tensor& param, const Tensor& grad, ParamSta
     s.first_step = !st.buf[0].defined();
     buf = buffer(st.buf[0], param);
   }
-  oxmera::detail::backend_for(param.device(), "SGD.step")
-      .optimizer_step(s, *param.impl(), *grad.impl(), buf, nullptr, nullptr);
+  submit("SGD.step", s, param, grad, buf, nullptr, nullptr);
 }
 
 // ---------------------------------------------------------------- Adam / AdamW
@@ -269,7 +307,7 @@ void adam_update(OptimizerStep::Kind kind, const O& o, const Tensor& param, cons
   TensorImpl* m = buffer(st.buf[0], param);
   TensorImpl* v = buffer(st.buf[1], param);
   TensorImpl* vmax = o.amsgrad ? buffer(st.buf[2], param) : nullptr;
-  oxmera::detail::backend_for(param.device(), op).optimizer_step(s, *param.impl(), *grad.impl(), m, v, vmax);
+  submit(op, s, param, grad, m, v, vmax);
 }
 const char* adam_buffer_name(int i) {
   static const char* const names[3] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
@@ -328,8 +366,7 @@ void RMSprop::update(size_t group, const Tensor& param, const Tensor& grad, Para
   TensorImpl* sq = buffer(st.buf[0], param);
   TensorImpl* buf = o.momentum > 0 ? buffer(st.buf[1], param) : nullptr;
   TensorImpl* gavg = o.centered ? buffer(st.buf[2], param) : nullptr;
-  oxmera::detail::backend_for(param.device(), "RMSprop.step")
-      .optimizer_step(s, *param.impl(), *grad.impl(), sq, buf, gavg);
+  submit("RMSprop.step", s, param, grad, sq, buf, gavg);
 }
 
 }  // namespace oxmera::optim

@@ -273,6 +273,7 @@ class CudaBackend final : public Backend {
                       TensorImpl* s1, TensorImpl* s2) override {
     cuda::optimizer_step(s, param, grad, s0, s1, s2);
   }
+  void optimizer_steps(const OptimizerUpdate* updates, size_t count) override { cuda::optimizer_steps(updates, count); }
   bool has_small_linalg(DType dtype, int64_t n) const override { return cuda::has_small_linalg(dtype, n); }
   bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
                   SpdFailure& fail) override {

@@ -72,6 +72,7 @@ void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double
 void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g);
 void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
                     TensorImpl* s1, TensorImpl* s2);
+void optimizer_steps(const OptimizerUpdate* updates, size_t count);
 bool has_small_linalg(DType dtype, int64_t n);  // cuda_linalg.cu
 bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
                 SpdFailure& fail);

@@ -1,10 +1,12 @@
 // Index ops (gathers and deterministic scatters: one thread per output element, contributions added in the
-// CPU's order, no float atomics), im2col / col2im, and the fused optimizer steps (one launch per parameter).
+// CPU's order, no float atomics), im2col / col2im, and the fused optimizer steps (one launch per parameter, or
+// one per 24 parameters for a whole list).
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cub/device/device_radix_sort.cuh>
 #include <memory>
+#include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -225,64 +227,92 @@ struct OptArgs {
 
 __device__ inline float nan_max(float a, float b) { return (a != a || a > b) ? a : b; }
 
-__global__ void optim_kernel(OptArgs a, int64_t n, float* p, const float* g, float* s0, float* s1, float* s2) {
-  OXM_GRID_LOOP(i, n) {
-    switch (a.kind) {
-      case OptimizerStep::Kind::SGD: {
-        float d = a.maximize ? -g[i] : g[i];
-        if (a.use_wd) d = d + a.wd * p[i];
-        if (a.use_mom) {
-          const float m = a.first ? d : s0[i] * a.mom + a.damp1 * d;
-          s0[i] = m;
-          d = a.nesterov ? d + a.mom * m : m;
-        }
-        p[i] = p[i] + a.neg_lr * d;
-        break;
+// One element's update (torch.optim's formulas, in cpu_optim.cpp's operation order).
+__device__ inline void optim_element(const OptArgs& a, int64_t i, float* p, const float* g, float* s0, float* s1,
+                                     float* s2) {
+  switch (a.kind) {
+    case OptimizerStep::Kind::SGD: {
+      float d = a.maximize ? -g[i] : g[i];
+      if (a.use_wd) d = d + a.wd * p[i];
+      if (a.use_mom) {
+        const float m = a.first ? d : s0[i] * a.mom + a.damp1 * d;
+        s0[i] = m;
+        d = a.nesterov ? d + a.mom * m : m;
       }
-      case OptimizerStep::Kind::Adam:
-      case OptimizerStep::Kind::AdamW: {
-        float grad = a.maximize ? -g[i] : g[i];
-        float pi = p[i];
-        if (a.decoupled) pi = pi * a.decay;
-        if (a.use_l2) grad = grad + a.wd * pi;
-        const float mi = s0[i] * a.b1 + a.omb1 * grad;
-        const float vi = s1[i] * a.b2 + a.omb2 * grad * grad;
-        s0[i] = mi;
-        s1[i] = vi;
-        float denom_sq = vi;
-        if (a.amsgrad) {
-          denom_sq = nan_max(s2[i], vi);
-          s2[i] = denom_sq;
-        }
-        const float denom = sqrtf(denom_sq) / a.bc2_sqrt + a.eps;
-        p[i] = pi + a.neg_step_size * mi / denom;
-        break;
+      p[i] = p[i] + a.neg_lr * d;
+      break;
+    }
+    case OptimizerStep::Kind::Adam:
+    case OptimizerStep::Kind::AdamW: {
+      float grad = a.maximize ? -g[i] : g[i];
+      float pi = p[i];
+      if (a.decoupled) pi = pi * a.decay;
+      if (a.use_l2) grad = grad + a.wd * pi;
+      const float mi = s0[i] * a.b1 + a.omb1 * grad;
+      const float vi = s1[i] * a.b2 + a.omb2 * grad * grad;
+      s0[i] = mi;
+      s1[i] = vi;
+      float denom_sq = vi;
+      if (a.amsgrad) {
+        denom_sq = nan_max(s2[i], vi);
+        s2[i] = denom_sq;
       }
-      case OptimizerStep::Kind::RMSprop: {
-        float grad = a.maximize ? -g[i] : g[i];
-        if (a.use_wd) grad = grad + a.wd * p[i];
-        const float si = s0[i] * a.alpha + a.oma * grad * grad;
-        s0[i] = si;
-        float avg;
-        if (a.centered) {
-          const float ga = s2[i] * a.alpha + a.oma * grad;
-          s2[i] = ga;
-          avg = sqrtf(si + -1.f * ga * ga);
-        } else {
-          avg = sqrtf(si);
-        }
-        avg = avg + a.eps;
-        if (a.use_mom) {
-          const float bi = s1[i] * a.mom + grad / avg;
-          s1[i] = bi;
-          p[i] = p[i] + a.neg_lr * bi;
-        } else {
-          p[i] = p[i] + a.neg_lr * grad / avg;
-        }
-        break;
+      const float denom = sqrtf(denom_sq) / a.bc2_sqrt + a.eps;
+      p[i] = pi + a.neg_step_size * mi / denom;
+      break;
+    }
+    case OptimizerStep::Kind::RMSprop: {
+      float grad = a.maximize ? -g[i] : g[i];
+      if (a.use_wd) grad = grad + a.wd * p[i];
+      const float si = s0[i] * a.alpha + a.oma * grad * grad;
+      s0[i] = si;
+      float avg;
+      if (a.centered) {
+        const float ga = s2[i] * a.alpha + a.oma * grad;
+        s2[i] = ga;
+        avg = sqrtf(si + -1.f * ga * ga);
+      } else {
+        avg = sqrtf(si);
       }
+      avg = avg + a.eps;
+      if (a.use_mom) {
+        const float bi = s1[i] * a.mom + grad / avg;
+        s1[i] = bi;
+        p[i] = p[i] + a.neg_lr * bi;
+      } else {
+        p[i] = p[i] + a.neg_lr * grad / avg;
+      }
+      break;
     }
   }
+}
+
+__global__ void optim_kernel(OptArgs a, int64_t n, float* p, const float* g, float* s0, float* s1, float* s2) {
+  OXM_GRID_LOOP(i, n) optim_element(a, i, p, g, s0, s1, s2);
+}
+
+// Up to kMultiMax parameters per launch; block b updates chunk (b - first_block[j]) of parameter j.
+constexpr int kMultiMax = 24;
+constexpr int64_t kMultiChunk = 4096;  // elements per block
+struct MultiOptArgs {
+  int count = 0;
+  int64_t first_block[kMultiMax + 1];
+  int64_t n[kMultiMax];
+  float* p[kMultiMax];
+  const float* g[kMultiMax];
+  float* s[3][kMultiMax];
+  OptArgs a[kMultiMax];
+};
+static_assert(sizeof(MultiOptArgs) <= 4000, "kernel parameters are limited to 4 KiB");
+
+__global__ void __launch_bounds__(kThreads) optim_multi_kernel(MultiOptArgs m) {
+  const int64_t b = blockIdx.x;
+  int j = 0;
+  while (j + 1 < m.count && b >= m.first_block[j + 1]) ++j;
+  const int64_t begin = (b - m.first_block[j]) * kMultiChunk;
+  const int64_t end = begin + kMultiChunk < m.n[j] ? begin + kMultiChunk : m.n[j];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    optim_element(m.a[j], i, m.p[j], m.g[j], m.s[0][j], m.s[1][j], m.s[2][j]);
 }
 
 float* state(TensorImpl* t, const TensorImpl& param, const char* what, bool needed) {
@@ -451,13 +481,14 @@ void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
   check_launch("col2im");
 }
 
-void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
-                    TensorImpl* s1, TensorImpl* s2) {
+namespace {
+// Checks one update and rounds its scalars (OptArgs); p0..p2 receive the state buffers it uses.
+OptArgs optimizer_args(const OptimizerStep& s, const TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
+                       TensorImpl* s1, TensorImpl* s2, float*& p0, float*& p1, float*& p2) {
   OXM_CHECK(param.contiguous && grad.contiguous && grad.dtype == param.dtype && grad.numel == param.numel,
             InvalidArgument, "optimizer_step: param and grad must be contiguous with one shape and dtype");
   OXM_CHECK(param.dtype == DType::F32, UnsupportedDType, "optimizer_step: parameters on cuda must be f32, got ",
             param.dtype);
-  if (param.numel == 0) return;
   using K = OptimizerStep::Kind;
   OptArgs a{};
   a.kind = s.kind;
@@ -466,7 +497,7 @@ void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl&
   a.mom = static_cast<float>(s.momentum);
   a.neg_lr = static_cast<float>(-s.lr);
   a.eps = static_cast<float>(s.eps);
-  float *p0 = nullptr, *p1 = nullptr, *p2 = nullptr;
+  p0 = p1 = p2 = nullptr;
   if (s.kind == K::SGD) {
     a.damp1 = static_cast<float>(1.0 - s.dampening);
     a.use_wd = s.weight_decay != 0;
@@ -500,9 +531,56 @@ void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl&
     p1 = state(s1, param, "momentum_buffer", a.use_mom);
     p2 = state(s2, param, "grad_avg", s.centered);
   }
+  return a;
+}
+}  // namespace
+
+void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0, TensorImpl* s1,
+                    TensorImpl* s2) {
+  float *p0, *p1, *p2;
+  const OptArgs a = optimizer_args(s, param, grad, s0, s1, s2, p0, p1, p2);
   const int64_t n = param.numel;
+  if (n == 0) return;
   optim_kernel<<<blocks(n), kThreads, 0, stream()>>>(a, n, param.ptr<float>(), grad.ptr<float>(), p0, p1, p2);
   check_launch("optimizer_step");
+}
+
+void optimizer_steps(const OptimizerUpdate* updates, size_t count) {
+  // Check every update before launching any, so a bad one leaves all parameters untouched.
+  std::vector<MultiOptArgs> launches;
+  MultiOptArgs m;
+  int64_t blocks_so_far = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const OptimizerUpdate& u = updates[i];
+    float *p0, *p1, *p2;
+    const OptArgs a = optimizer_args(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2], p0, p1, p2);
+    const int64_t n = u.param->numel;
+    if (n == 0) continue;
+    const int j = m.count++;
+    m.first_block[j] = blocks_so_far;
+    m.n[j] = n;
+    m.p[j] = u.param->ptr<float>();
+    m.g[j] = u.grad->ptr<float>();
+    m.s[0][j] = p0;
+    m.s[1][j] = p1;
+    m.s[2][j] = p2;
+    m.a[j] = a;
+    blocks_so_far += (n + kMultiChunk - 1) / kMultiChunk;
+    if (m.count == kMultiMax || blocks_so_far >= (int64_t{1} << 30)) {
+      m.first_block[m.count] = blocks_so_far;
+      launches.push_back(m);
+      m = MultiOptArgs{};
+      blocks_so_far = 0;
+    }
+  }
+  if (m.count > 0) {
+    m.first_block[m.count] = blocks_so_far;
+    launches.push_back(m);
+  }
+  for (const MultiOptArgs& l : launches) {
+    optim_multi_kernel<<<static_cast<unsigned>(l.first_block[l.count]), kThreads, 0, stream()>>>(l);
+    check_launch("optimizer_step");
+  }
 }
 
 }  // namespace oxmera::detail::cuda
