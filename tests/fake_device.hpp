@@ -67,6 +67,11 @@ class HostMemoryDevice final : public d::Backend {
     note_kernel(__func__);
     cpu().binary_scalar(op, t, s, left, out);
   }
+  void binary_grad(ops::BinaryOp op, int side, const d::TensorImpl& g, const d::TensorImpl& a, const d::TensorImpl& b,
+                   d::TensorImpl& out) override {
+    note_kernel(__func__);
+    cpu().binary_grad(op, side, g, a, b, out);
+  }
   void unary_grad(ops::UnaryOp op, const d::TensorImpl& g, const d::TensorImpl& x, const d::TensorImpl& y,
                   d::TensorImpl& out) override {
     note_kernel(__func__);

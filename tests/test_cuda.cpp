@@ -158,6 +158,34 @@ TEST(Cuda, UnaryGradKernelsMatchCpu) {
   EXPECT_EQ(checked, 17);
 }
 
+// The one-pass gradient kernels of every differentiable binary op (defs::*::grad_a / grad_b), both sides, with
+// broadcast operands, a transposed g, and a host scalar (0-d CPU tensor) as either operand.
+TEST(Cuda, BinaryGradKernelsMatchCpu) {
+  NEED_GPU();
+  int checked = 0;
+#define OXM_X(id, def)                                                                                          \
+  if (ops::defs::def::diff) {                                                                                   \
+    const bool pw = ops::BinaryOp::id == ops::BinaryOp::Pow;                                                    \
+    Tensor a = uni({5, 7}, pw ? 0.2 : -2, 2, 51), b = uni({1, 7}, pw ? -1.5 : 0.5, 2, 52);                      \
+    Tensor g = uni({7, 5}, -2, 2, 53).t();                                                                      \
+    Tensor sa = scalar(pw ? 1.3 : -0.75), sb = scalar(pw ? 2.5 : 1.25);                                         \
+    for (int side : {0, 1}) {                                                                                   \
+      const std::string name = std::string(ops::defs::def::name) + " grad side " + std::to_string(side);        \
+      Tensor gg = gpu(g.t().contiguous()).t();                                                                  \
+      expect_match(ops::binary_grad(ops::BinaryOp::id, side, gg, gpu(a), gpu(b)),                               \
+                   ops::binary_grad(ops::BinaryOp::id, side, g, a, b), name);                                   \
+      expect_match(ops::binary_grad(ops::BinaryOp::id, side, gg, sa, gpu(b.broadcast_to({5, 7}).contiguous())), \
+                   ops::binary_grad(ops::BinaryOp::id, side, g, sa, b.broadcast_to({5, 7})), name + " host a"); \
+      expect_match(ops::binary_grad(ops::BinaryOp::id, side, gg, gpu(a), sb),                                   \
+                   ops::binary_grad(ops::BinaryOp::id, side, g, a, sb), name + " host b");                      \
+    }                                                                                                           \
+    ++checked;                                                                                                  \
+  }
+  OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+  EXPECT_EQ(checked, 7);
+}
+
 TEST(Cuda, BinaryOpsMatchCpuWithBroadcasting) {
   NEED_GPU();
   const std::vector<std::pair<Shape, Shape>> shapes = {

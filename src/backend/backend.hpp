@@ -75,6 +75,11 @@ class Backend {
   // A binary op with one operand a host scalar passed by value: out = op(s, t) when scalar_left, else op(t, s);
   // t has out's shape (any strides). Saves a device-side 0-d tensor (one fill launch) per scalar operand.
   virtual void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool scalar_left, TensorImpl& out) = 0;
+  // One operand's gradient of a binary op in one pass: out = Def::grad_a(g, a, b) (side 0) or grad_b (side 1)
+  // elementwise (float dtypes). g has out's shape; a and b are broadcast to it and either may be a 0-d CPU
+  // tensor (a host scalar operand, read by value) when out is on another device.
+  virtual void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
+                           TensorImpl& out) = 0;
   // The backward of a unary op in one pass: out = Def::grad(g, x, y) elementwise (float dtypes). x and y are
   // the op's saved input and output; one it does not save is passed as g (never read).
   virtual void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,

@@ -28,6 +28,17 @@ const char* binary_name(BinaryOp op) noexcept {
   }
 }
 
+// One pass over g's shape: out = Def::grad_a(g, a, b) (side 0) or grad_b; a and b broadcast to g's shape, and
+// either may be a 0-d CPU tensor when g is on another device.
+Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& a, const Tensor& b) {
+  const auto& gi = *g.impl();
+  const char* name = binary_name(op);
+  Tensor out = detail::make_empty(gi.shape, gi.dtype, gi.device(), name);
+  Tensor av = broadcast_view(a, gi.shape), bv = broadcast_view(b, gi.shape);
+  detail::backend_for(gi.device(), name).binary_grad(op, side, gi, *av.impl(), *bv.impl(), *out.impl());
+  return out;
+}
+
 // One pass over the output: out = Def::grad(g, x, y). g, x and y have one shape, dtype and device.
 Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y) {
   const auto &gi = *g.impl(), &xi = *x.impl(), &yi = *y.impl();
@@ -81,14 +92,23 @@ Tensor unary_impl(const Tensor& x) {
 
 template <class Def>
 struct BinaryNode final : Node {
-  SavedTensor a, b, y;
+  SavedTensor a, b;
   Shape a_shape, b_shape;
   const char* name() const override { return Def::name; }
   void apply(Tensor* gout, Tensor* gin) override {
-    defs::GradPair g =
-        Def::bwd(gout[0], a.get(Def::name), b.get(Def::name), y.get(Def::name), needs_grad(0), needs_grad(1));
-    if (needs_grad(0)) gin[0] = detail::sum_to(g.a, a_shape);
-    if (needs_grad(1)) gin[1] = detail::sum_to(g.b, b_shape);
+    const Tensor& g = gout[0];
+    Tensor av, bv;
+    if constexpr (Def::saves_inputs) {
+      av = a.get(Def::name);
+      bv = b.get(Def::name);
+    }
+    const auto op = static_cast<BinaryOp>(op_index<Def>());
+    if (needs_grad(0))
+      gin[0] = detail::sum_to(
+          Def::grad_a_is_g ? g : binary_grad(op, 0, g, av.defined() ? av : g, bv.defined() ? bv : g), a_shape);
+    if (needs_grad(1))
+      gin[1] = detail::sum_to(
+          Def::grad_b_is_g ? g : binary_grad(op, 1, g, av.defined() ? av : g, bv.defined() ? bv : g), b_shape);
   }
 };
 
@@ -182,7 +202,6 @@ Tensor binary_impl(const Tensor& a, const Tensor& b) {
         n->a.save(a, false);
         n->b.save(b, false);
       }
-      if constexpr (Def::saves_output) n->y.save(out, true);
       detail::set_history(out, n);
     }
   }

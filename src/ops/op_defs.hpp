@@ -1,9 +1,10 @@
 #pragma once
 // THE OP TABLE. Every elementwise op is defined once here: its name, which dtypes it accepts, its
-// per-element math (used by every backend's kernels: host and device compilable) and its backward rule
-// (written with tensor ops, so it is differentiable-by-construction and backend-agnostic). The X-macro
-// lists at the bottom drive the op enums, the CPU (and later CUDA) kernel tables, the autograd nodes,
-// and the table-driven tests.
+// per-element math and the per-element math of its gradients (both used by every backend's kernels: host
+// and device compilable, so a forward or a backward is one pass over memory, one launch on a GPU). Gradients
+// are not themselves recorded (no higher-order gradients; docs/LIMITATIONS.md). The X-macro
+// lists at the bottom drive the op enums, the CPU and CUDA kernel tables, the autograd nodes, and the
+// table-driven tests.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -247,110 +248,140 @@ OXM_HD inline T Abs::grad(T g, T x, T) {
 }
 
 // ---------------------------------------------------------------- binary
-// Each def: name, ints, diff, fwd(a, b), bwd(g, a, b, y, need_a, need_b) -> {ga, gb} (before reduction to the
-// input shapes; a gradient not needed may be left undefined). b may be a 0-d CPU tensor (a scalar operand) while
-// a and g are on another device.
-struct GradPair {
-  Tensor a, b;
-};
+// Each def: name, ints, diff, saves_inputs (its gradients read a and b), fwd(a, b), and the gradients of both
+// operands elementwise, grad_a(g, a, b) and grad_b(g, a, b), from the output's gradient g (before reduction
+// to the operands' shapes): one pass (one launch) each. `*_is_g`: that gradient is g itself (no kernel).
 struct Add {
   static constexpr const char* name = "add";
-  static constexpr bool ints = true, diff = true, saves_inputs = false, saves_output = false;
+  static constexpr bool ints = true, diff = true, saves_inputs = false, grad_a_is_g = true, grad_b_is_g = true;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a + b; }
-  static GradPair bwd(const Tensor& g, const Tensor&, const Tensor&, const Tensor&, bool, bool) { return {g, g}; }
+  template <class T>
+  OXM_HD static T grad_a(T g, T, T) {
+    return g;
+  }
+  template <class T>
+  OXM_HD static T grad_b(T g, T, T) {
+    return g;
+  }
 };
 struct Sub {
   static constexpr const char* name = "sub";
-  static constexpr bool ints = true, diff = true, saves_inputs = false, saves_output = false;
+  static constexpr bool ints = true, diff = true, saves_inputs = false, grad_a_is_g = true, grad_b_is_g = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a - b; }
-  static GradPair bwd(const Tensor& g, const Tensor&, const Tensor&, const Tensor&, bool, bool need_b) {
-    return {g, need_b ? -g : Tensor()};
+  template <class T>
+  OXM_HD static T grad_a(T g, T, T) {
+    return g;
+  }
+  template <class T>
+  OXM_HD static T grad_b(T g, T, T) {
+    return -g;
   }
 };
 struct Mul {
   static constexpr const char* name = "mul";
-  static constexpr bool ints = true, diff = true, saves_inputs = true, saves_output = false;
+  static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a * b; }
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool need_a, bool need_b) {
-    return {need_a ? g * b : Tensor(), need_b ? g * a : Tensor()};
+  template <class T>
+  OXM_HD static T grad_a(T g, T, T b) {
+    return g * b;
+  }
+  template <class T>
+  OXM_HD static T grad_b(T g, T a, T) {
+    return g * a;
   }
 };
 struct Div {
   static constexpr const char* name = "div";
-  static constexpr bool ints = false, diff = true, saves_inputs = true, saves_output = false;
+  static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a / b; }
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool, bool need_b) {
-    Tensor ga = g / b;
-    return {ga, need_b ? -(ga * a / b) : Tensor()};
+  template <class T>
+  OXM_HD static T grad_a(T g, T, T b) {
+    return g / b;
+  }
+  template <class T>
+  OXM_HD static T grad_b(T g, T a, T b) {
+    return -((g / b) * a / b);
   }
 };
 struct Pow {
   static constexpr const char* name = "pow";
-  static constexpr bool ints = false, diff = true, saves_inputs = true, saves_output = true;
+  static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return std::pow(a, b); }
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& y, bool need_a, bool need_b) {
-    GradPair r;
-    if (need_a) {
-      // d/da a^b = b a^(b-1); defined as 0 where b == 0 (else 0 * inf = NaN at a == 0), as torch does.
-      double e = 0;
-      if (b.dim() == 0 && b.device().is_cpu() && !b.requires_grad()) {
-        e = b.dtype() == DType::F64 ? b.item<double>() : static_cast<double>(b.item<float>());
-        r.a = e == 0 ? g * 0.0 : g * (e * a.pow(e - 1.0));  // a scalar exponent: no where()
-      } else {
-        Tensor zero_b = zeros_like(b);
-        r.a = g * where(b.eq(zero_b), zero_b, b * a.pow(b - 1.0));
-      }
-    }
-    if (need_b) {
-      // d/db a^b = a^b log a; defined as 0 where a == 0 (the limit for b > 0), as torch does.
-      Tensor zero = zeros_like(a);
-      Tensor safe_log = where(a.eq(zero), zero, a.log());
-      r.b = g * y * safe_log;
-    }
-    return r;
+  // d/da a^b = b a^(b-1); defined as 0 where b == 0 (else 0 * inf = NaN at a == 0), as torch does.
+  template <class T>
+  OXM_HD static T grad_a(T g, T a, T b) {
+    return b == T(0) ? g * T(0) : g * (b * std::pow(a, b - T(1)));
+  }
+  // d/db a^b = a^b log a; defined as 0 where a == 0 (the limit for b > 0), as torch does.
+  template <class T>
+  OXM_HD static T grad_b(T g, T a, T b) {
+    return g * std::pow(a, b) * (a == T(0) ? T(0) : std::log(a));
   }
 };
+// Ties split the gradient evenly (w = 1/2); NaN sends it to b, as the masks a > b and a == b are both false.
 struct Maximum {
   static constexpr const char* name = "maximum";
-  static constexpr bool ints = true, diff = true, saves_inputs = true, saves_output = false;
+  static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) {
     if (is_nan(a) || is_nan(b)) return nan_v<T>();
     return a > b ? a : b;
   }
-  // Ties split the gradient evenly.
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool need_a, bool need_b) {
-    Tensor w = a.gt(b) + 0.5 * a.eq(b);
-    return {need_a ? g * w : Tensor(), need_b ? g * (1.0 - w) : Tensor()};
+  template <class T>
+  OXM_HD static T w(T a, T b) {
+    return (a > b ? T(1) : T(0)) + T(0.5) * (a == b ? T(1) : T(0));
+  }
+  template <class T>
+  OXM_HD static T grad_a(T g, T a, T b) {
+    return g * w(a, b);
+  }
+  template <class T>
+  OXM_HD static T grad_b(T g, T a, T b) {
+    return g * (T(1) - w(a, b));
   }
 };
 struct Minimum {
   static constexpr const char* name = "minimum";
-  static constexpr bool ints = true, diff = true, saves_inputs = true, saves_output = false;
+  static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   template <class T>
   OXM_HD static T fwd(T a, T b) {
     if (is_nan(a) || is_nan(b)) return nan_v<T>();
     return a < b ? a : b;
   }
-  static GradPair bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool need_a, bool need_b) {
-    Tensor w = a.lt(b) + 0.5 * a.eq(b);
-    return {need_a ? g * w : Tensor(), need_b ? g * (1.0 - w) : Tensor()};
+  template <class T>
+  OXM_HD static T w(T a, T b) {
+    return (a < b ? T(1) : T(0)) + T(0.5) * (a == b ? T(1) : T(0));
+  }
+  template <class T>
+  OXM_HD static T grad_a(T g, T a, T b) {
+    return g * w(a, b);
+  }
+  template <class T>
+  OXM_HD static T grad_b(T g, T a, T b) {
+    return g * (T(1) - w(a, b));
   }
 };
-#define OXM_COMPARISON(Name, str, expr)                                                                        \
-  struct Name {                                                                                                \
-    static constexpr const char* name = str;                                                                   \
-    static constexpr bool ints = true, diff = false, saves_inputs = false, saves_output = false;               \
-    template <class T>                                                                                         \
-    OXM_HD static T fwd(T a, T b) {                                                                            \
-      return (expr) ? T(1) : T(0);                                                                             \
-    }                                                                                                          \
-    static GradPair bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, bool) { return {}; } \
+#define OXM_COMPARISON(Name, str, expr)                                                                              \
+  struct Name {                                                                                                      \
+    static constexpr const char* name = str;                                                                         \
+    static constexpr bool ints = true, diff = false, saves_inputs = false, grad_a_is_g = false, grad_b_is_g = false; \
+    template <class T>                                                                                               \
+    OXM_HD static T fwd(T a, T b) {                                                                                  \
+      return (expr) ? T(1) : T(0);                                                                                   \
+    }                                                                                                                \
+    template <class T>                                                                                               \
+    OXM_HD static T grad_a(T, T, T) {                                                                                \
+      return T(0);                                                                                                   \
+    }                                                                                                                \
+    template <class T>                                                                                               \
+    OXM_HD static T grad_b(T, T, T) {                                                                                \
+      return T(0);                                                                                                   \
+    }                                                                                                                \
   };
 OXM_COMPARISON(Eq, "eq", a == b)
 OXM_COMPARISON(Ne, "ne", a != b)

@@ -23,6 +23,8 @@ Tensor unary(UnaryOp op, const Tensor& x);
 // The backward of unary op `op` in one kernel (see defs::*::grad); x, y: what the op saves, else g.
 Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+// One operand's gradient of binary op `op` in one kernel (see defs::*::grad_a / grad_b).
+Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& a, const Tensor& b);
 Shape check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_host_scalar = false);
 Tensor broadcast_view(const Tensor& t, const Shape& shape);
 // A 0-d CPU tensor of like's dtype: a scalar operand for binary ops on any device (passed by value).

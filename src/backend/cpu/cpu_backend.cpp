@@ -53,6 +53,10 @@ class CpuBackend final : public Backend {
   void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) override {
     k_->binary_scalar(op, t, s, left, out);
   }
+  void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
+                   TensorImpl& out) override {
+    k_->binary_grad(op, side, g, a, b, out);
+  }
   void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
                   TensorImpl& out) override {
     k_->unary_grad(op, g, x, y, out);

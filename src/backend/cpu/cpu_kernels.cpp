@@ -271,6 +271,56 @@ void binary(BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& o
   }
 }
 
+template <class Def, class T, int Side>
+void binary_grad_typed(const TensorImpl& g, const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int64_t grain) {
+  const TensorImpl* ops[4] = {&out, &g, &a, &b};
+  Plan p = make_plan(out.shape, ops, 4);
+  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
+    auto f = [](T gv, T av, T bv) {
+      if constexpr (Side == 0)
+        return Def::template grad_a<T>(gv, av, bv);
+      else
+        return Def::template grad_b<T>(gv, av, bv);
+    };
+    constexpr int64_t e = sizeof(T);
+    if (s[0] == e && s[1] == e && s[2] == e && s[3] == e) {
+      T* o = reinterpret_cast<T*>(ptr[0]);
+      const T* gp = reinterpret_cast<const T*>(ptr[1]);
+      const T* ap = reinterpret_cast<const T*>(ptr[2]);
+      const T* bp = reinterpret_cast<const T*>(ptr[3]);
+      for (int64_t i = 0; i < n; ++i) o[i] = f(gp[i], ap[i], bp[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        at<T>(ptr[0], s[0], i) = f(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
+    }
+  });
+}
+
+template <class Def>
+void binary_grad_dispatch(int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  const int64_t grain = std::is_same_v<Def, ops::defs::Pow> ? kGrainCostly : kGrainCheap;
+  if (g.dtype == DType::F32)
+    return side == 0 ? binary_grad_typed<Def, float, 0>(g, a, b, out, grain)
+                     : binary_grad_typed<Def, float, 1>(g, a, b, out, grain);
+  if (g.dtype == DType::F64)
+    return side == 0 ? binary_grad_typed<Def, double, 0>(g, a, b, out, grain)
+                     : binary_grad_typed<Def, double, 1>(g, a, b, out, grain);
+  OXM_FAIL(UnsupportedDType, Def::name, " backward: dtype ", g.dtype, " is not supported (f32, f64)");
+}
+
+void binary_grad(BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
+                 TensorImpl& out) {
+  switch (op) {
+#define OXM_X(id, def) \
+  case BinaryOp::id:   \
+    return binary_grad_dispatch<ops::defs::def>(side, g, a, b, out);
+    OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+    default:
+      break;
+  }
+}
+
 template <class Def, class T>
 void binary_scalar_typed(const TensorImpl& t, T s, bool left, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[2] = {&out, &t};
@@ -863,8 +913,9 @@ void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
 
 #define OXM_STR2(x) #x
 #define OXM_STR(x) OXM_STR2(x)
-const CpuKernels table = {OXM_STR(OXM_ISA), unary,      binary,  binary_scalar, unary_grad, where, copy, fill,
-                          reduce,           arg_reduce, softmax, matmul};
+const CpuKernels table = {OXM_STR(OXM_ISA), unary,   binary, binary_scalar, binary_grad,
+                          unary_grad,       where,   copy,   fill,          reduce,
+                          arg_reduce,       softmax, matmul};
 
 }  // namespace
 

@@ -11,6 +11,7 @@ struct CpuKernels {
   void (*unary)(ops::UnaryOp, const TensorImpl&, TensorImpl&);
   void (*binary)(ops::BinaryOp, const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*binary_scalar)(ops::BinaryOp, const TensorImpl&, double, bool, TensorImpl&);
+  void (*binary_grad)(ops::BinaryOp, int, const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*unary_grad)(ops::UnaryOp, const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*where)(const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*copy)(const TensorImpl&, TensorImpl&);

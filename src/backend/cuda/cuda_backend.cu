@@ -218,6 +218,10 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize"); }
   void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) override { cuda::unary(op, x, out); }
+  void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
+                   TensorImpl& out) override {
+    cuda::binary_grad(op, side, g, a, b, out);
+  }
   void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) override {
     cuda::binary_scalar(op, t, s, left, out);
   }

@@ -53,6 +53,8 @@ void check_rank(const TensorImpl& t, const char* op);
 void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out);
 void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out);
 void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
+void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
+                 TensorImpl& out);
 void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool scalar_left, TensorImpl& out);
 void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
 void copy(const TensorImpl& src, TensorImpl& dst);

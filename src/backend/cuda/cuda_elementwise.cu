@@ -77,6 +77,20 @@ struct BinaryF {
     at<T>(p.p[0], o[0]) = Def::template fwd<T>(at<T>(p.p[1], o[1]), at<T>(p.p[2], o[2]));
   }
 };
+// One operand's gradient; an operand held on the host (a scalar) is passed by value (HostA / HostB).
+template <class Def, class T, int Side, bool HostA, bool HostB>
+struct BinaryGradF {
+  T a_value, b_value;
+  __device__ void operator()(const Ptrs<4>& p, const int64_t* o) const {
+    const T g = at<T>(p.p[1], o[1]);
+    const T a = HostA ? a_value : at<T>(p.p[2], o[2]);
+    const T b = HostB ? b_value : at<T>(p.p[3], o[3]);
+    if constexpr (Side == 0)
+      at<T>(p.p[0], o[0]) = Def::template grad_a<T>(g, a, b);
+    else
+      at<T>(p.p[0], o[0]) = Def::template grad_b<T>(g, a, b);
+  }
+};
 template <class Def, class T>
 struct BinaryScalarF {
   T s;
@@ -121,6 +135,20 @@ void binary_dispatch(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) 
   if constexpr (Def::ints)
     if (a.dtype == DType::I64) return launch<3>(ts, BinaryF<Def, int64_t>{}, Def::name);
   OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", a.dtype, " is not supported on cuda (", gpu_dtypes(Def::ints), ")");
+}
+
+template <class Def, int Side>
+void binary_grad_dispatch(const TensorImpl& g, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
+  OXM_CHECK(g.dtype == DType::F32, UnsupportedDType, Def::name, " backward: dtype ", g.dtype,
+            " is not supported on cuda (f32)");
+  const bool host_a = a.device().is_cpu(), host_b = b.device().is_cpu();
+  OXM_CHECK(!(host_a && host_b), InvalidArgument, Def::name, " backward: both operands are on the cpu");
+  const float av = host_a ? *a.ptr<float>() : 0.f, bv = host_b ? *b.ptr<float>() : 0.f;
+  // A host operand's slot gets g (never read), so the plan only walks device memory.
+  const TensorImpl* ts[4] = {&out, &g, host_a ? &g : &a, host_b ? &g : &b};
+  if (host_a) return launch<4>(ts, BinaryGradF<Def, float, Side, true, false>{av, bv}, Def::name);
+  if (host_b) return launch<4>(ts, BinaryGradF<Def, float, Side, false, true>{av, bv}, Def::name);
+  return launch<4>(ts, BinaryGradF<Def, float, Side, false, false>{av, bv}, Def::name);
 }
 
 template <class Def>
@@ -188,6 +216,21 @@ void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorIm
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default: break;
+  }
+  OXM_FAIL(NotImplemented, "cuda: unknown binary op");
+}
+
+void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
+                 TensorImpl& out) {
+  switch (op) {
+#define OXM_X(id, def)                                                       \
+  case ops::BinaryOp::id:                                                    \
+    return side == 0 ? binary_grad_dispatch<ops::defs::def, 0>(g, a, b, out) \
+                     : binary_grad_dispatch<ops::defs::def, 1>(g, a, b, out);
+    OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
+    default:
+      break;
   }
   OXM_FAIL(NotImplemented, "cuda: unknown binary op");
 }
