@@ -149,6 +149,10 @@ class HostMemoryDevice final : public d::Backend {
 
   void optimizer_steps(const d::OptimizerUpdate* updates, size_t count) override {
     note_kernel(__func__);  // one launch for the whole list, as the CUDA backend (up to 24 parameters)
+    if (fail_next_optimizer_steps) {
+      fail_next_optimizer_steps = false;
+      OXM_FAIL(Backend, "host-memory test device: optimizer_steps failed on request");
+    }
     for (size_t i = 0; i < count; ++i) {
       const d::OptimizerUpdate& u = updates[i];
       cpu().optimizer_step(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2]);
@@ -204,7 +208,9 @@ class HostMemoryDevice final : public d::Backend {
   std::atomic<int64_t> linalg_kernel_calls{0}, index_kernel_calls{0};
   // Every kernel (one launch or more on a GPU) and every transfer, for launch-count tests.
   std::atomic<int64_t> kernel_calls{0}, host_to_device{0}, device_to_host{0};
-  bool trace = false;  // print each kernel and transfer to stderr (for finding launches to save)
+  bool trace = false;
+  bool fail_next_optimizer_steps = false;  // the next optimizer_steps throws Backend before updating anything  // print
+                                           // each kernel and transfer to stderr (for finding launches to save)
 
  private:
   void note_kernel(const char* what) {

@@ -212,6 +212,46 @@ TEST(FakeDevice, ScalarOperandsArePassedByValue) {
   EXPECT_OXM_ERROR(where(xd.gt(scalar(1.0)), xd, scalar(0.0)), DeviceMismatch, "where");
 }
 
+// A backend failure while the collected optimizer updates run leaves the optimizer as it was: step counts and
+// lazily created state buffers are rolled back, so the next step is the step that failed.
+TEST(FakeDevice, FailedOptimizerStepLeavesNoTrace) {
+  NEED_FAKE_DEVICE();
+  for (int kind = 0; kind < 2; ++kind) {
+    auto make = [&](std::vector<Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
+      if (kind == 0) return std::make_unique<optim::SGD>(ps, optim::SGDOptions{0.1, 0.9});
+      return std::make_unique<optim::Adam>(ps);
+    };
+    Tensor a = dev(rand({4, 3}, 91)).requires_grad_(), b = dev(rand({5}, 92)).requires_grad_();
+    Tensor a2 = dev(rand({4, 3}, 91)).requires_grad_(), b2 = dev(rand({5}, 92)).requires_grad_();
+    auto opt = make({a, b}), ref = make({a2, b2});
+    auto step = [](optim::Optimizer& o, const Tensor& x, const Tensor& y) {
+      o.zero_grad();
+      ((x * x).sum() + y.sin().sum()).backward();
+      o.step();
+    };
+    g_device->fail_next_optimizer_steps = true;  // on the first step: no state may be left behind
+    EXPECT_OXM_ERROR(step(*opt, a, b), Backend, "failed on request");
+    EXPECT_TRUE(opt->state_tensors().empty()) << kind;
+    step(*opt, a, b);
+    step(*ref, a2, b2);
+    const auto before = opt->state_tensors();
+    g_device->fail_next_optimizer_steps = true;
+    EXPECT_OXM_ERROR(step(*opt, a, b), Backend, "failed on request");
+    const auto after = opt->state_tensors();
+    ASSERT_EQ(after.size(), before.size()) << kind;
+    for (size_t i = 0; i < after.size(); ++i) {
+      EXPECT_EQ(after[i].first, before[i].first);
+      EXPECT_EQ(values(host(after[i].second)), values(host(before[i].second))) << after[i].first;
+    }
+    for (int i = 0; i < 3; ++i) {
+      step(*opt, a, b);
+      step(*ref, a2, b2);
+    }
+    EXPECT_EQ(values(host(a)), values(host(a2))) << kind;
+    EXPECT_EQ(values(host(b)), values(host(b2))) << kind;
+  }
+}
+
 // What one training step of the demo-sized MLP (bench_cuda's train_step) asks of a device: kernel launches
 // and transfers. A GPU step of this size is bound by launch latency, so this count is its cost model; it fell
 // from 52 kernels, 7 uploads and 2 read-backs to 22, 2 and 1 with the one-pass unary backward, the fused cross

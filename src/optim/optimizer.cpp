@@ -139,23 +139,47 @@ void Optimizer::step() {
     explicit Collect(PendingUpdates* p) { t_pending = p; }
     ~Collect() { t_pending = nullptr; }
   };
-  {
-    Collect collect(&pending);
-    for (size_t g = 0; g < ng; ++g) {
-      for (const Tensor& p : params(g)) {
-        Tensor grad = p.grad();
-        if (!grad.defined()) continue;  // torch skips parameters without a gradient
-        if (!grad.is_contiguous()) grad = grad.contiguous();
-        ParamState& st = state_[p.impl()];
-        if (!st.param.defined()) st.param = p;
-        ++st.step;
-        update(g, p, grad, st);
+  // What to undo if an update fails: the step counts advanced and the state buffers created for it.
+  struct Undo {
+    const TensorImpl* key;
+    bool created;  // the state entry itself is new
+    bool had[3];
+  };
+  std::vector<Undo> undo;
+  try {
+    {
+      Collect collect(&pending);
+      for (size_t g = 0; g < ng; ++g) {
+        for (const Tensor& p : params(g)) {
+          Tensor grad = p.grad();
+          if (!grad.defined()) continue;  // torch skips parameters without a gradient
+          if (!grad.is_contiguous()) grad = grad.contiguous();
+          ParamState& st = state_[p.impl()];
+          const bool created = !st.param.defined();
+          if (created) st.param = p;
+          undo.push_back({p.impl(), created, {st.buf[0].defined(), st.buf[1].defined(), st.buf[2].defined()}});
+          ++st.step;
+          update(g, p, grad, st);
+        }
       }
     }
+    // In-place writes, visible to autograd's saved-tensor checks (bumped first: if a backend fails part-way,
+    // a parameter it did update is never left with its old version).
+    for (const auto& u : pending.items) ++u.param->storage->version;
+    run_pending(pending, name_);
+  } catch (...) {
+    for (const Undo& u : undo) {
+      if (u.created) {
+        state_.erase(u.key);
+        continue;
+      }
+      ParamState& st = state_[u.key];
+      --st.step;
+      for (int b = 0; b < 3; ++b)
+        if (!u.had[b]) st.buf[b] = Tensor();
+    }
+    throw;
   }
-  run_pending(pending, name_);
-  // In-place writes, visible to autograd's saved-tensor checks.
-  for (const auto& u : pending.items) ++u.param->storage->version;
 }
 
 void Optimizer::zero_grad() {

@@ -319,6 +319,7 @@ void binary_grad(BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a
     default:
       break;
   }
+  OXM_FAIL(NotImplemented, "cpu: unknown binary op");
 }
 
 template <class Def, class T>
@@ -370,6 +371,7 @@ void binary_scalar(BinaryOp op, const TensorImpl& t, double s, bool left, Tensor
     default:
       break;
   }
+  OXM_FAIL(NotImplemented, "cpu: unknown binary op");
 }
 
 template <class T, class M>

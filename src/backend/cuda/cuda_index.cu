@@ -548,7 +548,7 @@ void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl&
 void optimizer_steps(const OptimizerUpdate* updates, size_t count) {
   // Check every update before launching any, so a bad one leaves all parameters untouched.
   std::vector<MultiOptArgs> launches;
-  MultiOptArgs m;
+  MultiOptArgs m{};
   int64_t blocks_so_far = 0;
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUpdate& u = updates[i];
