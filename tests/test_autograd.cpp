@@ -63,7 +63,7 @@ TEST(Gradcheck, EveryDifferentiableBinaryOpWithBroadcasting) {
   }
   OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
-  EXPECT_EQ(checked, 7);
+  EXPECT_EQ(checked, 8);
 }
 
 TEST(Gradcheck, MaxMinTiesSplitEvenly) {

@@ -88,6 +88,8 @@ Tensor call_binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
     case ops::BinaryOp::Pow: return a.pow(b);
     case ops::BinaryOp::Maximum: return maximum(a, b);
     case ops::BinaryOp::Minimum: return minimum(a, b);
+    case ops::BinaryOp::BceLogits:
+      return ops::binary(op, a, b);
     case ops::BinaryOp::Eq: return a.eq(b);
     case ops::BinaryOp::Ne: return a.ne(b);
     case ops::BinaryOp::Lt: return a < b;
@@ -183,7 +185,7 @@ TEST(Cuda, BinaryGradKernelsMatchCpu) {
   }
   OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
-  EXPECT_EQ(checked, 7);
+  EXPECT_EQ(checked, 8);
 }
 
 TEST(Cuda, BinaryOpsMatchCpuWithBroadcasting) {

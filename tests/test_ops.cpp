@@ -4,6 +4,7 @@
 #include <map>
 
 #include "ops/op_defs.hpp"
+#include "ops/ops_internal.hpp"
 #include "test_util.hpp"
 
 using namespace oxt;
@@ -49,6 +50,8 @@ const std::map<std::string, std::function<double(double, double)>>& binary_refs(
       {"pow", [](double a, double b) { return std::pow(a, b); }},
       {"maximum", [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }},
       {"minimum", [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }},
+      {"bce_with_logits",
+       [](double x, double t) { return (1 - t) * x + std::log1p(std::exp(-std::abs(x))) + std::max(-x, 0.0); }},
       {"eq", [](double a, double b) { return double(a == b); }},
       {"ne", [](double a, double b) { return double(a != b); }},
       {"lt", [](double a, double b) { return double(a < b); }},
@@ -109,6 +112,8 @@ Tensor call_binary(const std::string& name, const Tensor& a, const Tensor& b) {
       {"pow", [](const Tensor& x, const Tensor& y) { return x.pow(y); }},
       {"maximum", [](const Tensor& x, const Tensor& y) { return maximum(x, y); }},
       {"minimum", [](const Tensor& x, const Tensor& y) { return minimum(x, y); }},
+      {"bce_with_logits",
+       [](const Tensor& x, const Tensor& y) { return oxmera::ops::binary(oxmera::ops::BinaryOp::BceLogits, x, y); }},
       {"eq", [](const Tensor& x, const Tensor& y) { return x.eq(y); }},
       {"ne", [](const Tensor& x, const Tensor& y) { return x.ne(y); }},
       {"lt", [](const Tensor& x, const Tensor& y) { return x < y; }},

@@ -7,6 +7,7 @@
 
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/ops_internal.hpp"
 #include "oxmera/error.hpp"
 
 namespace oxmera::nn {
@@ -315,15 +316,15 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   if (pos_weight.defined()) check_broadcasts_to(logits, pos_weight, op, "pos_weight");
   const Tensor& x = logits;
   const Tensor& t = target;
-  // m = max(-x, 0) only shifts the log-sum-exp; the expression's derivative in m is exactly 0, so it is detached.
-  Tensor m = (-x).relu().detach();
-  Tensor lse = ((-m).exp() + (-x - m).exp()).log();  // log(1 + exp(-x)) - m, never overflowing
   Tensor loss;
   if (pos_weight.defined()) {
+    // m = max(-x, 0) only shifts the log-sum-exp; the expression's derivative in m is exactly 0: detached.
+    Tensor m = (-x).relu().detach();
+    Tensor lse = ((-m).exp() + (-x - m).exp()).log();  // log(1 + exp(-x)) - m, never overflowing
     Tensor log_weight = (pos_weight - 1.0) * t + 1.0;
     loss = (1.0 - t) * x + log_weight * (lse + m);
   } else {
-    loss = (1.0 - t) * x + m + lse;
+    loss = ops::binary(ops::BinaryOp::BceLogits, x, t);  // the same formula per element, one pass each way
   }
   if (weight.defined()) loss = loss * weight;
   return reduce(loss, reduction, op, logits.shape());

@@ -366,6 +366,26 @@ struct Minimum {
     return g * (T(1) - w(a, b));
   }
 };
+// Binary cross entropy of a logit x against a target t: (1 - t) x + log(1 + exp(-x)), with the log term as
+// m + log(exp(-m) + exp(-x - m)), m = max(-x, 0), so it never overflows. nn::binary_cross_entropy_with_logits
+// runs on it (no Tensor method); d/dx = sigmoid(x) - t, d/dt = -x.
+struct BceLogits {
+  static constexpr const char* name = "bce_with_logits";
+  static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+  template <class T>
+  OXM_HD static T fwd(T x, T t) {
+    const T m = -x > T(0) ? -x : T(0);
+    return (T(1) - t) * x + m + std::log(std::exp(-m) + std::exp(-x - m));
+  }
+  template <class T>
+  OXM_HD static T grad_a(T g, T x, T t) {
+    return g * (Sigmoid::fwd(x) - t);
+  }
+  template <class T>
+  OXM_HD static T grad_b(T g, T x, T) {
+    return -(g * x);
+  }
+};
 #define OXM_COMPARISON(Name, str, expr)                                                                              \
   struct Name {                                                                                                      \
     static constexpr const char* name = str;                                                                         \
@@ -399,9 +419,10 @@ OXM_COMPARISON(Ge, "ge", a >= b)
   X(Cos, Cos) X(Tanh, Tanh) X(Relu, Relu) X(Gelu, Gelu) X(Sigmoid, Sigmoid) X(Square, Square)    \
   X(Reciprocal, Reciprocal) X(Log1p, Log1p) X(Expm1, Expm1) X(Sign, Sign)
 
-#define OXMERA_BINARY_OPS(X)                                                                     \
-  X(Add, Add) X(Sub, Sub) X(Mul, Mul) X(Div, Div) X(Pow, Pow) X(Maximum, Maximum)                \
-  X(Minimum, Minimum) X(Eq, Eq) X(Ne, Ne) X(Lt, Lt) X(Le, Le) X(Gt, Gt) X(Ge, Ge)
+#define OXMERA_BINARY_OPS(X)                                                                                      \
+  X(Add, Add)                                                                                                     \
+  X(Sub, Sub) X(Mul, Mul) X(Div, Div) X(Pow, Pow) X(Maximum, Maximum) X(Minimum, Minimum) X(BceLogits, BceLogits) \
+      X(Eq, Eq) X(Ne, Ne) X(Lt, Lt) X(Le, Le) X(Gt, Gt) X(Ge, Ge)
 
 enum class UnaryOp : uint8_t {
 #define OXM_X(id, def) id,
