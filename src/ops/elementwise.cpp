@@ -103,12 +103,20 @@ struct BinaryNode final : Node {
       bv = b.get(Def::name);
     }
     const auto op = static_cast<BinaryOp>(op_index<Def>());
+    // Operands a gradient does not read are replaced by g (same layout: the kernel's runs stay long).
+    auto operand = [&](unsigned reads, unsigned which, const Tensor& t) -> const Tensor& {
+      return (reads & which) && t.defined() ? t : g;
+    };
     if (needs_grad(0))
-      gin[0] = detail::sum_to(
-          Def::grad_a_is_g ? g : binary_grad(op, 0, g, av.defined() ? av : g, bv.defined() ? bv : g), a_shape);
+      gin[0] = detail::sum_to(Def::grad_a_is_g ? g
+                                               : binary_grad(op, 0, g, operand(Def::grad_a_reads, defs::kReadsA, av),
+                                                             operand(Def::grad_a_reads, defs::kReadsB, bv)),
+                              a_shape);
     if (needs_grad(1))
-      gin[1] = detail::sum_to(
-          Def::grad_b_is_g ? g : binary_grad(op, 1, g, av.defined() ? av : g, bv.defined() ? bv : g), b_shape);
+      gin[1] = detail::sum_to(Def::grad_b_is_g ? g
+                                               : binary_grad(op, 1, g, operand(Def::grad_b_reads, defs::kReadsA, av),
+                                                             operand(Def::grad_b_reads, defs::kReadsB, bv)),
+                              b_shape);
   }
 };
 

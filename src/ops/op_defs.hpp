@@ -250,10 +250,14 @@ OXM_HD inline T Abs::grad(T g, T x, T) {
 // ---------------------------------------------------------------- binary
 // Each def: name, ints, diff, saves_inputs (its gradients read a and b), fwd(a, b), and the gradients of both
 // operands elementwise, grad_a(g, a, b) and grad_b(g, a, b), from the output's gradient g (before reduction
-// to the operands' shapes): one pass (one launch) each. `*_is_g`: that gradient is g itself (no kernel).
+// to the operands' shapes): one pass (one launch) each. `*_is_g`: that gradient is g itself (no kernel);
+// `grad_*_reads`: which operands it reads (kReadsA | kReadsB; the kernel gets g in place of the others, so
+// an unread broadcast operand does not break up the kernel's runs).
+inline constexpr unsigned kReadsA = 1, kReadsB = 2;
 struct Add {
   static constexpr const char* name = "add";
   static constexpr bool ints = true, diff = true, saves_inputs = false, grad_a_is_g = true, grad_b_is_g = true;
+  static constexpr unsigned grad_a_reads = 0, grad_b_reads = 0;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a + b; }
   template <class T>
@@ -268,6 +272,7 @@ struct Add {
 struct Sub {
   static constexpr const char* name = "sub";
   static constexpr bool ints = true, diff = true, saves_inputs = false, grad_a_is_g = true, grad_b_is_g = false;
+  static constexpr unsigned grad_a_reads = 0, grad_b_reads = 0;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a - b; }
   template <class T>
@@ -282,6 +287,7 @@ struct Sub {
 struct Mul {
   static constexpr const char* name = "mul";
   static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+  static constexpr unsigned grad_a_reads = kReadsB, grad_b_reads = kReadsA;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a * b; }
   template <class T>
@@ -296,6 +302,7 @@ struct Mul {
 struct Div {
   static constexpr const char* name = "div";
   static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+  static constexpr unsigned grad_a_reads = kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a / b; }
   template <class T>
@@ -310,6 +317,7 @@ struct Div {
 struct Pow {
   static constexpr const char* name = "pow";
   static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+  static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return std::pow(a, b); }
   // d/da a^b = b a^(b-1); defined as 0 where b == 0 (else 0 * inf = NaN at a == 0), as torch does.
@@ -327,6 +335,7 @@ struct Pow {
 struct Maximum {
   static constexpr const char* name = "maximum";
   static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+  static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
   OXM_HD static T fwd(T a, T b) {
     if (is_nan(a) || is_nan(b)) return nan_v<T>();
@@ -348,6 +357,7 @@ struct Maximum {
 struct Minimum {
   static constexpr const char* name = "minimum";
   static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+  static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
   OXM_HD static T fwd(T a, T b) {
     if (is_nan(a) || is_nan(b)) return nan_v<T>();
@@ -372,6 +382,7 @@ struct Minimum {
 struct BceLogits {
   static constexpr const char* name = "bce_with_logits";
   static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+  static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA;
   template <class T>
   OXM_HD static T fwd(T x, T t) {
     const T m = -x > T(0) ? -x : T(0);

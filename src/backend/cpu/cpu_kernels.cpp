@@ -187,23 +187,63 @@ void unary(UnaryOp op, const TensorImpl& x, TensorImpl& out) {
   }
 }
 
+// Inner loop of a 3-input gradient kernel with a contiguous output: each input is contiguous (C) or a
+// broadcast scalar along the run (stride 0), chosen at compile time so the loop vectorises. Returns false for
+// other strides (the caller then runs the strided loop).
+template <class T, class F>
+bool grad_run(char** ptr, const int64_t* s, int64_t n, F f) {
+  constexpr int64_t e = sizeof(T);
+  if (s[0] != e) return false;
+  for (int o = 1; o < 4; ++o)
+    if (s[o] != e && s[o] != 0) return false;
+  T* out = reinterpret_cast<T*>(ptr[0]);
+  const T* p1 = reinterpret_cast<const T*>(ptr[1]);
+  const T* p2 = reinterpret_cast<const T*>(ptr[2]);
+  const T* p3 = reinterpret_cast<const T*>(ptr[3]);
+  auto loop = [&](auto c1, auto c2, auto c3) {
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = f(p1[decltype(c1)::value ? i : 0], p2[decltype(c2)::value ? i : 0], p3[decltype(c3)::value ? i : 0]);
+  };
+  using Y = std::true_type;
+  using N = std::false_type;
+  switch ((s[1] == e ? 4 : 0) | (s[2] == e ? 2 : 0) | (s[3] == e ? 1 : 0)) {
+    case 7:
+      loop(Y{}, Y{}, Y{});
+      break;
+    case 6:
+      loop(Y{}, Y{}, N{});
+      break;
+    case 5:
+      loop(Y{}, N{}, Y{});
+      break;
+    case 4:
+      loop(Y{}, N{}, N{});
+      break;
+    case 3:
+      loop(N{}, Y{}, Y{});
+      break;
+    case 2:
+      loop(N{}, Y{}, N{});
+      break;
+    case 1:
+      loop(N{}, N{}, Y{});
+      break;
+    default:
+      loop(N{}, N{}, N{});
+      break;
+  }
+  return true;
+}
+
 template <class Def, class T>
 void unary_grad_typed(const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[4] = {&out, &g, &x, &y};
   Plan p = make_plan(out.shape, ops, 4);
   run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
-    constexpr int64_t e = sizeof(T);
-    if (s[0] == e && s[1] == e && s[2] == e && s[3] == e) {
-      T* o = reinterpret_cast<T*>(ptr[0]);
-      const T* gv = reinterpret_cast<const T*>(ptr[1]);
-      const T* xv = reinterpret_cast<const T*>(ptr[2]);
-      const T* yv = reinterpret_cast<const T*>(ptr[3]);
-      for (int64_t i = 0; i < n; ++i) o[i] = Def::template grad<T>(gv[i], xv[i], yv[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        at<T>(ptr[0], s[0], i) =
-            Def::template grad<T>(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
-    }
+    auto f = [](T gv, T xv, T yv) { return Def::template grad<T>(gv, xv, yv); };
+    if (grad_run<T>(ptr, s, n, f)) return;
+    for (int64_t i = 0; i < n; ++i)
+      at<T>(ptr[0], s[0], i) = f(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
   });
 }
 
@@ -282,17 +322,9 @@ void binary_grad_typed(const TensorImpl& g, const TensorImpl& a, const TensorImp
       else
         return Def::template grad_b<T>(gv, av, bv);
     };
-    constexpr int64_t e = sizeof(T);
-    if (s[0] == e && s[1] == e && s[2] == e && s[3] == e) {
-      T* o = reinterpret_cast<T*>(ptr[0]);
-      const T* gp = reinterpret_cast<const T*>(ptr[1]);
-      const T* ap = reinterpret_cast<const T*>(ptr[2]);
-      const T* bp = reinterpret_cast<const T*>(ptr[3]);
-      for (int64_t i = 0; i < n; ++i) o[i] = f(gp[i], ap[i], bp[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        at<T>(ptr[0], s[0], i) = f(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
-    }
+    if (grad_run<T>(ptr, s, n, f)) return;
+    for (int64_t i = 0; i < n; ++i)
+      at<T>(ptr[0], s[0], i) = f(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
   });
 }
 
