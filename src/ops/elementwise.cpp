@@ -178,26 +178,29 @@ template <class Def>
 Tensor binary_impl(const Tensor& a, const Tensor& b) {
   Shape shape = check_binary(a, b, Def::name, true);
   const auto &ai = *a.impl(), &bi = *b.impl();
-  OXM_CHECK(is_floating(ai.dtype) || (Def::ints && ai.dtype == DType::I64), UnsupportedDType, Def::name,
-            ": dtype ", ai.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)");
-  // A 0-d CPU operand with a tensor on another device goes to the kernel by value.
-  const bool scalar_left = ai.device() != bi.device() && ai.device().is_cpu();
-  const detail::TensorImpl& ti = scalar_left ? bi : ai;  // the operand on the output's device
-  Tensor out = detail::make_empty(shape, ti.dtype, ti.device(), Def::name);
-  auto& be = detail::backend_for(ti.device(), Def::name);
+  OXM_CHECK(is_floating(ai.dtype) || (Def::ints && ai.dtype == DType::I64), UnsupportedDType, Def::name, ": dtype ",
+            ai.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)");
   const auto op = static_cast<BinaryOp>(op_index<Def>());
-  double sv = 0;
-  if (ai.device() != bi.device() && !host_scalar_value(scalar_left ? ai : bi, sv)) {
-    // An i64 scalar a double cannot hold: upload it.
-    return binary_impl<Def>(scalar_left ? a.to(bi.device()) : a, scalar_left ? b : b.to(ai.device()));
-  }
-  if (ai.device() != bi.device()) {
-    be.binary_scalar(op, ti, sv, scalar_left, *out.impl());
-  } else if (ai.shape == shape && bi.shape == shape) {
-    be.binary(op, ai, bi, *out.impl());
+  Tensor out;
+  // A 0-d CPU operand with a tensor on another device goes to the kernel by value.
+  const Device da = ai.device(), db = bi.device();
+  if (da != db) [[unlikely]] {
+    const bool scalar_left = da.is_cpu();
+    const detail::TensorImpl& ti = scalar_left ? bi : ai;  // the operand on the output's device
+    double sv = 0;
+    if (!host_scalar_value(scalar_left ? ai : bi, sv))  // an i64 scalar a double cannot hold: upload it
+      return binary_impl<Def>(scalar_left ? a.to(db) : a, scalar_left ? b : b.to(da));
+    out = detail::make_empty(shape, ti.dtype, ti.device(), Def::name);
+    detail::backend_for(ti.device(), Def::name).binary_scalar(op, ti, sv, scalar_left, *out.impl());
   } else {
-    Tensor av = broadcast_view(a, shape), bv = broadcast_view(b, shape);
-    be.binary(op, *av.impl(), *bv.impl(), *out.impl());
+    out = detail::make_empty(shape, ai.dtype, da, Def::name);
+    auto& be = detail::backend_for(da, Def::name);
+    if (ai.shape == shape && bi.shape == shape) {
+      be.binary(op, ai, bi, *out.impl());
+    } else {
+      Tensor av = broadcast_view(a, shape), bv = broadcast_view(b, shape);
+      be.binary(op, *av.impl(), *bv.impl(), *out.impl());
+    }
   }
   if constexpr (Def::diff) {
     if (detail::needs_tape(a, b)) {
