@@ -13,10 +13,6 @@
 
 namespace oxmera::detail {
 
-// cpu_optim.cpp
-void cpu_optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
-                        TensorImpl* s1, TensorImpl* s2);
-
 namespace {
 
 std::atomic<int> g_threads{0};
@@ -104,7 +100,7 @@ class CpuBackend final : public Backend {
   }
   void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
                       TensorImpl* s1, TensorImpl* s2) override {
-    cpu_optimizer_step(s, param, grad, s0, s1, s2);
+    k_->optimizer_step(s, param, grad, s0, s1, s2);
   }
 
  private:

@@ -16,6 +16,11 @@
 #endif
 
 namespace oxmera::detail::OXM_ISA {
+
+// cpu_optim.cpp (the same ISA namespace)
+void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0, TensorImpl* s1,
+                    TensorImpl* s2);
+
 namespace {
 
 using ops::ArgReduceOp;
@@ -949,7 +954,7 @@ void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
 #define OXM_STR(x) OXM_STR2(x)
 const CpuKernels table = {OXM_STR(OXM_ISA), unary,   binary, binary_scalar, binary_grad,
                           unary_grad,       where,   copy,   fill,          reduce,
-                          arg_reduce,       softmax, matmul};
+                          arg_reduce,       softmax, matmul, optimizer_step};
 
 }  // namespace
 

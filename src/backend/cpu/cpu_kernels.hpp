@@ -6,6 +6,8 @@
 
 namespace oxmera::detail {
 
+struct OptimizerStep;
+
 struct CpuKernels {
   const char* isa;
   void (*unary)(ops::UnaryOp, const TensorImpl&, TensorImpl&);
@@ -20,6 +22,8 @@ struct CpuKernels {
   bool (*arg_reduce)(ops::ArgReduceOp, const TensorImpl&, TensorImpl&, int64_t);
   void (*softmax)(const TensorImpl&, TensorImpl&, int64_t, bool);
   void (*matmul)(const TensorImpl&, const TensorImpl&, TensorImpl&);
+  void (*optimizer_step)(const OptimizerStep&, TensorImpl&, const TensorImpl&, TensorImpl*, TensorImpl*,
+                         TensorImpl*);  // cpu_optim.cpp
 };
 
 namespace isa_base { const CpuKernels* kernels(); }

@@ -1,12 +1,19 @@
 // Fused optimizer updates on the CPU: one pass over each parameter's memory, computing the whole torch 1.13
 // single-tensor update per element. Arithmetic is done in the parameter's dtype in torch's operation order
-// (scalars rounded to that dtype as torch does), so f32 results track torch.optim to a few ulps.
+// (scalars rounded to that dtype as torch does), so f32 results track torch.optim to a few ulps. Compiled
+// once per ISA level with cpu_kernels.cpp (the loops vectorise: options that would branch per element are
+// template parameters or exact identities, e.g. AdamW's decay factor is 1 for Adam).
 #include <cmath>
+#include <type_traits>
 
 #include "backend/backend.hpp"
 #include "backend/cpu/parallel.hpp"
 
-namespace oxmera::detail {
+#ifndef OXM_ISA
+#define OXM_ISA isa_base
+#endif
+
+namespace oxmera::detail::OXM_ISA {
 namespace {
 
 constexpr int64_t kGrain = 32768;
@@ -37,7 +44,28 @@ void sgd(const OptimizerStep& s, T* p, const T* g, T* buf, int64_t n) {
   });
 }
 
-// Adam (L2 weight decay) and AdamW (decoupled: p *= 1 - lr * wd first).
+// Adam (L2 weight decay) and AdamW (decoupled: p *= 1 - lr * wd first; the factor is exactly 1 for Adam).
+template <class T, bool L2, bool AmsGrad>
+void adam_loop(T* p, const T* g, T* m, T* v, T* vmax, int64_t b, int64_t e, T sign, T decay, T wd, T b1, T b2, T omb1,
+               T omb2, T bc2_sqrt, T eps, T neg_step_size) {
+  for (int64_t i = b; i < e; ++i) {
+    T grad = sign * g[i];  // -g exactly when maximizing
+    T pi = p[i] * decay;
+    if constexpr (L2) grad = grad + wd * pi;
+    const T mi = m[i] * b1 + omb1 * grad;
+    const T vi = v[i] * b2 + omb2 * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    T denom_sq = vi;
+    if constexpr (AmsGrad) {
+      denom_sq = nan_max(vmax[i], vi);
+      vmax[i] = denom_sq;
+    }
+    const T denom = std::sqrt(denom_sq) / bc2_sqrt + eps;
+    p[i] = pi + neg_step_size * mi / denom;
+  }
+}
+
 template <class T>
 void adam(const OptimizerStep& s, T* p, const T* g, T* m, T* v, T* vmax, int64_t n) {
   const bool decoupled = s.kind == OptimizerStep::Kind::AdamW;
@@ -47,26 +75,20 @@ void adam(const OptimizerStep& s, T* p, const T* g, T* m, T* v, T* vmax, int64_t
   const T omb1 = static_cast<T>(1.0 - s.beta1), omb2 = static_cast<T>(1.0 - s.beta2);
   const T neg_step_size = static_cast<T>(-(s.lr / bc1)), bc2_sqrt = static_cast<T>(std::sqrt(bc2));
   const T eps = static_cast<T>(s.eps), wd = static_cast<T>(s.weight_decay);
-  const T decay = static_cast<T>(1.0 - s.lr * s.weight_decay);
-  const bool use_l2 = !decoupled && s.weight_decay != 0, amsgrad = s.amsgrad, maximize = s.maximize;
+  const T decay = decoupled ? static_cast<T>(1.0 - s.lr * s.weight_decay) : T(1);
+  const T sign = s.maximize ? T(-1) : T(1);
+  const bool use_l2 = !decoupled && s.weight_decay != 0, amsgrad = s.amsgrad;
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T grad = maximize ? -g[i] : g[i];
-      T pi = p[i];
-      if (decoupled) pi = pi * decay;
-      if (use_l2) grad = grad + wd * pi;
-      const T mi = m[i] * b1 + omb1 * grad;
-      const T vi = v[i] * b2 + omb2 * grad * grad;
-      m[i] = mi;
-      v[i] = vi;
-      T denom_sq = vi;
-      if (amsgrad) {
-        denom_sq = nan_max(vmax[i], vi);
-        vmax[i] = denom_sq;
-      }
-      const T denom = std::sqrt(denom_sq) / bc2_sqrt + eps;
-      p[i] = pi + neg_step_size * mi / denom;
-    }
+    auto run = [&](auto l2, auto ams) {
+      adam_loop<T, decltype(l2)::value, decltype(ams)::value>(p, g, m, v, vmax, b, e, sign, decay, wd, b1, b2, omb1,
+                                                              omb2, bc2_sqrt, eps, neg_step_size);
+    };
+    using Y = std::true_type;
+    using N = std::false_type;
+    if (use_l2)
+      amsgrad ? run(Y{}, Y{}) : run(Y{}, N{});
+    else
+      amsgrad ? run(N{}, Y{}) : run(N{}, N{});
   });
 }
 
@@ -136,8 +158,8 @@ void run(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, Tens
 
 }  // namespace
 
-void cpu_optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
-                        TensorImpl* s1, TensorImpl* s2) {
+void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0, TensorImpl* s1,
+                    TensorImpl* s2) {
   OXM_CHECK(param.contiguous && grad.contiguous && grad.dtype == param.dtype && grad.numel == param.numel,
             InvalidArgument, "optimizer_step: param and grad must be contiguous with one shape and dtype");
   if (param.numel == 0) return;
@@ -148,4 +170,4 @@ void cpu_optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorI
   }
 }
 
-}  // namespace oxmera::detail
+}  // namespace oxmera::detail::OXM_ISA
