@@ -159,6 +159,12 @@ void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, doub
       const int64_t n = row / (C * K), c = (row / K) % C, i = (row % K) / g.kw, j = row % g.kw;
       const T* plane = xp + n * s0 + c * s1;
       T* out = cp + row * L;
+      const int64_t w0 = -g.pw + j * g.dw;
+      // Output columns whose input column w = z*sw + w0 lies inside [0, W): [z_lo, z_hi) (the same for every y).
+      const int64_t z_lo = std::min<int64_t>(g.ow, w0 >= 0 ? 0 : (-w0 + g.sw - 1) / g.sw);
+      const int64_t z_hi =
+          std::max<int64_t>(z_lo, std::min<int64_t>(g.ow, W - w0 <= 0 ? 0 : (W - w0 + g.sw - 1) / g.sw));
+      const int64_t step = g.sw * s3;
       for (int64_t y = 0; y < g.oh; ++y) {
         const int64_t h = y * g.sh - g.ph + i * g.dh;
         T* orow = out + y * g.ow;
@@ -167,15 +173,10 @@ void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, doub
           continue;
         }
         const T* xrow = plane + h * s2;
-        const int64_t w0 = -g.pw + j * g.dw;
-        // Output columns whose input column w = z*sw + w0 lies inside [0, W): [z_lo, z_hi).
-        const int64_t z_lo = std::min<int64_t>(g.ow, w0 >= 0 ? 0 : (-w0 + g.sw - 1) / g.sw);
-        const int64_t z_hi = std::max<int64_t>(z_lo, std::min<int64_t>(g.ow, W - w0 <= 0 ? 0 : (W - w0 + g.sw - 1) / g.sw));
         for (int64_t z = 0; z < z_lo; ++z) orow[z] = pad;
         const T* src = xrow + (z_lo * g.sw + w0) * s3;
-        const int64_t step = g.sw * s3;
         if (step == 1) {
-          for (int64_t z = z_lo; z < z_hi; ++z) orow[z] = src[z - z_lo];
+          if (z_hi > z_lo) std::memcpy(orow + z_lo, src, static_cast<size_t>(z_hi - z_lo) * sizeof(T));
         } else {
           for (int64_t z = z_lo; z < z_hi; ++z) orow[z] = src[(z - z_lo) * step];
         }
@@ -198,12 +199,20 @@ void col2im_t(const TensorImpl& cols, TensorImpl& xg, const ConvGeometry& g) {
       for (int64_t k = 0; k < K; ++k) {
         const int64_t i = k / g.kw, j = k % g.kw;
         const T* in = cp + (nc * K + k) * L;
+        const int64_t w0 = -g.pw + j * g.dw;
+        // Output columns whose input column w = z*sw + w0 lies inside [0, W): [z_lo, z_hi) (as im2col).
+        const int64_t z_lo = std::min<int64_t>(g.ow, w0 >= 0 ? 0 : (-w0 + g.sw - 1) / g.sw);
+        const int64_t z_hi =
+            std::max<int64_t>(z_lo, std::min<int64_t>(g.ow, W - w0 <= 0 ? 0 : (W - w0 + g.sw - 1) / g.sw));
         for (int64_t y = 0; y < g.oh; ++y) {
           const int64_t h = y * g.sh - g.ph + i * g.dh;
           if (h < 0 || h >= H) continue;
-          for (int64_t z = 0; z < g.ow; ++z) {
-            const int64_t w = z * g.sw - g.pw + j * g.dw;
-            if (w >= 0 && w < W) plane[h * W + w] += in[y * g.ow + z];
+          const int64_t base = h * W + w0;  // plane index of column z = base + z * sw
+          const T* irow = in + y * g.ow;
+          if (g.sw == 1) {
+            for (int64_t z = z_lo; z < z_hi; ++z) plane[base + z] += irow[z];
+          } else {
+            for (int64_t z = z_lo; z < z_hi; ++z) plane[base + z * g.sw] += irow[z];
           }
         }
       }
