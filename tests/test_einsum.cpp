@@ -272,6 +272,25 @@ TEST(Einsum, NoCopiesForTransposedOrBroadcastOperands) {
   EXPECT_EQ(allocations([&] { (void)einsum("bj,bj->b", {e, f}); }), 1);
 }
 
+// An output that starts with the second operand's free letters: those become broadcast batch dims of one
+// batched matmul, so the result is contiguous in the output's order (no permuted view, and a gradient that
+// arrives contiguous needs no copy on its way back). The research workload's deepsets spec.
+TEST(Einsum, LeadingFreeLettersOfTheSecondOperandBecomeBatch) {
+  Tensor f = randn({64, 16, 5}, 1, DType::F64), a = randn({3, 5, 30}, 2, DType::F64).requires_grad_();
+  Tensor out;
+  EXPECT_EQ(allocations([&] { out = einsum("bid,rdh->rbih", {f, a}); }), 1);
+  EXPECT_EQ(out.shape(), Shape({3, 64, 16, 30}));
+  EXPECT_TRUE(out.is_contiguous());
+  const Ref want = reference("bid,rdh->rbih", {f, a});
+  expect_close(values(out), want.values, 1e-12, 1e-12, "bid,rdh->rbih");
+  Tensor fs = f.narrow(0, 0, 2).detach().requires_grad_(), as = a.narrow(2, 0, 4).detach().requires_grad_();
+  GradcheckResult res = gradcheck([](const std::vector<Tensor>& v) { return einsum("bid,rdh->rbih", v); }, {fs, as});
+  EXPECT_TRUE(res.ok) << res.message;
+  // Not applicable (the output order would differ): unchanged lowering, still correct.
+  expect_close(values(einsum("bid,rdh->brih", {f, a})), values(out.permute({1, 0, 2, 3})), 1e-12, 1e-12,
+               "bid,rdh->brih");
+}
+
 TEST(Einsum, ViewsAndSingleOperandForms) {
   Tensor a = randn({3, 4}, 1, DType::F64);
   Tensor t = einsum("ij->ji", {a});

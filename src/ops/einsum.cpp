@@ -171,8 +171,13 @@ Tensor as_matrix(const Tensor& t, const Labels& tl, const Labels& batch, const L
   return normal.reshape(shape);
 }
 
-// Contracts a (labels la) with b (labels lb), keeping the labels for which keep[l] is true.
-std::pair<Tensor, Labels> contract(Tensor a, Labels la, Tensor b, Labels lb, const std::vector<char>& keep) {
+// Contracts a (labels la) with b (labels lb), keeping the labels for which keep[l] is true. `want` (the last
+// contraction only): the output order; when it begins with free labels of b, those become broadcast batch
+// dims of the product (a gets size-1 dims for them) if that yields `want` exactly, so the result needs no
+// final permute and stays contiguous (e.g. "bid,rdh->rbih": R GEMMs against one broadcast F, not one GEMM
+// followed by a permuted [b, i, r, h] view whose consumers and gradients run strided).
+std::pair<Tensor, Labels> contract(Tensor a, Labels la, Tensor b, Labels lb, const std::vector<char>& keep,
+                                   const Labels* want = nullptr) {
   // A letter in both with sizes 1 and n: kept, it is a broadcast batch dim (stride 0 in matmul / mul); contracted,
   // the size-1 side does not depend on it, so it is squeezed there and the other side sums it.
   for (size_t d = la.size(); d-- > 0;) {
@@ -188,6 +193,26 @@ std::pair<Tensor, Labels> contract(Tensor a, Labels la, Tensor b, Labels lb, con
   }
   sum_out(a, la, [&](int l) { return !keep[l] && !contains(lb, l); });
   sum_out(b, lb, [&](int l) { return !keep[l] && !contains(la, l); });
+  if (want != nullptr) {
+    size_t p = 0;  // want[0, p): free labels of b
+    while (p < want->size() && contains(lb, (*want)[p]) && !contains(la, (*want)[p])) ++p;
+    if (p > 0 && p < want->size()) {
+      Labels la2(want->begin(), want->begin() + static_cast<std::ptrdiff_t>(p));
+      la2.insert(la2.end(), la.begin(), la.end());
+      // The order the product would then have: batch (la2 order), a's free labels, b's remaining free labels.
+      Labels order, rest;
+      for (int l : la2)
+        if (contains(lb, l) && keep[l]) order.push_back(l);
+      for (int l : la2)
+        if (!contains(lb, l)) order.push_back(l);
+      for (int l : lb)
+        if (!contains(la2, l)) order.push_back(l);
+      if (order == *want) {
+        for (size_t i = 0; i < p; ++i) a = a.unsqueeze(0);
+        la = std::move(la2);
+      }
+    }
+  }
   Labels batch, k, m, n;
   for (int l : la) {
     if (!contains(lb, l)) m.push_back(l);
@@ -343,7 +368,7 @@ Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands) {
     std::vector<char> keep = in_out;
     for (size_t j = i + 1; j < nops; ++j)
       for (int l : labels[j]) keep[l] = 1;
-    std::tie(cur, cl) = contract(cur, cl, ts[i], labels[i], keep);
+    std::tie(cur, cl) = contract(cur, cl, ts[i], labels[i], keep, i + 1 == nops ? &out : nullptr);
   }
   sum_out(cur, cl, [&](int l) { return !in_out[l]; });
   Dims perm;
