@@ -331,19 +331,25 @@ struct Pow {
     return g * std::pow(a, b) * (a == T(0) ? T(0) : std::log(a));
   }
 };
-// Ties split the gradient evenly (w = 1/2); NaN sends it to b, as the masks a > b and a == b are both false.
-struct Maximum {
-  static constexpr const char* name = "maximum";
+// maximum / minimum. Ties split the gradient evenly (w = 1/2); NaN sends it to b, as the masks a > b (a < b)
+// and a == b are both false.
+template <bool IsMax>
+struct Extremum {
+  static constexpr const char* name = IsMax ? "maximum" : "minimum";
   static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
+  OXM_HD static bool a_wins(T a, T b) {
+    return IsMax ? a > b : a < b;
+  }
+  template <class T>
   OXM_HD static T fwd(T a, T b) {
     if (is_nan(a) || is_nan(b)) return nan_v<T>();
-    return a > b ? a : b;
+    return a_wins(a, b) ? a : b;
   }
   template <class T>
   OXM_HD static T w(T a, T b) {
-    return (a > b ? T(1) : T(0)) + T(0.5) * (a == b ? T(1) : T(0));
+    return (a_wins(a, b) ? T(1) : T(0)) + T(0.5) * (a == b ? T(1) : T(0));
   }
   template <class T>
   OXM_HD static T grad_a(T g, T a, T b) {
@@ -354,28 +360,8 @@ struct Maximum {
     return g * (T(1) - w(a, b));
   }
 };
-struct Minimum {
-  static constexpr const char* name = "minimum";
-  static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
-  static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
-  template <class T>
-  OXM_HD static T fwd(T a, T b) {
-    if (is_nan(a) || is_nan(b)) return nan_v<T>();
-    return a < b ? a : b;
-  }
-  template <class T>
-  OXM_HD static T w(T a, T b) {
-    return (a < b ? T(1) : T(0)) + T(0.5) * (a == b ? T(1) : T(0));
-  }
-  template <class T>
-  OXM_HD static T grad_a(T g, T a, T b) {
-    return g * w(a, b);
-  }
-  template <class T>
-  OXM_HD static T grad_b(T g, T a, T b) {
-    return g * (T(1) - w(a, b));
-  }
-};
+using Maximum = Extremum<true>;
+using Minimum = Extremum<false>;
 // Binary cross entropy of a logit x against a target t: (1 - t) x + log(1 + exp(-x)), with the log term as
 // m + log(exp(-m) + exp(-x - m)), m = max(-x, 0), so it never overflows. nn::binary_cross_entropy_with_logits
 // runs on it (no Tensor method); d/dx = sigmoid(x) - t, d/dt = -x.
