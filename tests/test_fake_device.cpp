@@ -138,7 +138,10 @@ TEST(FakeDevice, DemoTrainingOnTheDeviceMatchesTheCpuAndResumes) {
   const auto quiet = [](const oxmera_cli::EpochStats&) {};
   const oxmera_cli::EpochStats cpu = oxmera_cli::run_demo_training(o, none, quiet);
   o.device = "cuda";
+  const int64_t d0 = g_device->device_to_host;
   const oxmera_cli::EpochStats gpu = oxmera_cli::run_demo_training(o, none, quiet);
+  // Two waits per epoch (the epoch's batch losses at once, the accuracy), not one per step.
+  EXPECT_EQ(g_device->device_to_host - d0, 2 * o.epochs);
   EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * cpu.loss);
   EXPECT_EQ(gpu.accuracy, cpu.accuracy);
   const std::string ckpt = "fake_device_ckpt_" + std::to_string(::getpid()) + ".safetensors";

@@ -120,6 +120,17 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
     auto order = shuffled(n, opt.seed + static_cast<uint64_t>(epoch));
     const int64_t first_batch = epoch == first_epoch ? step % batches : 0;
     double loss_sum = epoch == first_epoch ? resumed_loss_sum : 0.0;
+    // Batch losses are read back once per epoch (one wait for a GPU, not one per step), in order, so the sum
+    // is the same as reading each at once.
+    std::vector<Tensor> pending;
+    std::vector<int64_t> pending_rows;
+    auto flush = [&] {
+      if (pending.empty()) return;
+      const std::vector<float> v = stack(pending).to(Device::cpu()).to_vector<float>();
+      for (size_t i = 0; i < v.size(); ++i) loss_sum += v[i] * static_cast<double>(pending_rows[i]);
+      pending.clear();
+      pending_rows.clear();
+    };
     for (int64_t b = first_batch; b < batches; ++b) {
       const int64_t lo = b * opt.batch, hi = std::min(n, lo + opt.batch);
       Tensor idx = from_vector(std::vector<int64_t>(order.begin() + lo, order.begin() + hi), {hi - lo});
@@ -127,15 +138,18 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
       adam.zero_grad();
       loss.backward();
       adam.step();
-      loss_sum += loss.item<float>() * static_cast<double>(hi - lo);
+      pending.push_back(loss.detach());
+      pending_rows.push_back(hi - lo);
       ++step;
       if (on_batch) on_batch(epoch, b + 1, batches);
       if (opt.stop && *opt.stop && b + 1 < batches) {
+        flush();
         save(loss_sum);
         stats.stopped_by = *opt.stop;
         return stats;
       }
     }
+    flush();
     save(0.0);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     Tensor pred;
