@@ -92,35 +92,63 @@ void adam(const OptimizerStep& s, T* p, const T* g, T* m, T* v, T* vmax, int64_t
   });
 }
 
+template <class T, bool WeightDecay, bool Centered, bool Momentum>
+void rmsprop_loop(T* p, const T* g, T* sq, T* buf, T* gavg, int64_t b, int64_t e, T sign, T wd, T alpha, T oma, T eps,
+                  T mom, T neg_lr) {
+  for (int64_t i = b; i < e; ++i) {
+    T grad = sign * g[i];  // -g exactly when maximizing
+    if constexpr (WeightDecay) grad = grad + wd * p[i];
+    const T si = sq[i] * alpha + oma * grad * grad;
+    sq[i] = si;
+    T avg;
+    if constexpr (Centered) {
+      const T ga = gavg[i] * alpha + oma * grad;
+      gavg[i] = ga;
+      avg = std::sqrt(si + T(-1) * ga * ga);
+    } else {
+      avg = std::sqrt(si);
+    }
+    avg = avg + eps;
+    if constexpr (Momentum) {
+      const T bi = buf[i] * mom + grad / avg;
+      buf[i] = bi;
+      p[i] = p[i] + neg_lr * bi;
+    } else {
+      p[i] = p[i] + neg_lr * grad / avg;
+    }
+  }
+}
+
 template <class T>
 void rmsprop(const OptimizerStep& s, T* p, const T* g, T* sq, T* buf, T* gavg, int64_t n) {
   const T alpha = static_cast<T>(s.alpha), oma = static_cast<T>(1.0 - s.alpha);
   const T eps = static_cast<T>(s.eps), wd = static_cast<T>(s.weight_decay);
   const T mom = static_cast<T>(s.momentum), neg_lr = static_cast<T>(-s.lr);
-  const bool use_wd = s.weight_decay != 0, use_mom = s.momentum > 0, centered = s.centered;
-  const bool maximize = s.maximize;
+  const T sign = s.maximize ? T(-1) : T(1);
+  const int flags = (s.weight_decay != 0 ? 4 : 0) | (s.centered ? 2 : 0) | (s.momentum > 0 ? 1 : 0);
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T grad = maximize ? -g[i] : g[i];
-      if (use_wd) grad = grad + wd * p[i];
-      const T si = sq[i] * alpha + oma * grad * grad;
-      sq[i] = si;
-      T avg;
-      if (centered) {
-        const T ga = gavg[i] * alpha + oma * grad;
-        gavg[i] = ga;
-        avg = std::sqrt(si + T(-1) * ga * ga);
-      } else {
-        avg = std::sqrt(si);
-      }
-      avg = avg + eps;
-      if (use_mom) {
-        const T bi = buf[i] * mom + grad / avg;
-        buf[i] = bi;
-        p[i] = p[i] + neg_lr * bi;
-      } else {
-        p[i] = p[i] + neg_lr * grad / avg;
-      }
+    auto run = [&](auto f) {
+      constexpr int F = decltype(f)::value;
+      rmsprop_loop<T, (F & 4) != 0, (F & 2) != 0, (F & 1) != 0>(p, g, sq, buf, gavg, b, e, sign, wd, alpha, oma, eps,
+                                                                mom, neg_lr);
+    };
+    switch (flags) {
+      case 0:
+        return run(std::integral_constant<int, 0>{});
+      case 1:
+        return run(std::integral_constant<int, 1>{});
+      case 2:
+        return run(std::integral_constant<int, 2>{});
+      case 3:
+        return run(std::integral_constant<int, 3>{});
+      case 4:
+        return run(std::integral_constant<int, 4>{});
+      case 5:
+        return run(std::integral_constant<int, 5>{});
+      case 6:
+        return run(std::integral_constant<int, 6>{});
+      default:
+        return run(std::integral_constant<int, 7>{});
     }
   });
 }
