@@ -208,18 +208,14 @@ class HostMemoryDevice final : public d::Backend {
   std::atomic<int64_t> linalg_kernel_calls{0}, index_kernel_calls{0};
   // Every kernel (one launch or more on a GPU) and every transfer, for launch-count tests.
   std::atomic<int64_t> kernel_calls{0}, host_to_device{0}, device_to_host{0};
-  bool trace = false;
-  bool fail_next_optimizer_steps = false;  // the next optimizer_steps throws Backend before updating anything  // print
-                                           // each kernel and transfer to stderr (for finding launches to save)
+  bool trace = false;                      // print each kernel and transfer to stderr (to find launches to save)
+  bool fail_next_optimizer_steps = false;  // the next optimizer_steps throws Backend before updating anything
 
  private:
   void note_kernel(const char* what) {
     ++kernel_calls;
     if (trace) std::fprintf(stderr, "  kernel %s\n", what);
   }
-
- public:
- private:
   static d::Backend& cpu() { return d::cpu_backend(); }
   std::atomic<int64_t> allocated_{0}, allocations_{0};
 };

@@ -286,6 +286,8 @@ TEST(Einsum, LeadingFreeLettersOfTheSecondOperandBecomeBatch) {
   Tensor fs = f.narrow(0, 0, 2).detach().requires_grad_(), as = a.narrow(2, 0, 4).detach().requires_grad_();
   GradcheckResult res = gradcheck([](const std::vector<Tensor>& v) { return einsum("bid,rdh->rbih", v); }, {fs, as});
   EXPECT_TRUE(res.ok) << res.message;
+  // A broadcast batch letter of size 0 gives an empty result of the right shape.
+  EXPECT_EQ(einsum("bid,rdh->rbih", {randn({2, 3, 4}, 3), randn({0, 4, 20}, 4)}).shape(), Shape({0, 2, 3, 20}));
   // Not applicable (the output order would differ): unchanged lowering, still correct.
   expect_close(values(einsum("bid,rdh->brih", {f, a})), values(out.permute({1, 0, 2, 3})), 1e-12, 1e-12,
                "bid,rdh->brih");

@@ -7,6 +7,7 @@
 // machine with a real GPU registered the suite skips itself (tests/test_cuda.cpp covers that case).
 #include <unistd.h>
 #include <cstdio>
+#include <map>
 
 #include "fake_device.hpp"
 #include "research.hpp"
@@ -253,6 +254,42 @@ TEST(FakeDevice, FailedOptimizerStepLeavesNoTrace) {
     EXPECT_EQ(values(host(a)), values(host(a2))) << kind;
     EXPECT_EQ(values(host(b)), values(host(b2))) << kind;
   }
+}
+
+// One optimizer over parameters on two devices: when the second device's batch fails, the first device's
+// updates have happened and keep their step and state; only the failed batch is rolled back.
+TEST(FakeDevice, FailedOptimizerStepOnOneOfTwoDevicesKeepsTheOther) {
+  NEED_FAKE_DEVICE();
+  Tensor c = rand({3}, 95).requires_grad_(), d = dev(rand({4}, 96)).requires_grad_();
+  optim::Adam opt({c, d});
+  auto step = [&] {
+    opt.zero_grad();
+    (c.square().sum() + host(d.square().sum())).backward();
+    opt.step();
+  };
+  const std::vector<double> c0 = values(c.detach()), d0 = values(host(d.detach()));
+  g_device->fail_next_optimizer_steps = true;
+  EXPECT_OXM_ERROR(step(), Backend, "failed on request");
+  EXPECT_NE(values(c.detach()), c0);        // the CPU batch ran
+  EXPECT_EQ(values(host(d.detach())), d0);  // the device batch did not
+  std::map<std::string, int64_t> steps;
+  for (const auto& [name, t] : opt.state_tensors())
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".step") == 0) steps[name] = host(t).item<int64_t>();
+  EXPECT_EQ(steps, (std::map<std::string, int64_t>{{"group0.param0.step", 1}}));
+  step();
+  EXPECT_NE(values(host(d.detach())), d0);
+}
+
+// A device tensor moved to the CPU keeps its history: the gradient flows back to the device.
+TEST(FakeDevice, MovingToTheCpuKeepsTheGradient) {
+  NEED_FAKE_DEVICE();
+  Tensor x = dev(from_vector<float>({1, -2, 3}, {3})).requires_grad_();
+  Tensor y = (x * x).sum().to(Device::cpu());
+  EXPECT_TRUE(y.requires_grad());
+  y.backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().device(), kDev);
+  EXPECT_EQ(values(host(x.grad())), (std::vector<double>{2, -4, 6}));
 }
 
 // What one training step of the demo-sized MLP (bench_cuda's train_step) asks of a device: kernel launches

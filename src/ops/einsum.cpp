@@ -173,9 +173,10 @@ Tensor as_matrix(const Tensor& t, const Labels& tl, const Labels& batch, const L
 
 // Contracts a (labels la) with b (labels lb), keeping the labels for which keep[l] is true. `want` (the last
 // contraction only): the output order; when it begins with free labels of b, those become broadcast batch
-// dims of the product (a gets size-1 dims for them) if that yields `want` exactly, so the result needs no
-// final permute and stays contiguous (e.g. "bid,rdh->rbih": R GEMMs against one broadcast F, not one GEMM
-// followed by a permuted [b, i, r, h] view whose consumers and gradients run strided).
+// dims of the product (a gets size-1 dims for them) if that yields `want` exactly and b keeps at least 16
+// columns per batch entry, so the result needs no final permute and stays contiguous (e.g. "bid,rdh->rbih":
+// R GEMMs against one broadcast F, not one GEMM followed by a permuted [b, i, r, h] view whose consumers and
+// gradients run strided).
 std::pair<Tensor, Labels> contract(Tensor a, Labels la, Tensor b, Labels lb, const std::vector<char>& keep,
                                    const Labels* want = nullptr) {
   // A letter in both with sizes 1 and n: kept, it is a broadcast batch dim (stride 0 in matmul / mul); contracted,
@@ -207,7 +208,12 @@ std::pair<Tensor, Labels> contract(Tensor a, Labels la, Tensor b, Labels lb, con
         if (!contains(lb, l)) order.push_back(l);
       for (int l : lb)
         if (!contains(la2, l)) order.push_back(l);
-      if (order == *want) {
+      // Worth it only while each batch entry stays a real matrix product: with few columns left in b (say
+      // "ni,oi->on", one column), R matrix-vector products are far slower than one GEMM and a permute.
+      int64_t cols = 1;
+      for (int l : lb)
+        if (!contains(la2, l)) cols *= b.size(index_of(lb, l));
+      if (order == *want && cols >= 16) {
         for (size_t i = 0; i < p; ++i) a = a.unsqueeze(0);
         la = std::move(la2);
       }
@@ -239,7 +245,10 @@ std::pair<Tensor, Labels> contract(Tensor a, Labels la, Tensor b, Labels lb, con
   Tensor bm = as_matrix(b, lb, batch, k, n);
   Tensor out = matmul(am, bm);  // [batch..., M, N]
   Shape os;
-  for (int l : batch) os.push_back(std::max(a.size(index_of(la, l)), b.size(index_of(lb, l))));
+  for (int l : batch) {  // broadcast: a size-1 side takes the other's size, including 0
+    const int64_t sa = a.size(index_of(la, l)), sb = b.size(index_of(lb, l));
+    os.push_back(sa == 1 ? sb : sa);
+  }
   for (int l : m) os.push_back(a.size(index_of(la, l)));
   for (int l : n) os.push_back(b.size(index_of(lb, l)));
   if (os != out.shape()) out = out.reshape(os);

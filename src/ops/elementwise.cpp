@@ -33,6 +33,8 @@ const char* binary_name(BinaryOp op) noexcept {
 Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& a, const Tensor& b) {
   const auto& gi = *g.impl();
   const char* name = binary_name(op);
+  OXM_CHECK(a.dtype() == gi.dtype && b.dtype() == gi.dtype, InvalidArgument, name, " backward: operands ", a.dtype(),
+            " and ", b.dtype(), " do not match the gradient's dtype ", gi.dtype);
   Tensor out = detail::make_empty(gi.shape, gi.dtype, gi.device(), name);
   Tensor av = broadcast_view(a, gi.shape), bv = broadcast_view(b, gi.shape);
   detail::backend_for(gi.device(), name).binary_grad(op, side, gi, *av.impl(), *bv.impl(), *out.impl());
@@ -92,6 +94,8 @@ Tensor unary_impl(const Tensor& x) {
 
 template <class Def>
 struct BinaryNode final : Node {
+  static_assert(Def::saves_inputs || (Def::grad_a_reads == 0 && Def::grad_b_reads == 0),
+                "a gradient that reads an operand needs the operands saved");
   SavedTensor a, b;
   Shape a_shape, b_shape;
   const char* name() const override { return Def::name; }

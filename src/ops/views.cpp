@@ -404,10 +404,13 @@ Tensor Tensor::to(Device device) const {
     } else {
       Tensor c = src.contiguous();
       auto& src_be = detail::backend_for(t.device(), "to");
-      Tensor host = detail::make_empty(t.shape, t.dtype, Device::cpu(), "to");
-      src_be.copy_to_host(host.impl()->storage->data, c.impl()->byte_ptr(), bytes);
-      if (device.is_cpu()) return host;
-      dst_be.copy_from_host(out.impl()->storage->data, host.impl()->storage->data, bytes);
+      if (device.is_cpu()) {
+        src_be.copy_to_host(out.impl()->storage->data, c.impl()->byte_ptr(), bytes);
+      } else {  // between two devices: through the host
+        Tensor host = detail::make_empty(t.shape, t.dtype, Device::cpu(), "to");
+        src_be.copy_to_host(host.impl()->storage->data, c.impl()->byte_ptr(), bytes);
+        dst_be.copy_from_host(out.impl()->storage->data, host.impl()->storage->data, bytes);
+      }
     }
   }
   if (detail::needs_tape(*this)) {

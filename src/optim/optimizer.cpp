@@ -48,13 +48,17 @@ void submit(const char* op, const OptimizerStep& s, const Tensor& param, const T
   oxmera::detail::backend_for(param.device(), op).optimizer_step(s, *param.impl(), *grad.impl(), s0, s1, s2);
 }
 
-void run_pending(const PendingUpdates& p, const char* op) {
+// Runs the updates, one backend call per run of one device; `done` counts the updates of the calls that
+// returned. A call that throws is taken to have updated none of its list (the CUDA backend checks the whole
+// list first; the default per-parameter loop has nothing left to fail after step()'s own checks).
+void run_pending(const PendingUpdates& p, const char* op, size_t& done) {
   size_t begin = 0;
   while (begin < p.items.size()) {
     const Device dev = p.items[begin].param->device();
     size_t end = begin + 1;
     while (end < p.items.size() && p.items[end].param->device() == dev) ++end;
     oxmera::detail::backend_for(dev, op).optimizer_steps(p.items.data() + begin, end - begin);
+    done = end;
     begin = end;
   }
 }
@@ -146,6 +150,7 @@ void Optimizer::step() {
     bool had[3];
   };
   std::vector<Undo> undo;
+  size_t done = 0;
   try {
     {
       Collect collect(&pending);
@@ -166,9 +171,11 @@ void Optimizer::step() {
     // In-place writes, visible to autograd's saved-tensor checks (bumped first: if a backend fails part-way,
     // a parameter it did update is never left with its old version).
     for (const auto& u : pending.items) ++u.param->storage->version;
-    run_pending(pending, name_);
+    run_pending(pending, name_, done);
   } catch (...) {
-    for (const Undo& u : undo) {
+    // Updates that ran keep their step and state (undo[i] belongs to pending.items[i]: one submit per update).
+    for (size_t i = done; i < undo.size(); ++i) {
+      const Undo& u = undo[i];
       if (u.created) {
         state_.erase(u.key);
         continue;

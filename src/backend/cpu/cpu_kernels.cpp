@@ -268,6 +268,12 @@ void unary_grad(UnaryOp op, const TensorImpl& g, const TensorImpl& x, const Tens
   OXM_FAIL(UnsupportedDType, ops::unary_name(op), " backward: dtype ", g.dtype, " is not supported (f32, f64)");
 }
 
+// Binary ops that call transcendental functions (parallel from a smaller size).
+template <class Def>
+constexpr bool costly_binary() {
+  return std::is_same_v<Def, ops::defs::Pow> || std::is_same_v<Def, ops::defs::BceLogits>;
+}
+
 template <class Def, class T>
 void binary_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[3] = {&out, &a, &b};
@@ -294,7 +300,7 @@ void binary_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int
 
 template <class Def>
 void binary_dispatch(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
-  int64_t grain = std::is_same_v<Def, ops::defs::Pow> ? kGrainCostly : kGrainCheap;
+  int64_t grain = costly_binary<Def>() ? kGrainCostly : kGrainCheap;
   switch (a.dtype) {
     case DType::F32: return binary_typed<Def, float>(a, b, out, grain);
     case DType::F64: return binary_typed<Def, double>(a, b, out, grain);
@@ -335,7 +341,7 @@ void binary_grad_typed(const TensorImpl& g, const TensorImpl& a, const TensorImp
 
 template <class Def>
 void binary_grad_dispatch(int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
-  const int64_t grain = std::is_same_v<Def, ops::defs::Pow> ? kGrainCostly : kGrainCheap;
+  const int64_t grain = costly_binary<Def>() ? kGrainCostly : kGrainCheap;
   if (g.dtype == DType::F32)
     return side == 0 ? binary_grad_typed<Def, float, 0>(g, a, b, out, grain)
                      : binary_grad_typed<Def, float, 1>(g, a, b, out, grain);
@@ -383,7 +389,7 @@ void binary_scalar_typed(const TensorImpl& t, T s, bool left, TensorImpl& out, i
 
 template <class Def>
 void binary_scalar_dispatch(const TensorImpl& t, double s, bool left, TensorImpl& out) {
-  const int64_t grain = std::is_same_v<Def, ops::defs::Pow> ? kGrainCostly : kGrainCheap;
+  const int64_t grain = costly_binary<Def>() ? kGrainCostly : kGrainCheap;
   switch (t.dtype) {
     case DType::F32:
       return binary_scalar_typed<Def, float>(t, static_cast<float>(s), left, out, grain);
