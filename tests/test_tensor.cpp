@@ -140,6 +140,14 @@ TEST(InPlace, UpdatesAndGuards) {
   EXPECT_EQ(w.to_vector<float>(), std::vector<float>({2, 2}));
   EXPECT_OXM_ERROR(a.add_(ones({2}, DType::F64)), DTypeMismatch, "add_");
   EXPECT_OXM_ERROR(a.copy_(ones({3})), BroadcastIncompatible, "broadcast_to");
+  // A broadcast view shares memory between its elements: writing into it is refused, not raced.
+  Tensor x = from_vector<float>({1, 2, 3}, {3});
+  EXPECT_OXM_ERROR(x.broadcast_to({4, 3}).mul_(2.0), InvalidArgument, "broadcast view");
+  EXPECT_OXM_ERROR(x.broadcast_to({4, 3}).add_(ones({4, 3})), InvalidArgument, "broadcast view");
+  EXPECT_OXM_ERROR(x.broadcast_to({4, 3}).copy_(ones({4, 3})), InvalidArgument, "broadcast view");
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>({1, 2, 3}));
+  x.broadcast_to({1, 3}).mul_(2.0);  // size-1 broadcast dims are fine
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>({2, 4, 6}));
 }
 
 TEST(Print, Readable) {

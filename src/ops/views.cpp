@@ -195,6 +195,12 @@ void check_inplace(const Tensor& self, const char* op) {
   OXM_CHECK(!(grad_enabled() && self.impl()->requires_grad), InvalidArgument, op,
             ": in-place update of a tensor that requires grad while grad mode is on would corrupt its gradient; "
             "wrap the update in NoGradGuard (as optimizers do) or use the out-of-place op");
+  // A broadcast view (stride 0 over more than one element) would be written once per alias, racing.
+  const auto& t = *self.impl();
+  for (size_t d = 0; d < t.shape.size(); ++d)
+    OXM_CHECK(t.strides[d] != 0 || t.shape[d] <= 1, InvalidArgument, op, ": the tensor (shape ", t.shape, ", strides ",
+              t.strides, ") is a broadcast view whose elements share memory along dim ", d,
+              "; write into a contiguous tensor instead (.contiguous() or .clone())");
 }
 
 }  // namespace
