@@ -286,6 +286,16 @@ TEST(Einsum, LeadingFreeLettersOfTheSecondOperandBecomeBatch) {
   Tensor fs = f.narrow(0, 0, 2).detach().requires_grad_(), as = a.narrow(2, 0, 4).detach().requires_grad_();
   GradcheckResult res = gradcheck([](const std::vector<Tensor>& v) { return einsum("bid,rdh->rbih", v); }, {fs, as});
   EXPECT_TRUE(res.ok) << res.message;
+  // An output listing the second operand's letters first ("ni,oi->on"): the operands swap, one GEMM writes
+  // the result contiguous (not a permuted view of [n, o]); with few columns the batch rewrite stays off.
+  Tensor u = randn({7, 5}, 5, DType::F64), v = randn({3, 5}, 6, DType::F64);
+  Tensor uv;
+  EXPECT_EQ(allocations([&] { uv = einsum("ni,oi->on", {u, v}); }), 1);
+  EXPECT_TRUE(uv.is_contiguous());
+  expect_close(values(uv), reference("ni,oi->on", {u, v}).values, 1e-12, 1e-12, "ni,oi->on");
+  Tensor w3 = randn({2, 5, 3}, 7, DType::F64);
+  expect_close(values(einsum("ni,bio->bon", {u, w3})), reference("ni,bio->bon", {u, w3}).values, 1e-12, 1e-12,
+               "ni,bio->bon");
   // A broadcast batch letter of size 0 gives an empty result of the right shape.
   EXPECT_EQ(einsum("bid,rdh->rbih", {randn({2, 3, 4}, 3), randn({0, 4, 20}, 4)}).shape(), Shape({0, 2, 3, 20}));
   // Not applicable (the output order would differ): unchanged lowering, still correct.

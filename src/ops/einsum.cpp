@@ -194,26 +194,36 @@ std::pair<Tensor, Labels> contract(Tensor a, Labels la, Tensor b, Labels lb, con
   }
   sum_out(a, la, [&](int l) { return !keep[l] && !contains(lb, l); });
   sum_out(b, lb, [&](int l) { return !keep[l] && !contains(la, l); });
+  // The product's label order: batch (in x's order), x's free labels, y's free labels.
+  auto order_of = [&](const Labels& lx, const Labels& ly) {
+    Labels o;
+    for (int l : lx)
+      if (contains(ly, l) && keep[l]) o.push_back(l);
+    for (int l : lx)
+      if (!contains(ly, l)) o.push_back(l);
+    for (int l : ly)
+      if (!contains(lx, l)) o.push_back(l);
+    return o;
+  };
+  // An output that lists b's free labels before a's ("ni,oi->on"): contract b with a, so one GEMM writes it
+  // contiguous in that order instead of a permuted view of [n, o].
+  if (want != nullptr && order_of(la, lb) != *want && order_of(lb, la) == *want) {
+    std::swap(a, b);
+    std::swap(la, lb);
+  }
   if (want != nullptr) {
     size_t p = 0;  // want[0, p): free labels of b
     while (p < want->size() && contains(lb, (*want)[p]) && !contains(la, (*want)[p])) ++p;
     if (p > 0 && p < want->size()) {
       Labels la2(want->begin(), want->begin() + static_cast<std::ptrdiff_t>(p));
       la2.insert(la2.end(), la.begin(), la.end());
-      // The order the product would then have: batch (la2 order), a's free labels, b's remaining free labels.
-      Labels order, rest;
-      for (int l : la2)
-        if (contains(lb, l) && keep[l]) order.push_back(l);
-      for (int l : la2)
-        if (!contains(lb, l)) order.push_back(l);
-      for (int l : lb)
-        if (!contains(la2, l)) order.push_back(l);
+      const Labels order = order_of(la2, lb);  // the order the product would then have
       // Worth it only while each batch entry stays a real matrix product: with few columns left in b (say
       // "ni,oi->on", one column), R matrix-vector products are far slower than one GEMM and a permute.
       int64_t cols = 1;
       for (int l : lb)
         if (!contains(la2, l)) cols *= b.size(index_of(lb, l));
-      if (order == *want && cols >= 16) {
+      if (order == *want && order_of(la, lb) != *want && cols >= 16) {
         for (size_t i = 0; i < p; ++i) a = a.unsqueeze(0);
         la = std::move(la2);
       }
