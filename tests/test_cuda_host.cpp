@@ -215,6 +215,58 @@ TEST(CudaIndexMath, LaunchGeometry) {
   EXPECT_EQ(reduce_chunks(int64_t{1} << 40), 1024);
 }
 
+// The grouped optimizer launch plan (optimizer_steps): every element of every non-empty parameter is
+// updated by exactly one block, parameters keep their order, no launch exceeds kMultiMax parameters.
+TEST(CudaIndexMath, GroupedOptimizerLaunchesCoverEveryElementOnce) {
+  std::mt19937_64 rng(5);
+  const int64_t pick[] = {0, 1, 7, 4095, 4096, 4097, 10000, 8192, 33, 1 << 20};
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t count = static_cast<int64_t>(rng() % 60);
+    std::vector<int64_t> sizes(static_cast<size_t>(count));
+    for (auto& v : sizes) v = pick[rng() % 10];
+    struct Launch {
+      std::vector<int64_t> param, first_block, n;
+      int count = 0;
+    };
+    std::vector<Launch> launches;
+    int64_t last = -1;
+    plan_multi_launches(
+        sizes.data(), count,
+        [&](int64_t i, int launch, int slot, int64_t first) {
+          if (static_cast<size_t>(launch) == launches.size()) launches.emplace_back();
+          Launch& l = launches[static_cast<size_t>(launch)];
+          ASSERT_EQ(static_cast<int>(l.param.size()), slot);
+          ASSERT_GT(i, last);  // parameters in order, each once
+          last = i;
+          l.param.push_back(i);
+          l.first_block.push_back(first);
+          l.n.push_back(sizes[static_cast<size_t>(i)]);
+        },
+        [&](int launch, int slots, int64_t blocks) {
+          Launch& l = launches[static_cast<size_t>(launch)];
+          l.count = slots;
+          l.first_block.push_back(blocks);
+        });
+    std::vector<int64_t> covered(static_cast<size_t>(count), 0), next(static_cast<size_t>(count), 0);
+    for (const Launch& l : launches) {
+      ASSERT_GE(l.count, 1);
+      ASSERT_LE(l.count, kMultiMax);
+      ASSERT_EQ(static_cast<int>(l.first_block.size()), l.count + 1);
+      for (int64_t b = 0; b < l.first_block[static_cast<size_t>(l.count)]; ++b) {
+        const int j = multi_block_param(l.first_block.data(), l.count, b);
+        int64_t begin = 0, end = 0;
+        multi_block_range(l.first_block.data(), l.n.data(), j, b, begin, end);
+        const size_t p = static_cast<size_t>(l.param[static_cast<size_t>(j)]);
+        ASSERT_EQ(begin, next[p]) << "trial " << trial;  // consecutive, disjoint ranges
+        ASSERT_LT(begin, end);
+        next[p] = end;
+        covered[p] += end - begin;
+      }
+    }
+    for (int64_t i = 0; i < count; ++i) EXPECT_EQ(covered[static_cast<size_t>(i)], sizes[static_cast<size_t>(i)]);
+  }
+}
+
 // ---------------------------------------------------------------- small SPD kernels (spd_math.hpp)
 namespace {
 

@@ -291,9 +291,7 @@ __global__ void optim_kernel(OptArgs a, int64_t n, float* p, const float* g, flo
   OXM_GRID_LOOP(i, n) optim_element(a, i, p, g, s0, s1, s2);
 }
 
-// Up to kMultiMax parameters per launch; block b updates chunk (b - first_block[j]) of parameter j.
-constexpr int kMultiMax = 24;
-constexpr int64_t kMultiChunk = 4096;  // elements per block
+// Up to kMultiMax parameters per launch (index_math.hpp: the block -> parameter mapping, host-tested).
 struct MultiOptArgs {
   int count = 0;
   int64_t first_block[kMultiMax + 1];
@@ -307,10 +305,9 @@ static_assert(sizeof(MultiOptArgs) <= 4000, "kernel parameters are limited to 4 
 
 __global__ void __launch_bounds__(kThreads) optim_multi_kernel(MultiOptArgs m) {
   const int64_t b = blockIdx.x;
-  int j = 0;
-  while (j + 1 < m.count && b >= m.first_block[j + 1]) ++j;
-  const int64_t begin = (b - m.first_block[j]) * kMultiChunk;
-  const int64_t end = begin + kMultiChunk < m.n[j] ? begin + kMultiChunk : m.n[j];
+  const int j = multi_block_param(m.first_block, m.count, b);
+  int64_t begin, end;
+  multi_block_range(m.first_block, m.n, j, b, begin, end);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
     optim_element(m.a[j], i, m.p[j], m.g[j], m.s[0][j], m.s[1][j], m.s[2][j]);
 }
@@ -547,36 +544,34 @@ void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl&
 
 void optimizer_steps(const OptimizerUpdate* updates, size_t count) {
   // Check every update before launching any, so a bad one leaves all parameters untouched.
-  std::vector<MultiOptArgs> launches;
-  MultiOptArgs m{};
-  int64_t blocks_so_far = 0;
+  std::vector<OptArgs> args(count);
+  std::vector<float*> st(3 * count);
+  std::vector<int64_t> sizes(count);
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUpdate& u = updates[i];
-    float *p0, *p1, *p2;
-    const OptArgs a = optimizer_args(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2], p0, p1, p2);
-    const int64_t n = u.param->numel;
-    if (n == 0) continue;
-    const int j = m.count++;
-    m.first_block[j] = blocks_so_far;
-    m.n[j] = n;
-    m.p[j] = u.param->ptr<float>();
-    m.g[j] = u.grad->ptr<float>();
-    m.s[0][j] = p0;
-    m.s[1][j] = p1;
-    m.s[2][j] = p2;
-    m.a[j] = a;
-    blocks_so_far += (n + kMultiChunk - 1) / kMultiChunk;
-    if (m.count == kMultiMax || blocks_so_far >= (int64_t{1} << 30)) {
-      m.first_block[m.count] = blocks_so_far;
-      launches.push_back(m);
-      m = MultiOptArgs{};
-      blocks_so_far = 0;
-    }
+    args[i] = optimizer_args(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2], st[3 * i], st[3 * i + 1],
+                             st[3 * i + 2]);
+    sizes[i] = u.param->numel;
   }
-  if (m.count > 0) {
-    m.first_block[m.count] = blocks_so_far;
-    launches.push_back(m);
-  }
+  std::vector<MultiOptArgs> launches;
+  plan_multi_launches(
+      sizes.data(), static_cast<int64_t>(count),
+      [&](int64_t i, int launch, int slot, int64_t first_block) {
+        if (static_cast<size_t>(launch) == launches.size()) launches.push_back(MultiOptArgs{});
+        MultiOptArgs& m = launches[static_cast<size_t>(launch)];
+        const OptimizerUpdate& u = updates[i];
+        m.first_block[slot] = first_block;
+        m.n[slot] = sizes[static_cast<size_t>(i)];
+        m.p[slot] = u.param->ptr<float>();
+        m.g[slot] = u.grad->ptr<float>();
+        for (int k = 0; k < 3; ++k) m.s[k][slot] = st[3 * static_cast<size_t>(i) + static_cast<size_t>(k)];
+        m.a[slot] = args[static_cast<size_t>(i)];
+      },
+      [&](int launch, int slots, int64_t blocks) {
+        MultiOptArgs& m = launches[static_cast<size_t>(launch)];
+        m.count = slots;
+        m.first_block[slots] = blocks;
+      });
   for (const MultiOptArgs& l : launches) {
     optim_multi_kernel<<<static_cast<unsigned>(l.first_block[l.count]), kThreads, 0, stream()>>>(l);
     check_launch("optimizer_step");

@@ -218,4 +218,42 @@ inline int64_t col_reduce_chunks(int64_t M, int64_t R) {
   return c < 1 ? 1 : c;
 }
 
+// ---------------------------------------------------------------- grouped optimizer launches
+// A launch updates up to kMultiMax parameters; block b of it updates kMultiChunk elements of one parameter.
+// first_block[j] is the first block of the launch's parameter j (count + 1 increasing entries, the last the
+// launch's block count). multi_block_param maps a block to its parameter; multi_block_range to its elements.
+inline constexpr int kMultiMax = 24;
+inline constexpr int64_t kMultiChunk = 4096;
+OXM_CUDA_HD inline int multi_block_param(const int64_t* first_block, int count, int64_t b) {
+  int j = 0;
+  while (j + 1 < count && b >= first_block[j + 1]) ++j;
+  return j;
+}
+OXM_CUDA_HD inline void multi_block_range(const int64_t* first_block, const int64_t* n, int j, int64_t b,
+                                          int64_t& begin, int64_t& end) {
+  begin = (b - first_block[j]) * kMultiChunk;
+  end = begin + kMultiChunk < n[j] ? begin + kMultiChunk : n[j];
+}
+// Host side: assigns parameter i (numel sizes[i]; empty ones are skipped) to a launch. Calls
+// place(i, launch, slot, first_block) for each non-empty parameter in order and close(launch, slot_count,
+// blocks) when a launch is full (kMultiMax parameters or 2^30 blocks) and after the last one.
+template <class Place, class Close>
+void plan_multi_launches(const int64_t* sizes, int64_t count, Place&& place, Close&& close) {
+  int launch = 0, slot = 0;
+  int64_t blocks = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (sizes[i] == 0) continue;
+    place(i, launch, slot, blocks);
+    ++slot;
+    blocks += (sizes[i] + kMultiChunk - 1) / kMultiChunk;
+    if (slot == kMultiMax || blocks >= (int64_t{1} << 30)) {
+      close(launch, slot, blocks);
+      ++launch;
+      slot = 0;
+      blocks = 0;
+    }
+  }
+  if (slot > 0) close(launch, slot, blocks);
+}
+
 }  // namespace oxmera::detail::cuda
