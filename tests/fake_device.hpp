@@ -141,12 +141,6 @@ class HostMemoryDevice final : public d::Backend {
     note_kernel(__func__);
     cpu().cross_entropy_backward(x, t, lse, g, ls, scale, gx);
   }
-  void optimizer_step(const d::OptimizerStep& s, d::TensorImpl& p, const d::TensorImpl& g, d::TensorImpl* s0,
-                      d::TensorImpl* s1, d::TensorImpl* s2) override {
-    note_kernel(__func__);
-    cpu().optimizer_step(s, p, g, s0, s1, s2);
-  }
-
   void optimizer_steps(const d::OptimizerUpdate* updates, size_t count) override {
     note_kernel(__func__);  // one launch for the whole list, as the CUDA backend (up to 24 parameters)
     if (fail_next_optimizer_steps) {

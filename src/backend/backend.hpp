@@ -126,13 +126,13 @@ class Backend {
                                       const TensorImpl& g, double label_smoothing, double scale,
                                       TensorImpl& grad_x) = 0;
 
-  // ---- fused optimizer update of one parameter: one pass over its memory (one launch on a GPU).
-  // param, grad and the state buffers are contiguous tensors of one shape and dtype.
-  // A backend that has not implemented it yet reports NotImplemented naming itself.
+  // ---- fused optimizer update of one parameter: one pass over its memory. param, grad and the state buffers
+  // are contiguous tensors of one shape and dtype. The default reports NotImplemented naming the backend (a
+  // backend that overrides optimizer_steps need not implement it: the CUDA one does not).
   virtual void optimizer_step(const OptimizerStep& step, TensorImpl& param, const TensorImpl& grad,
                               TensorImpl* state0, TensorImpl* state1, TensorImpl* state2);
-  // Several parameters' updates (all on this device) at once: a GPU runs them in one launch per batch of
-  // parameters instead of one per parameter. The default calls optimizer_step for each.
+  // Every update of one Optimizer::step() on this device at once (the only entry point optimizers use): a GPU
+  // runs them in one launch per 24 parameters. The default calls optimizer_step for each.
   virtual void optimizer_steps(const OptimizerUpdate* updates, size_t count);
 
   // ---- small batched linear algebra on the device (optional). has_small_linalg says whether this backend

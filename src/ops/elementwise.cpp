@@ -267,8 +267,7 @@ Tensor scalar_like(double v, const Tensor& like, const char* op) {
 
 // A 0-d tensor holding `v` on like's device (for ops other than binary ones, such as where).
 Tensor scalar_on_device_of(double v, const Tensor& like, const char* op) {
-  Tensor s = scalar_like(v, like, op);
-  if (like.device().is_cpu()) return s;
+  if (like.device().is_cpu()) return scalar_like(v, like, op);
   Tensor d = detail::make_empty(Shape{}, like.dtype(), like.device(), op);
   detail::backend_for(like.device(), op).fill(*d.impl(), v);
   return d;

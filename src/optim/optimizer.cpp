@@ -31,7 +31,7 @@ void check_betas(const char* opt, std::pair<double, double> b) {
 
 // Lazily creates a zero state buffer like torch (zeros_like on the parameter's device).
 // Updates collected during Optimizer::step (on its thread) and run together: one backend call per device, so
-// a GPU updates a whole parameter list in one launch. Outside step() an update runs at once.
+// a GPU updates a whole parameter list in one launch. update() is only reached from step(), which collects.
 struct PendingUpdates {
   std::vector<oxmera::detail::OptimizerUpdate> items;
   std::vector<Tensor> keep;  // the gradients (possibly contiguous copies) until the updates have run
@@ -40,12 +40,9 @@ thread_local PendingUpdates* t_pending = nullptr;
 
 void submit(const char* op, const OptimizerStep& s, const Tensor& param, const Tensor& grad, TensorImpl* s0,
             TensorImpl* s1, TensorImpl* s2) {
-  if (t_pending) {
-    t_pending->items.push_back({s, param.impl(), grad.impl(), {s0, s1, s2}});
-    t_pending->keep.push_back(grad);
-    return;
-  }
-  oxmera::detail::backend_for(param.device(), op).optimizer_step(s, *param.impl(), *grad.impl(), s0, s1, s2);
+  OXM_CHECK(t_pending != nullptr, InvalidArgument, op, ": an update outside Optimizer::step()");
+  t_pending->items.push_back({s, param.impl(), grad.impl(), {s0, s1, s2}});
+  t_pending->keep.push_back(grad);
 }
 
 // Runs the updates, one backend call per run of one device; `done` counts the updates of the calls that

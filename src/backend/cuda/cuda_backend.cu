@@ -273,10 +273,6 @@ class CudaBackend final : public Backend {
                               double ls, double scale, TensorImpl& grad_x) override {
     cuda::cross_entropy_backward(x, target, lse, g, ls, scale, grad_x);
   }
-  void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
-                      TensorImpl* s1, TensorImpl* s2) override {
-    cuda::optimizer_step(s, param, grad, s0, s1, s2);
-  }
   void optimizer_steps(const OptimizerUpdate* updates, size_t count) override { cuda::optimizer_steps(updates, count); }
   bool has_small_linalg(DType dtype, int64_t n) const override { return cuda::has_small_linalg(dtype, n); }
   bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,

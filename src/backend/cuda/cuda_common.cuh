@@ -72,8 +72,6 @@ void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl&
 void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src);
 void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value);
 void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g);
-void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
-                    TensorImpl* s1, TensorImpl* s2);
 void optimizer_steps(const OptimizerUpdate* updates, size_t count);
 bool has_small_linalg(DType dtype, int64_t n);  // cuda_linalg.cu
 bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,

@@ -1,6 +1,6 @@
 // Index ops (gathers and deterministic scatters: one thread per output element, contributions added in the
-// CPU's order, no float atomics), im2col / col2im, and the fused optimizer steps (one launch per parameter, or
-// one per 24 parameters for a whole list).
+// CPU's order, no float atomics), im2col / col2im, and the fused optimizer steps (one launch per
+// 24 parameters).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -287,10 +287,6 @@ __device__ inline void optim_element(const OptArgs& a, int64_t i, float* p, cons
   }
 }
 
-__global__ void optim_kernel(OptArgs a, int64_t n, float* p, const float* g, float* s0, float* s1, float* s2) {
-  OXM_GRID_LOOP(i, n) optim_element(a, i, p, g, s0, s1, s2);
-}
-
 // Up to kMultiMax parameters per launch (index_math.hpp: the block -> parameter mapping, host-tested).
 struct MultiOptArgs {
   int count = 0;
@@ -531,16 +527,6 @@ OptArgs optimizer_args(const OptimizerStep& s, const TensorImpl& param, const Te
   return a;
 }
 }  // namespace
-
-void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0, TensorImpl* s1,
-                    TensorImpl* s2) {
-  float *p0, *p1, *p2;
-  const OptArgs a = optimizer_args(s, param, grad, s0, s1, s2, p0, p1, p2);
-  const int64_t n = param.numel;
-  if (n == 0) return;
-  optim_kernel<<<blocks(n), kThreads, 0, stream()>>>(a, n, param.ptr<float>(), grad.ptr<float>(), p0, p1, p2);
-  check_launch("optimizer_step");
-}
 
 void optimizer_steps(const OptimizerUpdate* updates, size_t count) {
   // Check every update before launching any, so a bad one leaves all parameters untouched.
