@@ -1,5 +1,5 @@
-// The CUDA backend against the CPU backend: every op of the op table (random, broadcast, non-contiguous,
-// empty inputs) and its one-pass backward kernel, reductions, softmax, arg-reductions, index ops, where,
+// The CUDA backend against the CPU backend: the conformance suite over every op of the registry (an
+// instantiation of tests/conformance.cpp), every one-pass backward kernel called directly (host-scalar operands), reductions, softmax, arg-reductions, index ops, where,
 // matmul (strided and pointer-array batches), conv (im2col/col2im), autograd end to end, optimizers, logdet
 // on the device, the allocator (reuse, OOM), an 8-thread stress, the demo training and a short
 // research-workload run. Without a usable GPU every test reports itself skipped with the reason.
@@ -8,6 +8,7 @@
 
 #include "ops/op_defs.hpp"
 #include "ops/ops_internal.hpp"
+#include "conformance.hpp"
 #include "research.hpp"
 #include "test_util.hpp"
 
@@ -44,96 +45,21 @@ void expect_match(const Tensor& got_gpu, const Tensor& want_cpu, const std::stri
   expect_close(values(host(got_gpu)), values(want_cpu), rtol, atol, what);
 }
 
+// The registry's test domain of a unary op.
 struct Domain {
   double lo, hi;
 };
-Domain domain_of(const std::string& n) {
-  if (n == "log" || n == "sqrt" || n == "rsqrt") return {0.1, 5};
-  if (n == "reciprocal") return {0.2, 5};
-  if (n == "log1p") return {-0.5, 3};
-  if (n == "sigmoid") return {-6, 6};
-  return {-3, 3};
-}
-
-Tensor call_unary(ops::UnaryOp op, const Tensor& x) {
-  switch (op) {
-    case ops::UnaryOp::Neg: return x.neg();
-    case ops::UnaryOp::Exp: return x.exp();
-    case ops::UnaryOp::Log: return x.log();
-    case ops::UnaryOp::Abs: return x.abs();
-    case ops::UnaryOp::Sqrt: return x.sqrt();
-    case ops::UnaryOp::Rsqrt: return x.rsqrt();
-    case ops::UnaryOp::Sin: return x.sin();
-    case ops::UnaryOp::Cos: return x.cos();
-    case ops::UnaryOp::Tanh: return x.tanh();
-    case ops::UnaryOp::Relu: return x.relu();
-    case ops::UnaryOp::Gelu: return x.gelu();
-    case ops::UnaryOp::Sigmoid: return x.sigmoid();
-    case ops::UnaryOp::Square: return x.square();
-    case ops::UnaryOp::Reciprocal: return x.reciprocal();
-    case ops::UnaryOp::Log1p: return x.log1p();
-    case ops::UnaryOp::Expm1: return x.expm1();
-    case ops::UnaryOp::Sign: return x.sign();
-    default: break;
-  }
-  ADD_FAILURE() << "unary op without a call in test_cuda.cpp";
-  return x;
-}
-Tensor call_binary(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
-  switch (op) {
-    case ops::BinaryOp::Add: return a + b;
-    case ops::BinaryOp::Sub: return a - b;
-    case ops::BinaryOp::Mul: return a * b;
-    case ops::BinaryOp::Div: return a / b;
-    case ops::BinaryOp::Pow: return a.pow(b);
-    case ops::BinaryOp::Maximum: return maximum(a, b);
-    case ops::BinaryOp::Minimum: return minimum(a, b);
-    case ops::BinaryOp::BceLogits:
-      return ops::binary(op, a, b);
-    case ops::BinaryOp::Eq: return a.eq(b);
-    case ops::BinaryOp::Ne: return a.ne(b);
-    case ops::BinaryOp::Lt: return a < b;
-    case ops::BinaryOp::Le: return a <= b;
-    case ops::BinaryOp::Gt: return a > b;
-    case ops::BinaryOp::Ge: return a >= b;
-    default: break;
-  }
-  ADD_FAILURE() << "binary op without a call in test_cuda.cpp";
-  return a;
-}
-
-// The layouts every elementwise op runs on (the same logical [5, 7] values built differently), plus empty.
-std::vector<std::pair<std::string, Tensor>> layouts(double lo, double hi, uint64_t seed) {
-  return {{"contiguous", uni({5, 7}, lo, hi, seed)},
-          {"transposed", uni({7, 5}, lo, hi, seed + 1).t()},
-          {"sliced", uni({5, 15}, lo, hi, seed + 2).slice(1, 1, 15, 2)},
-          {"stride0", uni({1, 7}, lo, hi, seed + 3).broadcast_to({5, 7})},
-          {"large", uni({3, 100003}, lo, hi, seed + 4)},
-          {"empty", uni({0, 7}, lo, hi, seed + 5)}};
-}
+Domain domain_of(ops::UnaryOp op) { return {ops::info(op).lo[0], ops::info(op).hi[0]}; }
 
 }  // namespace
 
-TEST(Cuda, UnaryOpsMatchCpu) {
-  NEED_GPU();
-#define OXM_X(id, def)                                                                              \
-  {                                                                                                 \
-    const Domain dom = domain_of(ops::defs::def::name);                                             \
-    for (auto& [lay, x] : layouts(dom.lo, dom.hi, 11)) {                                            \
-      Tensor xg = gpu(x.contiguous());                                                              \
-      if (lay == "transposed") xg = gpu(x.t().contiguous()).t();                                    \
-      if (lay == "stride0") xg = gpu(x.slice(0, 0, 1)).broadcast_to({5, 7});                        \
-      expect_match(call_unary(ops::UnaryOp::id, xg), call_unary(ops::UnaryOp::id, x),               \
-                   std::string(ops::defs::def::name) + " " + lay);                                  \
-    }                                                                                               \
-    if (ops::defs::def::ints) {                                                                     \
-      Tensor xi = (uni({4, 6}, -5, 5, 3)).to(DType::I64);                                           \
-      Tensor want = call_unary(ops::UnaryOp::id, xi), got = host(call_unary(ops::UnaryOp::id, gpu(xi))); \
-      EXPECT_EQ(got.to_vector<int64_t>(), want.to_vector<int64_t>()) << ops::defs::def::name << " i64"; \
-    }                                                                                               \
-  }
-  OXMERA_UNARY_OPS(OXM_X)
-#undef OXM_X
+// Every op of the registry — random, broadcast, non-contiguous, stride-0, host-scalar and empty inputs, forward
+// and gradients — runs here through the conformance suite (tests/conformance.cpp) on this target.
+oxc::Target oxc::conformance_target() {
+  init();
+  oxc::Target t{kGpu, {DType::F32}, true, ""};
+  if (!device_available(kGpu)) t.skip_reason = "no usable CUDA device: " + device_description(kGpu);
+  return t;
 }
 
 // The one-pass backward kernel of every differentiable unary op (defs::*::grad) against the CPU's, with a
@@ -141,11 +67,11 @@ TEST(Cuda, UnaryOpsMatchCpu) {
 TEST(Cuda, UnaryGradKernelsMatchCpu) {
   NEED_GPU();
   int checked = 0;
-#define OXM_X(id, def)                                                                                           \
-  if (ops::defs::def::diff) {                                                                                    \
-    const Domain dom = domain_of(ops::defs::def::name);                                                          \
-    const std::string name = std::string(ops::defs::def::name) + " grad";                                        \
-    Tensor x = uni({5, 7}, dom.lo, dom.hi, 31), y = call_unary(ops::UnaryOp::id, x);                             \
+#define OXM_X(id, ...)                                                                                           \
+  if (ops::defs::id::diff) {                                                                                     \
+    const Domain dom = domain_of(ops::UnaryOp::id);                                                              \
+    const std::string name = std::string(ops::defs::id::name) + " grad";                                         \
+    Tensor x = uni({5, 7}, dom.lo, dom.hi, 31), y = ops::unary(ops::UnaryOp::id, x);                             \
     Tensor g = uni({7, 5}, -2, 2, 32).t(), gb = uni({1, 7}, -2, 2, 33).broadcast_to({5, 7});                     \
     expect_match(ops::unary_grad(ops::UnaryOp::id, gpu(g.contiguous()), gpu(x), gpu(y)),                         \
                  ops::unary_grad(ops::UnaryOp::id, g, x, y), name);                                              \
@@ -165,14 +91,14 @@ TEST(Cuda, UnaryGradKernelsMatchCpu) {
 TEST(Cuda, BinaryGradKernelsMatchCpu) {
   NEED_GPU();
   int checked = 0;
-#define OXM_X(id, def)                                                                                          \
-  if (ops::defs::def::diff) {                                                                                   \
+#define OXM_X(id, ...)                                                                                          \
+  if (ops::defs::id::diff) {                                                                                    \
     const bool pw = ops::BinaryOp::id == ops::BinaryOp::Pow;                                                    \
     Tensor a = uni({5, 7}, pw ? 0.2 : -2, 2, 51), b = uni({1, 7}, pw ? -1.5 : 0.5, 2, 52);                      \
     Tensor g = uni({7, 5}, -2, 2, 53).t();                                                                      \
     Tensor sa = scalar(pw ? 1.3 : -0.75), sb = scalar(pw ? 2.5 : 1.25);                                         \
     for (int side : {0, 1}) {                                                                                   \
-      const std::string name = std::string(ops::defs::def::name) + " grad side " + std::to_string(side);        \
+      const std::string name = std::string(ops::defs::id::name) + " grad side " + std::to_string(side);         \
       Tensor gg = gpu(g.t().contiguous()).t();                                                                  \
       expect_match(ops::binary_grad(ops::BinaryOp::id, side, gg, gpu(a), gpu(b)),                               \
                    ops::binary_grad(ops::BinaryOp::id, side, g, a, b), name);                                   \
@@ -186,59 +112,6 @@ TEST(Cuda, BinaryGradKernelsMatchCpu) {
   OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
   EXPECT_EQ(checked, 8);
-}
-
-TEST(Cuda, BinaryOpsMatchCpuWithBroadcasting) {
-  NEED_GPU();
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{5, 7}, {5, 7}}, {{5, 7}, {7}}, {{5, 1}, {1, 7}}, {{2, 3, 4}, {3, 1}}, {{}, {4, 3}}, {{0, 3}, {3}}};
-#define OXM_X(id, def)                                                                              \
-  for (auto& [sa, sb] : shapes) {                                                                   \
-    const bool pw = ops::BinaryOp::id == ops::BinaryOp::Pow;                                        \
-    Tensor a = uni(sa, pw ? 0.1 : -3, 3, 21), b = uni(sb, pw ? -2 : -3, 3, 22);                     \
-    if (ops::BinaryOp::id == ops::BinaryOp::Div) b = b.abs() + 0.5;                                 \
-    expect_match(call_binary(ops::BinaryOp::id, gpu(a), gpu(b)), call_binary(ops::BinaryOp::id, a, b), \
-                 std::string(ops::defs::def::name));                                                \
-    /* non-contiguous operand: a transposed view on the device */                                   \
-    if (sa.size() == 2 && sa[0] > 0) {                                                              \
-      Tensor at = uni({sa[1], sa[0]}, pw ? 0.1 : -3, 3, 23);                                        \
-      expect_match(call_binary(ops::BinaryOp::id, gpu(at).t(), gpu(b)),                            \
-                   call_binary(ops::BinaryOp::id, at.t(), b), std::string(ops::defs::def::name) + " t"); \
-    }                                                                                               \
-  }                                                                                                 \
-  if (ops::defs::def::ints) {                                                                       \
-    Tensor a = uni({4, 6}, -5, 5, 5).to(DType::I64), b = uni({6}, 1, 5, 6).to(DType::I64);          \
-    EXPECT_EQ(host(call_binary(ops::BinaryOp::id, gpu(a), gpu(b))).to_vector<int64_t>(),            \
-              call_binary(ops::BinaryOp::id, a, b).to_vector<int64_t>())                            \
-        << ops::defs::def::name << " i64";                                                          \
-  }
-  OXMERA_BINARY_OPS(OXM_X)
-#undef OXM_X
-}
-
-// Every binary op with a host scalar on either side (binary_scalar: the scalar passed by value), on a
-// contiguous and a transposed operand, f32 and (where the op takes it) i64.
-TEST(Cuda, ScalarOperandsMatchCpu) {
-  NEED_GPU();
-#define OXM_X(id, def)                                                                                               \
-  for (bool left : {false, true}) {                                                                                  \
-    const bool pw = ops::BinaryOp::id == ops::BinaryOp::Pow;                                                         \
-    const std::string name = std::string(ops::defs::def::name) + (left ? " scalar left" : " scalar right");          \
-    Tensor x = uni({7, 5}, pw ? 0.2 : 0.5, 3, 41), s = scalar(pw ? 1.7 : -1.25);                                     \
-    for (Tensor xd : {gpu(x), gpu(x.t().contiguous()).t()}) {                                                        \
-      Tensor xc = host(xd);                                                                                          \
-      expect_match(left ? call_binary(ops::BinaryOp::id, s, xd) : call_binary(ops::BinaryOp::id, xd, s),             \
-                   left ? call_binary(ops::BinaryOp::id, s, xc) : call_binary(ops::BinaryOp::id, xc, s), name);      \
-    }                                                                                                                \
-    if (ops::defs::def::ints) {                                                                                      \
-      Tensor xi = uni({4, 6}, -5, 5, 42).to(DType::I64), si = scalar(3.0, DType::I64);                               \
-      Tensor got = left ? call_binary(ops::BinaryOp::id, si, gpu(xi)) : call_binary(ops::BinaryOp::id, gpu(xi), si); \
-      Tensor want = left ? call_binary(ops::BinaryOp::id, si, xi) : call_binary(ops::BinaryOp::id, xi, si);          \
-      EXPECT_EQ(host(got).to_vector<int64_t>(), want.to_vector<int64_t>()) << name << " i64";                        \
-    }                                                                                                                \
-  }
-  OXMERA_BINARY_OPS(OXM_X)
-#undef OXM_X
 }
 
 TEST(Cuda, NaNPropagationWhereAndCasts) {

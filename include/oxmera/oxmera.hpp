@@ -13,5 +13,6 @@
 #include "oxmera/optim.hpp"
 #include "oxmera/random.hpp"
 #include "oxmera/shape.hpp"
+#include "oxmera/op_registry.hpp"
 #include "oxmera/tensor.hpp"
 #include "oxmera/version.hpp"

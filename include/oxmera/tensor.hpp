@@ -9,6 +9,7 @@
 #include "oxmera/device.hpp"
 #include "oxmera/dtype.hpp"
 #include "oxmera/error.hpp"
+#include "oxmera/op_registry.hpp"
 #include "oxmera/shape.hpp"
 
 namespace oxmera {
@@ -99,37 +100,17 @@ class Tensor {
   Tensor to(DType dtype) const;  // self when equal
   Tensor to(Device device) const;
 
-  // ---- unary ops (differentiable where defined)
-  Tensor neg() const;
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor abs() const;
-  Tensor sqrt() const;
-  Tensor rsqrt() const;
-  Tensor sin() const;
-  Tensor cos() const;
-  Tensor tanh() const;
-  Tensor relu() const;
-  Tensor gelu() const;  // tanh approximation
-  Tensor sigmoid() const;
-  Tensor square() const;
-  Tensor reciprocal() const;
-  Tensor log1p() const;
-  Tensor expm1() const;
-  Tensor sign() const;  // gradient 0
-
-  // ---- binary ops
-  Tensor pow(const Tensor& exponent) const;
+  // ---- elementwise ops: one method per entry of the op registry (oxmera/op_registry.hpp, which documents
+  // each): unary x.exp(), x.tanh(), x.gelu() (tanh approximation), x.sign() (gradient 0), ...; binary
+  // a.add(b), a.pow(b), a.maximum(b), and the comparisons a.eq(b), a.lt(b), ... (masks of a's dtype holding 0
+  // or 1; not differentiable).
+#define OXM_X(id, name, ...) Tensor name() const;
+  OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+#define OXM_X(id, name, api, ...) OXM_IF_PUBLIC(api, Tensor name(const Tensor& other) const;)
+  OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
   Tensor pow(double exponent) const;
-  Tensor maximum(const Tensor& o) const;
-  Tensor minimum(const Tensor& o) const;
-  // comparisons: masks of the same dtype holding 0 or 1; not differentiable
-  Tensor eq(const Tensor& o) const;
-  Tensor ne(const Tensor& o) const;
-  Tensor lt(const Tensor& o) const;
-  Tensor le(const Tensor& o) const;
-  Tensor gt(const Tensor& o) const;
-  Tensor ge(const Tensor& o) const;
   Tensor clamp(double lo, double hi) const;
 
   // ---- reductions (empty dims = all dims)
@@ -222,13 +203,10 @@ Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
+// The registry's binary ops as free functions: add(a, b), sub, mul, div, pow, maximum, minimum, eq, ne, lt, ...
+#define OXM_X(id, name, api, ...) OXM_IF_PUBLIC(api, Tensor name(const Tensor& a, const Tensor& b);)
+OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
 // Elementwise select: mask != 0 ? a : b, with broadcasting; mask has the dtype of a and b, or U8.
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -9,23 +9,11 @@
 namespace oxmera {
 namespace ops {
 
-const char* unary_name(UnaryOp op) noexcept {
-  switch (op) {
-#define OXM_X(id, def) \
-  case UnaryOp::id: return defs::def::name;
-    OXMERA_UNARY_OPS(OXM_X)
-#undef OXM_X
-    default: return "?";
-  }
-}
-const char* binary_name(BinaryOp op) noexcept {
-  switch (op) {
-#define OXM_X(id, def) \
-  case BinaryOp::id: return defs::def::name;
-    OXMERA_BINARY_OPS(OXM_X)
-#undef OXM_X
-    default: return "?";
-  }
+const OpInfo* find_op(std::string_view name) noexcept {
+  for (auto table : {unary_ops(), binary_ops(), structured_ops()})
+    for (const OpInfo& e : table)
+      if (name == e.name) return &e;
+  return nullptr;
 }
 
 // One pass over g's shape: out = Def::grad_a(g, a, b) (side 0) or grad_b; a and b broadcast to g's shape, and
@@ -67,7 +55,7 @@ struct UnaryNode final : Node {
     Tensor xs, ys;
     if constexpr (Def::saves == Saves::Input || Def::saves == Saves::Both) xs = x.get(Def::name);
     if constexpr (Def::saves == Saves::Output || Def::saves == Saves::Both) ys = y.get(Def::name);
-    gin[0] = unary_grad(static_cast<UnaryOp>(op_index<Def>()), g, xs.defined() ? xs : g, ys.defined() ? ys : g);
+    gin[0] = unary_grad(Def::id, g, xs.defined() ? xs : g, ys.defined() ? ys : g);
   }
 };
 
@@ -79,7 +67,7 @@ Tensor unary_impl(const Tensor& x) {
             ": dtype ", xi.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)",
             "; cast with .to(DType::F32)");
   Tensor out = detail::make_empty(xi.shape, xi.dtype, xi.device(), Def::name);
-  detail::backend_for(xi.device(), Def::name).unary(static_cast<UnaryOp>(op_index<Def>()), xi, *out.impl());
+  detail::backend_for(xi.device(), Def::name).unary(Def::id, xi, *out.impl());
   if constexpr (Def::diff) {
     if (detail::needs_tape(x)) {
       auto* n = new UnaryNode<Def>();
@@ -106,7 +94,7 @@ struct BinaryNode final : Node {
       av = a.get(Def::name);
       bv = b.get(Def::name);
     }
-    const auto op = static_cast<BinaryOp>(op_index<Def>());
+    const auto op = Def::id;
     // Operands a gradient does not read are replaced by g (same layout: the kernel's runs stay long).
     auto operand = [&](unsigned reads, unsigned which, const Tensor& t) -> const Tensor& {
       return (reads & which) && t.defined() ? t : g;
@@ -184,7 +172,7 @@ Tensor binary_impl(const Tensor& a, const Tensor& b) {
   const auto &ai = *a.impl(), &bi = *b.impl();
   OXM_CHECK(is_floating(ai.dtype) || (Def::ints && ai.dtype == DType::I64), UnsupportedDType, Def::name, ": dtype ",
             ai.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)");
-  const auto op = static_cast<BinaryOp>(op_index<Def>());
+  const auto op = Def::id;
   Tensor out;
   // A 0-d CPU operand with a tensor on another device goes to the kernel by value.
   const Device da = ai.device(), db = bi.device();
@@ -225,8 +213,8 @@ Tensor binary_impl(const Tensor& a, const Tensor& b) {
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   switch (op) {
-#define OXM_X(id, def) \
-  case UnaryOp::id: return unary_impl<defs::def>(x);
+#define OXM_X(id, ...) \
+  case UnaryOp::id: return unary_impl<defs::id>(x);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default: OXM_FAIL(InvalidArgument, "unary: unknown op");
@@ -234,8 +222,8 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 }
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   switch (op) {
-#define OXM_X(id, def) \
-  case BinaryOp::id: return binary_impl<defs::def>(a, b);
+#define OXM_X(id, ...) \
+  case BinaryOp::id: return binary_impl<defs::id>(a, b);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default: OXM_FAIL(InvalidArgument, "binary: unknown op");
@@ -292,39 +280,16 @@ struct WhereNode final : Node {
 using ops::BinaryOp;
 using ops::UnaryOp;
 
-#define OXM_UNARY_METHOD(method, id) \
-  Tensor Tensor::method() const { return ops::unary(UnaryOp::id, *this); }
-OXM_UNARY_METHOD(neg, Neg)
-OXM_UNARY_METHOD(exp, Exp)
-OXM_UNARY_METHOD(log, Log)
-OXM_UNARY_METHOD(abs, Abs)
-OXM_UNARY_METHOD(sqrt, Sqrt)
-OXM_UNARY_METHOD(rsqrt, Rsqrt)
-OXM_UNARY_METHOD(sin, Sin)
-OXM_UNARY_METHOD(cos, Cos)
-OXM_UNARY_METHOD(tanh, Tanh)
-OXM_UNARY_METHOD(relu, Relu)
-OXM_UNARY_METHOD(gelu, Gelu)
-OXM_UNARY_METHOD(sigmoid, Sigmoid)
-OXM_UNARY_METHOD(square, Square)
-OXM_UNARY_METHOD(reciprocal, Reciprocal)
-OXM_UNARY_METHOD(log1p, Log1p)
-OXM_UNARY_METHOD(expm1, Expm1)
-OXM_UNARY_METHOD(sign, Sign)
-#undef OXM_UNARY_METHOD
-
-#define OXM_BINARY_METHOD(method, id) \
-  Tensor Tensor::method(const Tensor& o) const { return ops::binary(BinaryOp::id, *this, o); }
-OXM_BINARY_METHOD(pow, Pow)
-OXM_BINARY_METHOD(maximum, Maximum)
-OXM_BINARY_METHOD(minimum, Minimum)
-OXM_BINARY_METHOD(eq, Eq)
-OXM_BINARY_METHOD(ne, Ne)
-OXM_BINARY_METHOD(lt, Lt)
-OXM_BINARY_METHOD(le, Le)
-OXM_BINARY_METHOD(gt, Gt)
-OXM_BINARY_METHOD(ge, Ge)
-#undef OXM_BINARY_METHOD
+// The registry's public methods and free functions (declared in tensor.hpp from the same entries).
+#define OXM_X(id, name, ...) \
+  Tensor Tensor::name() const { return ops::unary(UnaryOp::id, *this); }
+OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_X
+#define OXM_X(id, name, api, ...)                                                                    \
+  OXM_IF_PUBLIC(api, Tensor Tensor::name(const Tensor& o) const { return ops::binary(BinaryOp::id, *this, o); } \
+                Tensor name(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::id, a, b); })
+OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
 
 Tensor Tensor::pow(double e) const {
   if (e == 2.0) return square();
@@ -340,13 +305,6 @@ Tensor Tensor::clamp(double lo, double hi) const {
 }
 
 Tensor operator-(const Tensor& a) { return a.neg(); }
-Tensor add(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Pow, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::Minimum, a, b); }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

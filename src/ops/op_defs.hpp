@@ -1,15 +1,15 @@
 #pragma once
-// THE OP TABLE. Every elementwise op is defined once here: its name, which dtypes it accepts, its
-// per-element math and the per-element math of its gradients (both used by every backend's kernels: host
-// and device compilable, so a forward or a backward is one pass over memory, one launch on a GPU). Gradients
-// are not themselves recorded (no higher-order gradients; docs/LIMITATIONS.md). The X-macro
-// lists at the bottom drive the op enums, the CPU and CUDA kernel tables, the autograd nodes, and the
-// table-driven tests.
+// THE MATH OF THE OP REGISTRY. Each elementwise entry of include/oxmera/op_registry.hpp has its per-element
+// math here, as `defs::<Id>` deriving from its registry facts (UnaryEntry / BinaryEntry: id, name, dtypes,
+// differentiable, cost): the forward and the per-element backward, host and device compilable, so every
+// backend's kernel runs the same code and a forward or a backward is one pass over memory (one launch on a GPU).
+// Gradients are not themselves recorded (no higher-order gradients; docs/LIMITATIONS.md).
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "oxmera/op_registry.hpp"
 #include "oxmera/tensor.hpp"
 
 #if defined(__CUDACC__)
@@ -22,6 +22,20 @@ namespace oxmera::ops {
 
 // What the backward rule of a unary op reads: the input x, the output y, both, or neither.
 enum class Saves : uint8_t { None, Input, Output, Both };
+
+// The registry facts of an op, inherited by its math: defs::Exp::name is "exp", defs::Exp::id is UnaryOp::Exp.
+template <UnaryOp Op>
+struct UnaryEntry {
+  static constexpr UnaryOp id = Op;
+  static constexpr const char* name = info(Op).name;
+  static constexpr bool ints = info(Op).ints, diff = info(Op).differentiable, costly = info(Op).costly;
+};
+template <BinaryOp Op>
+struct BinaryEntry {
+  static constexpr BinaryOp id = Op;
+  static constexpr const char* name = info(Op).name;
+  static constexpr bool ints = info(Op).ints, diff = info(Op).differentiable, costly = info(Op).costly;
+};
 
 namespace defs {
 
@@ -36,12 +50,9 @@ OXM_HD inline bool is_nan(T v) {
 }
 
 // ---------------------------------------------------------------- unary
-// Each def: name, ints (accepts I64), diff (has a backward), saves, fwd(x), and grad(g, x, y): the input's
-// gradient element from the output's gradient g, the input x and the output y (the ones `saves` names; the
-// others are unspecified). Both run in every backend's kernels, so a unary backward is one pass (one launch).
-struct Neg {
-  static constexpr const char* name = "neg";
-  static constexpr bool ints = true, diff = true;
+// Each def: saves (what its backward reads), fwd(x), and grad(g, x, y): the input's gradient element from the
+// output's gradient g, the input x and the output y (the ones `saves` names; the others are unspecified). Both run in every backend's kernels, so a unary backward is one pass (one launch).
+struct Neg : UnaryEntry<UnaryOp::Neg> {
   static constexpr Saves saves = Saves::None;
   template <class T>
   OXM_HD static T fwd(T x) { return -x; }
@@ -50,9 +61,7 @@ struct Neg {
     return -g;
   }
 };
-struct Exp {
-  static constexpr const char* name = "exp";
-  static constexpr bool ints = false, diff = true;
+struct Exp : UnaryEntry<UnaryOp::Exp> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return std::exp(x); }
@@ -61,9 +70,7 @@ struct Exp {
     return g * y;
   }
 };
-struct Log {
-  static constexpr const char* name = "log";
-  static constexpr bool ints = false, diff = true;
+struct Log : UnaryEntry<UnaryOp::Log> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return std::log(x); }
@@ -72,18 +79,14 @@ struct Log {
     return g / x;
   }
 };
-struct Abs {
-  static constexpr const char* name = "abs";
-  static constexpr bool ints = true, diff = true;
+struct Abs : UnaryEntry<UnaryOp::Abs> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return x < T(0) ? -x : x; }
   template <class T>
   OXM_HD static T grad(T g, T x, T);  // g * sign(x), defined after Sign
 };
-struct Sqrt {
-  static constexpr const char* name = "sqrt";
-  static constexpr bool ints = false, diff = true;
+struct Sqrt : UnaryEntry<UnaryOp::Sqrt> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return std::sqrt(x); }
@@ -92,9 +95,7 @@ struct Sqrt {
     return g / (T(2) * y);
   }
 };
-struct Rsqrt {
-  static constexpr const char* name = "rsqrt";
-  static constexpr bool ints = false, diff = true;
+struct Rsqrt : UnaryEntry<UnaryOp::Rsqrt> {
   static constexpr Saves saves = Saves::Both;
   template <class T>
   OXM_HD static T fwd(T x) { return T(1) / std::sqrt(x); }
@@ -103,9 +104,7 @@ struct Rsqrt {
     return g * T(-0.5) * y / x;
   }
 };
-struct Sin {
-  static constexpr const char* name = "sin";
-  static constexpr bool ints = false, diff = true;
+struct Sin : UnaryEntry<UnaryOp::Sin> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return std::sin(x); }
@@ -114,9 +113,7 @@ struct Sin {
     return g * std::cos(x);
   }
 };
-struct Cos {
-  static constexpr const char* name = "cos";
-  static constexpr bool ints = false, diff = true;
+struct Cos : UnaryEntry<UnaryOp::Cos> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return std::cos(x); }
@@ -125,9 +122,7 @@ struct Cos {
     return -(g * std::sin(x));
   }
 };
-struct Tanh {
-  static constexpr const char* name = "tanh";
-  static constexpr bool ints = false, diff = true;
+struct Tanh : UnaryEntry<UnaryOp::Tanh> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return std::tanh(x); }
@@ -136,9 +131,7 @@ struct Tanh {
     return g * (T(1) - y * y);
   }
 };
-struct Relu {
-  static constexpr const char* name = "relu";
-  static constexpr bool ints = true, diff = true;
+struct Relu : UnaryEntry<UnaryOp::Relu> {
   static constexpr Saves saves = Saves::Output;
   // NaN propagates (x > 0 is false for NaN, so keep x explicitly).
   template <class T>
@@ -149,10 +142,8 @@ struct Relu {
     return y > T(0) ? g : g * T(0);
   }
 };
-struct Gelu {
+struct Gelu : UnaryEntry<UnaryOp::Gelu> {
   // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  static constexpr const char* name = "gelu";
-  static constexpr bool ints = false, diff = true;
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) {
@@ -167,9 +158,7 @@ struct Gelu {
     return g * (T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * (k * (T(1) + T(3.0 * 0.044715) * x2)));
   }
 };
-struct Sigmoid {
-  static constexpr const char* name = "sigmoid";
-  static constexpr bool ints = false, diff = true;
+struct Sigmoid : UnaryEntry<UnaryOp::Sigmoid> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) {
@@ -183,9 +172,7 @@ struct Sigmoid {
     return g * y * (T(1) - y);
   }
 };
-struct Square {
-  static constexpr const char* name = "square";
-  static constexpr bool ints = true, diff = true;
+struct Square : UnaryEntry<UnaryOp::Square> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return x * x; }
@@ -194,9 +181,7 @@ struct Square {
     return g * (T(2) * x);
   }
 };
-struct Reciprocal {
-  static constexpr const char* name = "reciprocal";
-  static constexpr bool ints = false, diff = true;
+struct Reciprocal : UnaryEntry<UnaryOp::Reciprocal> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return T(1) / x; }
@@ -205,9 +190,7 @@ struct Reciprocal {
     return -(g * y * y);
   }
 };
-struct Log1p {
-  static constexpr const char* name = "log1p";
-  static constexpr bool ints = false, diff = true;
+struct Log1p : UnaryEntry<UnaryOp::Log1p> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
   OXM_HD static T fwd(T x) { return std::log1p(x); }
@@ -216,9 +199,7 @@ struct Log1p {
     return g / (T(1) + x);
   }
 };
-struct Expm1 {
-  static constexpr const char* name = "expm1";
-  static constexpr bool ints = false, diff = true;
+struct Expm1 : UnaryEntry<UnaryOp::Expm1> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
   OXM_HD static T fwd(T x) { return std::expm1(x); }
@@ -227,9 +208,7 @@ struct Expm1 {
     return g * (y + T(1));
   }
 };
-struct Sign {
-  static constexpr const char* name = "sign";
-  static constexpr bool ints = true, diff = true;  // gradient is zero (almost everywhere), as in torch
+struct Sign : UnaryEntry<UnaryOp::Sign> {
   static constexpr Saves saves = Saves::None;
   template <class T>
   OXM_HD static T fwd(T x) {
@@ -248,15 +227,14 @@ OXM_HD inline T Abs::grad(T g, T x, T) {
 }
 
 // ---------------------------------------------------------------- binary
-// Each def: name, ints, diff, saves_inputs (its gradients read a and b), fwd(a, b), and the gradients of both
+// Each def: saves_inputs (its gradients read a and b), fwd(a, b), and the gradients of both
 // operands elementwise, grad_a(g, a, b) and grad_b(g, a, b), from the output's gradient g (before reduction
 // to the operands' shapes): one pass (one launch) each. `*_is_g`: that gradient is g itself (no kernel);
 // `grad_*_reads`: which operands it reads (kReadsA | kReadsB; the kernel gets g in place of the others, so
 // an unread broadcast operand does not break up the kernel's runs).
 inline constexpr unsigned kReadsA = 1, kReadsB = 2;
-struct Add {
-  static constexpr const char* name = "add";
-  static constexpr bool ints = true, diff = true, saves_inputs = false, grad_a_is_g = true, grad_b_is_g = true;
+struct Add : BinaryEntry<BinaryOp::Add> {
+  static constexpr bool saves_inputs = false, grad_a_is_g = true, grad_b_is_g = true;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = 0;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a + b; }
@@ -269,9 +247,8 @@ struct Add {
     return g;
   }
 };
-struct Sub {
-  static constexpr const char* name = "sub";
-  static constexpr bool ints = true, diff = true, saves_inputs = false, grad_a_is_g = true, grad_b_is_g = false;
+struct Sub : BinaryEntry<BinaryOp::Sub> {
+  static constexpr bool saves_inputs = false, grad_a_is_g = true, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = 0;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a - b; }
@@ -284,9 +261,8 @@ struct Sub {
     return -g;
   }
 };
-struct Mul {
-  static constexpr const char* name = "mul";
-  static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+struct Mul : BinaryEntry<BinaryOp::Mul> {
+  static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsB, grad_b_reads = kReadsA;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a * b; }
@@ -299,9 +275,8 @@ struct Mul {
     return g * a;
   }
 };
-struct Div {
-  static constexpr const char* name = "div";
-  static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+struct Div : BinaryEntry<BinaryOp::Div> {
+  static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return a / b; }
@@ -314,9 +289,8 @@ struct Div {
     return -((g / b) * a / b);
   }
 };
-struct Pow {
-  static constexpr const char* name = "pow";
-  static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+struct Pow : BinaryEntry<BinaryOp::Pow> {
+  static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
   OXM_HD static T fwd(T a, T b) { return std::pow(a, b); }
@@ -334,9 +308,8 @@ struct Pow {
 // maximum / minimum. Ties split the gradient evenly (w = 1/2); NaN sends it to b, as the masks a > b (a < b)
 // and a == b are both false.
 template <bool IsMax>
-struct Extremum {
-  static constexpr const char* name = IsMax ? "maximum" : "minimum";
-  static constexpr bool ints = true, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+struct Extremum : BinaryEntry<IsMax ? BinaryOp::Maximum : BinaryOp::Minimum> {
+  static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
   OXM_HD static bool a_wins(T a, T b) {
@@ -365,9 +338,8 @@ using Minimum = Extremum<false>;
 // Binary cross entropy of a logit x against a target t: (1 - t) x + log(1 + exp(-x)), with the log term as
 // m + log(exp(-m) + exp(-x - m)), m = max(-x, 0), so it never overflows. nn::binary_cross_entropy_with_logits
 // runs on it (no Tensor method); d/dx = sigmoid(x) - t, d/dt = -x.
-struct BceLogits {
-  static constexpr const char* name = "bce_with_logits";
-  static constexpr bool ints = false, diff = true, saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
+struct BceLogits : BinaryEntry<BinaryOp::BceLogits> {
+  static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA;
   template <class T>
   OXM_HD static T fwd(T x, T t) {
@@ -383,10 +355,9 @@ struct BceLogits {
     return -(g * x);
   }
 };
-#define OXM_COMPARISON(Name, str, expr)                                                                              \
-  struct Name {                                                                                                      \
-    static constexpr const char* name = str;                                                                         \
-    static constexpr bool ints = true, diff = false, saves_inputs = false, grad_a_is_g = false, grad_b_is_g = false; \
+#define OXM_COMPARISON(Name, expr)                                                                                   \
+  struct Name : BinaryEntry<BinaryOp::Name> {                                                                        \
+    static constexpr bool saves_inputs = false, grad_a_is_g = false, grad_b_is_g = false;                            \
     template <class T>                                                                                               \
     OXM_HD static T fwd(T a, T b) {                                                                                  \
       return (expr) ? T(1) : T(0);                                                                                   \
@@ -400,45 +371,34 @@ struct BceLogits {
       return T(0);                                                                                                   \
     }                                                                                                                \
   };
-OXM_COMPARISON(Eq, "eq", a == b)
-OXM_COMPARISON(Ne, "ne", a != b)
-OXM_COMPARISON(Lt, "lt", a < b)
-OXM_COMPARISON(Le, "le", a <= b)
-OXM_COMPARISON(Gt, "gt", a > b)
-OXM_COMPARISON(Ge, "ge", a >= b)
+OXM_COMPARISON(Eq, a == b)
+OXM_COMPARISON(Ne, a != b)
+OXM_COMPARISON(Lt, a < b)
+OXM_COMPARISON(Le, a <= b)
+OXM_COMPARISON(Gt, a > b)
+OXM_COMPARISON(Ge, a >= b)
 #undef OXM_COMPARISON
 
 }  // namespace defs
 
-// X(EnumName, Def)
-#define OXMERA_UNARY_OPS(X)                                                                     \
-  X(Neg, Neg) X(Exp, Exp) X(Log, Log) X(Abs, Abs) X(Sqrt, Sqrt) X(Rsqrt, Rsqrt) X(Sin, Sin)      \
-  X(Cos, Cos) X(Tanh, Tanh) X(Relu, Relu) X(Gelu, Gelu) X(Sigmoid, Sigmoid) X(Square, Square)    \
-  X(Reciprocal, Reciprocal) X(Log1p, Log1p) X(Expm1, Expm1) X(Sign, Sign)
-
-#define OXMERA_BINARY_OPS(X)                                                                                      \
-  X(Add, Add)                                                                                                     \
-  X(Sub, Sub) X(Mul, Mul) X(Div, Div) X(Pow, Pow) X(Maximum, Maximum) X(Minimum, Minimum) X(BceLogits, BceLogits) \
-      X(Eq, Eq) X(Ne, Ne) X(Lt, Lt) X(Le, Le) X(Gt, Gt) X(Ge, Ge)
-
-enum class UnaryOp : uint8_t {
-#define OXM_X(id, def) id,
-  OXMERA_UNARY_OPS(OXM_X)
+// Every registry entry has its math: a missing defs::<Id>, or one that does not derive from its own entry, fails
+// to compile here.
+#define OXM_X(id, ...) static_assert(std::is_base_of_v<UnaryEntry<UnaryOp::id>, defs::id>, #id " math");
+OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
-      Count
-};
-enum class BinaryOp : uint8_t {
-#define OXM_X(id, def) id,
-  OXMERA_BINARY_OPS(OXM_X)
+#define OXM_X(id, ...) static_assert(std::is_base_of_v<BinaryEntry<BinaryOp::id>, defs::id>, #id " math");
+OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
-      Count
-};
 
 // Reductions over a set of dims. Sum and Mean share kernels (Mean divides by the count).
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 enum class ArgReduceOp : uint8_t { Argmax, Argmin };
 
-const char* unary_name(UnaryOp op) noexcept;
-const char* binary_name(BinaryOp op) noexcept;
+constexpr const char* unary_name(UnaryOp op) noexcept {
+  return op < UnaryOp::Count ? info(op).name : "?";
+}
+constexpr const char* binary_name(BinaryOp op) noexcept {
+  return op < BinaryOp::Count ? info(op).name : "?";
+}
 
 }  // namespace oxmera::ops

@@ -4,25 +4,9 @@
 
 namespace oxmera::ops {
 
-// Index of a def in its X-macro list (its enum value).
-template <class Def>
-constexpr int op_index() {
-  int i = 0, found = -1;
-#define OXM_X(id, def) \
-  if (std::is_same_v<Def, defs::def>) found = i; \
-  ++i;
-  OXMERA_UNARY_OPS(OXM_X)
-  if (found >= 0) return found;
-  i = 0;
-  OXMERA_BINARY_OPS(OXM_X)
-#undef OXM_X
-  return found;
-}
-
-Tensor unary(UnaryOp op, const Tensor& x);
+// ops::unary / ops::binary (the generic entry points) are declared in oxmera/op_registry.hpp.
 // The backward of unary op `op` in one kernel (see defs::*::grad); x, y: what the op saves, else g.
 Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y);
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 // One operand's gradient of binary op `op` in one kernel (see defs::*::grad_a / grad_b).
 Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& a, const Tensor& b);
 Shape check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_host_scalar = false);

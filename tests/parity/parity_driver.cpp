@@ -37,6 +37,7 @@
 
 #include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
+#include "oxmera/op_registry.hpp"
 #include "oxmera/tensor.hpp"
 
 using namespace oxmera;
@@ -182,32 +183,22 @@ Tensor apply(const std::string& op, const Params& p, const std::vector<Tensor>& 
   auto need = [&](size_t n) {
     if (in.size() != n) throw ProtocolError(op + " expects " + std::to_string(n) + " inputs");
   };
-  // unary
+  // every elementwise entry of the op registry, by name
+  if (const ops::OpInfo* e = ops::find_op(op); e && (e->kind == ops::OpKind::Unary || e->kind == ops::OpKind::Binary)) {
+    if (e->kind == ops::OpKind::Unary) {
+      need(1);
+      return ops::unary(static_cast<ops::UnaryOp>(e->id), in[0]);
+    }
+    need(2);
+    return ops::binary(static_cast<ops::BinaryOp>(e->id), in[0], in[1]);
+  }
   static const std::map<std::string, Tensor (Tensor::*)() const> unary = {
-      {"neg", &Tensor::neg},         {"exp", &Tensor::exp},         {"log", &Tensor::log},
-      {"abs", &Tensor::abs},         {"sqrt", &Tensor::sqrt},       {"rsqrt", &Tensor::rsqrt},
-      {"sin", &Tensor::sin},         {"cos", &Tensor::cos},         {"tanh", &Tensor::tanh},
-      {"relu", &Tensor::relu},       {"gelu", &Tensor::gelu},       {"sigmoid", &Tensor::sigmoid},
-      {"square", &Tensor::square},   {"reciprocal", &Tensor::reciprocal}, {"log1p", &Tensor::log1p},
-      {"expm1", &Tensor::expm1},     {"sign", &Tensor::sign},       {"contiguous", &Tensor::contiguous},
-      {"clone", &Tensor::clone},     {"t", &Tensor::t}};
+      {"contiguous", &Tensor::contiguous}, {"clone", &Tensor::clone}, {"t", &Tensor::t}};
   if (auto it = unary.find(op); it != unary.end()) {
     need(1);
     return (in[0].*(it->second))();
   }
-  static const std::map<std::string, Tensor (Tensor::*)(const Tensor&) const> binary_m = {
-      {"pow", &Tensor::pow}, {"maximum", &Tensor::maximum}, {"minimum", &Tensor::minimum},
-      {"eq", &Tensor::eq},   {"ne", &Tensor::ne},           {"lt", &Tensor::lt},
-      {"le", &Tensor::le},   {"gt", &Tensor::gt},           {"ge", &Tensor::ge},
-      {"matmul", &Tensor::matmul}};
-  if (auto it = binary_m.find(op); it != binary_m.end()) {
-    need(2);
-    return (in[0].*(it->second))(in[1]);
-  }
-  if (op == "add") { need(2); return in[0] + in[1]; }
-  if (op == "sub") { need(2); return in[0] - in[1]; }
-  if (op == "mul") { need(2); return in[0] * in[1]; }
-  if (op == "div") { need(2); return in[0] / in[1]; }
+  if (op == "matmul") { need(2); return in[0].matmul(in[1]); }
   if (op == "where") { need(3); return where(in[0], in[1], in[2]); }
   // tensor-scalar
   if (op == "add_s") { need(1); return in[0] + p.d("s"); }
@@ -332,7 +323,20 @@ std::string run_case(const std::string& line) {
 
 }  // namespace
 
-int main() {
+// `--registry`: one line per elementwise registry entry, for the Python side to generate its cases:
+//   <name> <arity> <differentiable> <public> <lo_a> <hi_a> <lo_b> <hi_b> <torch expression...>
+void print_registry() {
+  for (auto table : {ops::unary_ops(), ops::binary_ops()})
+    for (const ops::OpInfo& e : table)
+      std::printf("%s %d %d %d %.17g %.17g %.17g %.17g %s\n", e.name, e.kind == ops::OpKind::Unary ? 1 : 2,
+                  e.differentiable ? 1 : 0, e.is_public ? 1 : 0, e.lo[0], e.hi[0], e.lo[1], e.hi[1], e.torch);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "--registry") {
+    print_registry();
+    return 0;
+  }
   std::ios::sync_with_stdio(false);
   std::string line;
   std::string out;

@@ -147,10 +147,6 @@ def t_amin(x, dim, keepdim):
     return x.amin() if dim is None else torch.amin(x, dim=dim, keepdim=keepdim)
 
 
-def cmp(fn):
-    return lambda p, a, b: fn(a, b).to(a.dtype)
-
-
 def t_slice(p, x):
     idx = [slice(None)] * x.dim()
     idx[p["dim"]] = slice(p["start"], p["end"], p.get("step", 1))
@@ -158,19 +154,7 @@ def t_slice(p, x):
 
 
 TORCH_OPS = {
-    "neg": lambda p, x: torch.neg(x), "exp": lambda p, x: torch.exp(x), "log": lambda p, x: torch.log(x),
-    "abs": lambda p, x: torch.abs(x), "sqrt": lambda p, x: torch.sqrt(x), "rsqrt": lambda p, x: torch.rsqrt(x),
-    "sin": lambda p, x: torch.sin(x), "cos": lambda p, x: torch.cos(x), "tanh": lambda p, x: torch.tanh(x),
-    "relu": lambda p, x: torch.relu(x),
-    "gelu": lambda p, x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "sigmoid": lambda p, x: torch.sigmoid(x), "square": lambda p, x: torch.square(x),
-    "reciprocal": lambda p, x: torch.reciprocal(x), "log1p": lambda p, x: torch.log1p(x),
-    "expm1": lambda p, x: torch.expm1(x), "sign": lambda p, x: torch.sign(x),
-    "add": lambda p, a, b: a + b, "sub": lambda p, a, b: a - b, "mul": lambda p, a, b: a * b,
-    "div": lambda p, a, b: a / b, "pow": lambda p, a, b: torch.pow(a, b),
-    "maximum": lambda p, a, b: torch.maximum(a, b), "minimum": lambda p, a, b: torch.minimum(a, b),
-    "eq": cmp(torch.eq), "ne": cmp(torch.ne), "lt": cmp(torch.lt), "le": cmp(torch.le), "gt": cmp(torch.gt),
-    "ge": cmp(torch.ge),
+    # the elementwise ops come from the op registry (load_registry)
     "where": lambda p, m, a, b: torch.where(m != 0, a, b),
     "add_s": lambda p, x: x + p["s"], "sub_s": lambda p, x: x - p["s"], "mul_s": lambda p, x: x * p["s"],
     "div_s": lambda p, x: x / p["s"], "rsub_s": lambda p, x: p["s"] - x, "rdiv_s": lambda p, x: p["s"] / x,
@@ -242,12 +226,38 @@ UNARY_DOMAIN = {
     "rsqrt": lambda s, d: rnd(s, d, 0.1, 4.0), "log1p": lambda s, d: rnd(s, d, -0.9, 3.0),
     "reciprocal": rnd_away, "abs": rnd_away, "sign": rnd_away, "relu": rnd_away,
 }
-UNARY = ["neg", "exp", "log", "abs", "sqrt", "rsqrt", "sin", "cos", "tanh", "relu", "gelu", "sigmoid", "square",
-         "reciprocal", "log1p", "expm1", "sign"]
+UNARY = []  # the registry's unary ops (load_registry)
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1e-30, -1e-30, 1e-5, -1e-5, 20.0, -20.0, 50.0, -50.0, 100.0,
            -100.0, 1e30, -1e30, math.inf, -math.inf, math.nan]
-BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
-COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+BINARY = []  # the registry's differentiable public binary ops
+COMPARE = []  # its non-differentiable ones (comparisons)
+INTERNAL = []  # binary entries without a public method (random inputs only)
+DOMAIN = {}  # name -> ((lo_a, hi_a), (lo_b, hi_b)), the registry's test domains
+
+
+def load_registry(driver):
+    """Reads the op registry from the driver (--registry) and builds the torch calls from its expressions."""
+    out = subprocess.run([driver, "--registry"], capture_output=True, text=True, timeout=60, check=True).stdout
+    names = []
+    for line in out.splitlines():
+        name, arity, diff, public, la, ha, lb, hb, expr = line.split(" ", 8)
+        if not expr.strip():
+            raise RuntimeError("registry entry %s has no torch expression" % name)
+        args = "x" if arity == "1" else "a, b"
+        TORCH_OPS[name] = eval("lambda p, %s: %s" % (args, expr), {"torch": torch})  # noqa: S307 - our registry
+        DOMAIN[name] = ((float(la), float(ha)), (float(lb), float(hb)))
+        if arity == "1":
+            UNARY.append(name)
+        elif public == "0":
+            INTERNAL.append(name)
+        elif diff == "1":
+            BINARY.append(name)
+        else:
+            COMPARE.append(name)
+        names.append(name)
+    if not UNARY or not BINARY or not COMPARE:
+        raise RuntimeError("the driver's registry listing is incomplete: " + out)
+    return names
 BIN_SHAPES = [([3, 4], 0, [3, 4], 0), ([3, 1, 4], 0, [2, 4], 0), ([2, 4], 0, [3, 1, 4], 0), ([], 0, [2, 3], 0),
               ([2, 1], 0, [1, 3], 0), ([3, 4], 1, [3, 4], 1), ([2, 3, 4], 1, [4], 0), ([4, 3], 0, [4, 3], 1),
               ([2, 5, 3], 1, [2, 1, 3], 1), ([0, 3], 0, [3], 0), ([3, 4], 2, [3, 4], 1), ([2, 3, 4], 2, [4], 2),
@@ -266,6 +276,9 @@ def binary_inputs(op, sa, sb, dt):
         return rnd(sa, dt), rnd_away(sb, dt, 0.5, 2.0)
     if op == "pow":
         return rnd(sa, dt, 0.5, 2.0), rnd(sb, dt, -2.0, 2.0)
+    if op in INTERNAL:
+        (la, ha), (lb, hb) = DOMAIN[op]
+        return rnd(sa, dt, la, ha), rnd(sb, dt, lb, hb)
     return rnd(sa, dt), rnd(sb, dt)
 
 
@@ -287,7 +300,7 @@ def gen_cases():
             ovr = (lambda o, sp=sp: np.where(np.isnan(sp), np.nan, o).astype(o.dtype)) if op == "sign" else None
             add(Case(op, dt, [(sp, 0, 0)], grad=False, note="special values", override=ovr))
         # ---- binary, with broadcasting and non-contiguous operands
-        for op in BINARY:
+        for op in BINARY + INTERNAL:
             for sa, nca, sb, ncb in BIN_SHAPES:
                 if is_big(sa, sb) and op not in BIG_OPS:
                     continue
@@ -607,7 +620,13 @@ def main():
     driver = sys.argv[1]
     verbose = "-v" in sys.argv[2:]
     t0 = time.time()
+    registry = load_registry(driver)
     cases = gen_cases()
+    covered = {c.op for c in cases}
+    missing = [n for n in registry if n not in covered]
+    if missing:
+        print("FAIL registry entries without parity cases: " + ", ".join(missing))
+        return 1
     for c in cases:
         if c.error is None:
             try:

@@ -176,16 +176,14 @@ void unary_dispatch(const TensorImpl& x, TensorImpl& out, int64_t grain) {
   OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", x.dtype, " is not supported");
 }
 
-bool is_cheap(UnaryOp op) {
-  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Square ||
-         op == UnaryOp::Sign;
-}
+// The registry's cost class picks the parallel grain.
+bool is_cheap(UnaryOp op) { return !ops::info(op).costly; }
 
 void unary(UnaryOp op, const TensorImpl& x, TensorImpl& out) {
   int64_t grain = is_cheap(op) ? kGrainCheap : kGrainCostly;
   switch (op) {
-#define OXM_X(id, def) \
-  case UnaryOp::id: return unary_dispatch<ops::defs::def>(x, out, grain);
+#define OXM_X(id, ...) \
+  case UnaryOp::id: return unary_dispatch<ops::defs::id>(x, out, grain);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default: break;
@@ -255,10 +253,10 @@ void unary_grad_typed(const TensorImpl& g, const TensorImpl& x, const TensorImpl
 void unary_grad(UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out) {
   const int64_t grain = is_cheap(op) ? kGrainCheap : kGrainCostly;
   switch (op) {
-#define OXM_X(id, def)                                                                               \
+#define OXM_X(id, ...)                                                                               \
   case UnaryOp::id:                                                                                  \
-    if (g.dtype == DType::F32) return unary_grad_typed<ops::defs::def, float>(g, x, y, out, grain);  \
-    if (g.dtype == DType::F64) return unary_grad_typed<ops::defs::def, double>(g, x, y, out, grain); \
+    if (g.dtype == DType::F32) return unary_grad_typed<ops::defs::id, float>(g, x, y, out, grain);  \
+    if (g.dtype == DType::F64) return unary_grad_typed<ops::defs::id, double>(g, x, y, out, grain); \
     break;
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
@@ -271,7 +269,7 @@ void unary_grad(UnaryOp op, const TensorImpl& g, const TensorImpl& x, const Tens
 // Binary ops that call transcendental functions (parallel from a smaller size).
 template <class Def>
 constexpr bool costly_binary() {
-  return std::is_same_v<Def, ops::defs::Pow> || std::is_same_v<Def, ops::defs::BceLogits>;
+  return Def::costly;
 }
 
 template <class Def, class T>
@@ -314,8 +312,8 @@ void binary_dispatch(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) 
 
 void binary(BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, def) \
-  case BinaryOp::id: return binary_dispatch<ops::defs::def>(a, b, out);
+#define OXM_X(id, ...) \
+  case BinaryOp::id: return binary_dispatch<ops::defs::id>(a, b, out);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default: break;
@@ -354,9 +352,9 @@ void binary_grad_dispatch(int side, const TensorImpl& g, const TensorImpl& a, co
 void binary_grad(BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
                  TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, def) \
+#define OXM_X(id, ...) \
   case BinaryOp::id:   \
-    return binary_grad_dispatch<ops::defs::def>(side, g, a, b, out);
+    return binary_grad_dispatch<ops::defs::id>(side, g, a, b, out);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default:
@@ -406,9 +404,9 @@ void binary_scalar_dispatch(const TensorImpl& t, double s, bool left, TensorImpl
 
 void binary_scalar(BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, def) \
+#define OXM_X(id, ...) \
   case BinaryOp::id:   \
-    return binary_scalar_dispatch<ops::defs::def>(t, s, left, out);
+    return binary_scalar_dispatch<ops::defs::id>(t, s, left, out);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default:

@@ -184,8 +184,8 @@ void copy_from(const TensorImpl& src, TensorImpl& dst) {
 
 void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, def) \
-  case ops::UnaryOp::id: return unary_dispatch<ops::defs::def>(x, out);
+#define OXM_X(id, ...) \
+  case ops::UnaryOp::id: return unary_dispatch<ops::defs::id>(x, out);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default: break;
@@ -198,9 +198,9 @@ void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const
             " is not supported on cuda (f32)");
   const TensorImpl* ts[4] = {&out, &g, &x, &y};
   switch (op) {
-#define OXM_X(id, def)   \
+#define OXM_X(id, ...)   \
   case ops::UnaryOp::id: \
-    return launch<4>(ts, UnaryGradF<ops::defs::def, float>{}, ops::defs::def::name);
+    return launch<4>(ts, UnaryGradF<ops::defs::id, float>{}, ops::defs::id::name);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default:
@@ -211,8 +211,8 @@ void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const
 
 void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, def) \
-  case ops::BinaryOp::id: return binary_dispatch<ops::defs::def>(a, b, out);
+#define OXM_X(id, ...) \
+  case ops::BinaryOp::id: return binary_dispatch<ops::defs::id>(a, b, out);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default: break;
@@ -223,10 +223,10 @@ void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorIm
 void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
                  TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, def)                                                       \
+#define OXM_X(id, ...)                                                       \
   case ops::BinaryOp::id:                                                    \
-    return side == 0 ? binary_grad_dispatch<ops::defs::def, 0>(g, a, b, out) \
-                     : binary_grad_dispatch<ops::defs::def, 1>(g, a, b, out);
+    return side == 0 ? binary_grad_dispatch<ops::defs::id, 0>(g, a, b, out) \
+                     : binary_grad_dispatch<ops::defs::id, 1>(g, a, b, out);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default:
@@ -237,9 +237,9 @@ void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorIm
 
 void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, def)    \
+#define OXM_X(id, ...)    \
   case ops::BinaryOp::id: \
-    return binary_scalar_dispatch<ops::defs::def>(t, s, left, out);
+    return binary_scalar_dispatch<ops::defs::id>(t, s, left, out);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
     default:
