@@ -7,7 +7,7 @@ matmul/einsum over R, torch.linalg batched ops, torch.optim), and prints the sam
 
   fit  time  train_loss per replica  held-out metric per replica
 
-Definitions (identical to tools/oxmera/research.hpp):
+Definitions (identical to src/workloads/research.hpp):
   - loss of a step = sum over replicas of each replica's mean loss over the batch;
   - train_loss = unweighted mean over the last epoch's batches of each replica's batch-mean loss;
   - time = optimizer construction .. held-out metric on the host (training + evaluation), per fit;
@@ -56,7 +56,7 @@ def load_safetensors(path):
 
 
 def epoch_order(n, seed):
-    """SplitMix64 + Fisher-Yates, as in research.cpp (used only to verify the dumped orders)."""
+    """SplitMix64 + Fisher-Yates, as in src/workloads/batch_order.cpp (used only to verify the dumped orders)."""
     mask = (1 << 64) - 1
     s = seed & mask
     p = list(range(n))

@@ -1,5 +1,6 @@
-// The main job until the CLI exists: trains a 2-32-32-2 tanh MLP on two interleaved spirals with autograd
-// and Adam written against the public tensor API (the optim module comes with issue #4).
+// Trains a 2-32-32-2 tanh MLP on two interleaved spirals with the bare tensor API: autograd and a hand-written
+// Adam, no nn or optim module, so it shows (and ctest's `demo_training` checks) that tensors and autograd alone
+// can learn. `oxmera train` runs the same task with nn and optim (src/workloads/demo_training.cpp).
 #include <chrono>
 #include <cmath>
 #include <cstdio>

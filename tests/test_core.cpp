@@ -81,6 +81,36 @@ TEST(Devices, CpuWorksCudaIsTypedError) {
   EXPECT_OXM_ERROR(t.to(Device(DeviceKind::CPU, 1)), BackendUnavailable, "cpu:1");
 }
 
+TEST(Devices, ParseAcceptsNamesAndIndices) {
+  EXPECT_EQ(Device::parse("cpu"), Device::cpu());
+  EXPECT_EQ(Device::parse("cuda"), Device::cuda(0));
+  EXPECT_EQ(Device::parse("cuda:0"), Device::cuda(0));
+  EXPECT_EQ(Device::parse("cuda:7"), Device::cuda(7));
+  EXPECT_EQ(Device::parse("cuda:2147483647"), Device::cuda(2147483647));
+  EXPECT_EQ(Device::parse("metal"), Device(DeviceKind::Metal, 0));
+  EXPECT_EQ(Device::parse("metal:1"), Device(DeviceKind::Metal, 1));
+  EXPECT_EQ(Device::parse("cpu:0"), Device::cpu());
+  for (Device d : {Device::cpu(), Device(DeviceKind::CPU, 3), Device::cuda(0), Device::cuda(12),
+                   Device(DeviceKind::Metal, 0), Device(DeviceKind::Metal, 5)})
+    EXPECT_EQ(Device::parse(d.str()), d) << d.str();
+}
+
+TEST(Devices, ParseRejectsEverythingElseNamingTheString) {
+  for (const char* bad : {"", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda:x", "cuda: 1", " cuda", "cuda ",
+                          "CUDA", "cuda0", "cuda::1", "cuda:1:2", "gpu", "cudax", "metal:", "cpu:", "cpux",
+                          "cuda:2147483648", "cuda:99999999999999999999"}) {
+    try {
+      (void)Device::parse(bad);
+      ADD_FAILURE() << "no error from Device::parse(\"" << bad << "\")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("'" + std::string(bad) + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("cpu, cuda, cuda:N, metal or metal:N"), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(Random, DeterministicAndWellDistributed) {
   Generator a(42), b(42), c(43);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.next_u64(), b.next_u64());

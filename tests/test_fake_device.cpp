@@ -12,7 +12,7 @@
 #include "fake_device.hpp"
 #include "research.hpp"
 #include "test_util.hpp"
-#include "train.hpp"
+#include "demo_training.hpp"
 
 using namespace oxt;
 namespace la = oxmera::linalg;

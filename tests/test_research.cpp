@@ -1,4 +1,4 @@
-// The research workload (tools/oxmera/research.cpp): determinism, learning, and the k-DPP normaliser.
+// The research workload (src/workloads/research.cpp): determinism, learning, and the k-DPP normaliser.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 namespace oxmera {
 
@@ -16,6 +17,11 @@ class Device {
   constexpr Device(DeviceKind kind, int index) : kind_(kind), index_(index) {}
   static constexpr Device cpu() { return Device(DeviceKind::CPU, 0); }
   static constexpr Device cuda(int index = 0) { return Device(DeviceKind::CUDA, index); }
+  // Parses a device name: "cpu", "cuda", "metal" (index 0) or "<kind>:N" with N a decimal index
+  // ("cuda:0", "metal:1"; "cpu:N" too, so parse(d.str()) == d for every device). Anything else, such as
+  // "cuda:", "cuda:-1", "cuda:1x", "CUDA" or an index beyond int, is InvalidArgument naming the string and the
+  // accepted forms. Parsing does not check that the device exists: using it does (BackendUnavailable).
+  static Device parse(std::string_view name);
   constexpr DeviceKind kind() const { return kind_; }
   constexpr int index() const { return index_; }
   constexpr bool is_cpu() const { return kind_ == DeviceKind::CPU; }

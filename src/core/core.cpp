@@ -1,5 +1,8 @@
 // Errors, dtypes, devices and shapes.
+#include <charconv>
 #include <ostream>
+#include <string>
+#include <utility>
 
 #include "oxmera/device.hpp"
 #include "oxmera/dtype.hpp"
@@ -56,6 +59,27 @@ std::string Device::str() const {
   return "?";
 }
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+
+Device Device::parse(std::string_view name) {
+  static constexpr std::pair<std::string_view, DeviceKind> kinds[] = {
+      {"cpu", DeviceKind::CPU}, {"cuda", DeviceKind::CUDA}, {"metal", DeviceKind::Metal}};
+  for (const auto& [prefix, kind] : kinds) {
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    const std::string_view rest = name.substr(prefix.size());
+    if (rest.empty()) return Device(kind, 0);
+    if (rest.size() < 2 || rest[0] != ':') break;
+    // Digits only (from_chars alone would take a leading '-'), the whole rest consumed, within int.
+    const std::string_view digits = rest.substr(1);
+    if (digits.find_first_not_of("0123456789") != std::string_view::npos) break;
+    int index = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec != std::errc() || end != digits.data() + digits.size()) break;
+    return Device(kind, index);
+  }
+  throw Error(ErrorKind::InvalidArgument, "Device::parse: '" + std::string(name) +
+                                              "' is not a device name; expected cpu, cuda, cuda:N, metal or metal:N "
+                                              "(N a non-negative decimal index, e.g. cuda:0)");
+}
 
 std::string SmallDims::str() const {
   std::string s = "[";

@@ -1,8 +1,8 @@
-// Tensor constructors and the random number generator.
+// Tensor constructors and the random number generator. The constructors that fill through a backend (full,
+// zeros_like, ones_like) are defined in the ops layer (src/ops/storage.cpp).
 #include <cmath>
 #include <cstring>
 
-#include "backend/backend.hpp"
 #include "oxmera/random.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -100,26 +100,9 @@ template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&);
 template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&);
 
 Tensor empty(const Shape& shape, DType dtype, Device device) { return detail::make_empty(shape, dtype, device, "empty"); }
-Tensor full(const Shape& shape, double value, DType dtype) {
-  Tensor out = host_empty(shape, dtype, "full");
-  if (out.numel()) detail::cpu_backend().fill(*out.impl(), value);
-  return out;
-}
 Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
 Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 Tensor scalar(double value, DType dtype) { return full(Shape{}, value, dtype); }
-Tensor zeros_like(const Tensor& t) {
-  detail::check_defined(t, "zeros_like");
-  Tensor out = detail::make_empty(t.shape(), t.dtype(), t.device(), "zeros_like");
-  if (out.numel()) detail::backend_for(t.device(), "zeros_like").fill(*out.impl(), 0.0);
-  return out;
-}
-Tensor ones_like(const Tensor& t) {
-  detail::check_defined(t, "ones_like");
-  Tensor out = detail::make_empty(t.shape(), t.dtype(), t.device(), "ones_like");
-  if (out.numel()) detail::backend_for(t.device(), "ones_like").fill(*out.impl(), 1.0);
-  return out;
-}
 Tensor arange(int64_t n, DType dtype) {
   OXM_CHECK(n >= 0, InvalidArgument, "arange: n must be >= 0, got ", n);
   return generate_any({n}, dtype, "arange", [](int64_t i) { return static_cast<double>(i); });

@@ -1,11 +1,11 @@
-// Tensor handles, storage, metadata, element access and printing.
+// Tensor handles, metadata, element access and printing. What needs a backend or the complete autograd node
+// (allocating and freeing storage; creating and destroying a TensorImpl, whose grad_fn is a Ref<Node>) is
+// defined in the ops layer (src/ops/storage.cpp).
 #include <cmath>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
 
-#include "autograd/node.hpp"
-#include "backend/backend.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace oxmera {
@@ -15,28 +15,6 @@ void retain(TensorImpl* p) noexcept { p->refcount.fetch_add(1, std::memory_order
 void release(TensorImpl* p) noexcept {
   if (p->refcount.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(p);
 }
-
-void destroy(Storage* s) noexcept {
-  if (s->data) {
-    // Backends outlive every tensor (they are never unregistered).
-    backend_for(s->device, "free").deallocate(s->data, s->nbytes);
-  }
-  delete s;
-}
-
-void destroy(TensorImpl* t) noexcept {
-  if (t->retains_grad && t->grad_fn) {  // unregister from the node that would write its gradient
-    auto& r = t->grad_fn->retained;
-    for (size_t i = 0; i < r.size(); ++i)
-      if (r[i].tensor == t) {
-        r.erase(r.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
-      }
-  }
-  delete t;
-}
-
-TensorImpl* new_impl() { return new TensorImpl(); }
 
 void TensorImpl::refresh_contiguous() {
   int64_t expected = 1;
@@ -49,20 +27,6 @@ void TensorImpl::refresh_contiguous() {
     }
     expected *= shape[i];
   }
-}
-
-Ref<Storage> allocate_storage(size_t nbytes, Device device) {
-  Backend& be = backend_for(device, "allocate");
-  auto* s = new Storage();
-  s->device = device;
-  s->nbytes = nbytes;
-  try {
-    s->data = nbytes ? be.allocate(nbytes) : nullptr;
-  } catch (...) {
-    delete s;
-    throw;
-  }
-  return Ref<Storage>::adopt(s);
 }
 
 Tensor make_empty(const Shape& shape, DType dtype, Device device, const char* op) {

@@ -395,8 +395,8 @@ std::string rss_label() {
 }
 
 std::string memory_label(const std::string& device) {
-  if (device == "cuda") {
-    const auto s = oxmera::memory_stats(oxmera::Device::cuda());
+  if (const oxmera::Device d = oxmera::Device::parse(device); !d.is_cpu()) {
+    const auto s = oxmera::memory_stats(d);
     return "allocated " + fmt("%.1f MiB", static_cast<double>(s.allocated_bytes) / (1024.0 * 1024.0)) +
            " / reserved " + fmt("%.1f MiB", static_cast<double>(s.reserved_bytes) / (1024.0 * 1024.0));
   }

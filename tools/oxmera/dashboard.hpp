@@ -2,7 +2,7 @@
 // The full-screen training dashboard of `oxmera train --tui` and `--replay FILE` (ncursesw).
 #include <string>
 
-#include "train.hpp"
+#include "demo_training.hpp"
 
 namespace oxmera_cli {
 

@@ -11,11 +11,9 @@
 #include <oxmera/oxmera.hpp>
 
 #include "dashboard.hpp"
+#include "demo_training.hpp"
 #include "doctor.hpp"
-#include "train.hpp"
-#ifdef OXMERA_HAVE_RESEARCH
 #include "research.hpp"
-#endif
 
 namespace {
 
@@ -115,7 +113,6 @@ int main(int argc, char** argv) {
 
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
-#ifdef OXMERA_HAVE_RESEARCH
   oxmera_cli::ResearchOptions ropt;
   auto* research = bench->add_subcommand("research", "The research workload (three stacked-seed fits)");
   research->add_option("--device", ropt.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -128,7 +125,6 @@ int main(int argc, char** argv) {
   research->add_option("--fit", ropt.fit, "mlp-h16, linear-lag5, deepsets-H30 or all");
   research->add_option("--dump", ropt.dump, "Write data and initial parameters as safetensors");
   research->add_option("--out", ropt.out, "Write the results as JSON");
-#endif
 
   try {
     app.parse(argc, argv);
@@ -156,9 +152,7 @@ int main(int argc, char** argv) {
       topt.resume = resume;
       return cmd_train(topt);
     }
-#ifdef OXMERA_HAVE_RESEARCH
     if (*research) return oxmera_cli::run_research(ropt, std::cout);
-#endif
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "oxmera: error: %s\n", e.what());

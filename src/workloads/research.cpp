@@ -9,40 +9,18 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
-#include <nlohmann/json.hpp>
 
+#include "batch_order.hpp"
 #include "oxmera/oxmera.hpp"
 
-namespace oxmera_cli {
+namespace oxmera::workloads {
 namespace {
 
-using namespace oxmera;
 using Clock = std::chrono::steady_clock;
-
-// ---- batch order: SplitMix64 + Fisher-Yates (identical in the twin, and dumped)
-struct SplitMix64 {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-};
-
-std::vector<int64_t> epoch_order(int64_t n, uint64_t seed) {
-  std::vector<int64_t> p(static_cast<size_t>(n));
-  std::iota(p.begin(), p.end(), int64_t{0});
-  SplitMix64 g{seed};
-  for (int64_t i = n - 1; i > 0; --i) {
-    const uint64_t j = g.next() % static_cast<uint64_t>(i + 1);
-    std::swap(p[static_cast<size_t>(i)], p[j]);
-  }
-  return p;
-}
 
 double uniform(Generator& g, double bound) { return (2.0 * g.next_double() - 1.0) * bound; }
 
@@ -56,7 +34,8 @@ struct ParamSpec {
 };
 
 template <class T>
-std::vector<std::pair<std::string, Tensor>> init_stacked(int R, uint64_t seed_base, const std::vector<ParamSpec>& specs) {
+std::vector<std::pair<std::string, Tensor>> init_stacked(int R, uint64_t seed_base,
+                                                         const std::vector<ParamSpec>& specs) {
   std::vector<std::vector<Tensor>> parts(specs.size());
   for (int r = 0; r < R; ++r) {
     Generator g(seed_base + static_cast<uint64_t>(r));
@@ -101,9 +80,9 @@ MlpData make_mlp_data(uint64_t seed) {
 }
 
 struct DppData {
-  Tensor F;                 // [S, 16, 5] f64: last 5 values (oldest first) of each series at step t
-  Tensor Y;                 // [S, 4] i64: the k items with the largest next value, ascending
-  std::vector<int64_t> y;   // Y on the host
+  Tensor F;                // [S, 16, 5] f64: last 5 values (oldest first) of each series at step t
+  Tensor Y;                // [S, 4] i64: the k items with the largest next value, ascending
+  std::vector<int64_t> y;  // Y on the host
   int64_t n_train = 0, n_test = 0;
 };
 
@@ -238,16 +217,15 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
   for (int e = 0; e < o.epochs; ++e) {
     // Index tensors stay on the CPU whatever the device: validated on the host, copied to a GPU
     // asynchronously (a device index would be read back to be validated: one synchronisation per op).
-    const Tensor order = from_vector(epoch_order(ntr, o.seed + static_cast<uint64_t>(e)), Shape{ntr});
+    const Tensor order = from_vector(shuffled_order(ntr, o.seed + static_cast<uint64_t>(e)), Shape{ntr});
     const bool first = e == 0, last = e == o.epochs - 1;
     for (int64_t s = 0; s < ntr; s += kBatch) {
       const int64_t B = std::min<int64_t>(kBatch, ntr - s);
       Tensor bi = order.narrow(0, s, B);
       Tensor xb = xtr.index_select(0, bi), yb = ytr.index_select(0, bi);
       Tensor h = (matmul(xb, W1) + b1).tanh();  // [R, B, 16]
-      Tensor logits = matmul(h, W2) + b2;        // [R, B, 1]
-      Tensor per = nn::binary_cross_entropy_with_logits(logits, yb.expand(Shape{R, B, 1}), {}, {},
-                                                        nn::Reduction::None)
+      Tensor logits = matmul(h, W2) + b2;       // [R, B, 1]
+      Tensor per = nn::binary_cross_entropy_with_logits(logits, yb.expand(Shape{R, B, 1}), {}, {}, nn::Reduction::None)
                        .mean({1, 2});  // [R]
       Tensor loss = per.sum();
       opt.zero_grad();
@@ -322,7 +300,7 @@ struct DppRun {
     LossLog log(R);
     const int64_t ntr = data.n_train;
     for (int e = 0; e < o.epochs; ++e) {
-      const std::vector<int64_t> order = epoch_order(ntr, o.seed + static_cast<uint64_t>(e));
+      const std::vector<int64_t> order = shuffled_order(ntr, o.seed + static_cast<uint64_t>(e));
       const Tensor order_t = from_vector(order, Shape{ntr});  // on the CPU, as every index here
       const bool first = e == 0, last = e == o.epochs - 1;
       for (int64_t s = 0; s < ntr; s += kBatch) {
@@ -417,16 +395,9 @@ FitResult fit_ds(const DppData& data, const Params& init, const ResearchOptions&
   return res;
 }
 
-Device parse_device(const std::string& s) {
-  if (s == "cpu") return Device::cpu();
-  if (s == "cuda") return Device::cuda(0);
-  if (s.rfind("cuda:", 0) == 0) return Device::cuda(std::stoi(s.substr(5)));
-  throw std::invalid_argument("unknown device '" + s + "' (expected cpu, cuda or cuda:N)");
-}
-
 // Training dtype of the DPP fits: --dtype auto is f64 on the CPU and f32 on a GPU.
 DType research_dtype(const ResearchOptions& o) {
-  const bool cpu = o.device == "cpu";
+  const bool cpu = Device::parse(o.device).is_cpu();
   if (o.dtype == "auto") return cpu ? DType::F64 : DType::F32;
   if (o.dtype == "f32") return DType::F32;
   if (o.dtype == "f64") {
@@ -445,7 +416,7 @@ void write_dump(const ResearchOptions& o, const MlpData& m, const DppData& d, co
   auto orders = [&](int64_t n) {
     std::vector<int64_t> all;
     for (int e = 0; e < o.epochs; ++e) {
-      auto p = epoch_order(n, o.seed + static_cast<uint64_t>(e));
+      auto p = shuffled_order(n, o.seed + static_cast<uint64_t>(e));
       all.insert(all.end(), p.begin(), p.end());
     }
     return from_vector(all, Shape{o.epochs, n});
@@ -455,11 +426,15 @@ void write_dump(const ResearchOptions& o, const MlpData& m, const DppData& d, co
   for (auto& [n, v] : p1.named) t.push_back({"mlp-h16." + n, v});
   for (auto& [n, v] : p2.named) t.push_back({"linear-lag5." + n, v});
   for (auto& [n, v] : p3.named) t.push_back({"deepsets-H30." + n, v});
-  std::map<std::string, std::string> meta = {
-      {"epochs", std::to_string(o.epochs)},     {"replicas", std::to_string(o.replicas)},
-      {"seed", std::to_string(o.seed)},         {"batch", std::to_string(kBatch)},
-      {"k", std::to_string(kSetSize)},          {"mlp.n_train", std::to_string(m.n_train)},
-      {"dpp.n_train", std::to_string(d.n_train)}, {"lr", "0.01"}, {"weight_decay", "0.0001"}};
+  std::map<std::string, std::string> meta = {{"epochs", std::to_string(o.epochs)},
+                                             {"replicas", std::to_string(o.replicas)},
+                                             {"seed", std::to_string(o.seed)},
+                                             {"batch", std::to_string(kBatch)},
+                                             {"k", std::to_string(kSetSize)},
+                                             {"mlp.n_train", std::to_string(m.n_train)},
+                                             {"dpp.n_train", std::to_string(d.n_train)},
+                                             {"lr", "0.01"},
+                                             {"weight_decay", "0.0001"}};
   save_safetensors(o.dump, t, meta);
 }
 
@@ -480,7 +455,7 @@ std::vector<FitResult> research_fits(const ResearchOptions& o) {
     throw std::invalid_argument("unknown fit '" + o.fit + "' (expected all, mlp-h16, linear-lag5, deepsets-H30)");
   const DType dtype = research_dtype(o);
   init();
-  const Device dev = parse_device(o.device);
+  const Device dev = Device::parse(o.device);
   (void)zeros(Shape{1}).to(dev);  // BackendUnavailable here, before any work, when the device has no backend
 
   // Data and initial parameters (not timed).
@@ -515,7 +490,8 @@ int run_research(const ResearchOptions& o, std::ostream& out) {
         << " s  train_loss " << std::defaultfloat << list(f.train_loss) << "  " << f.metric_name << " "
         << list(f.metric) << "\n";
   }
-  out << std::left << std::setw(13) << "total" << " time " << std::fixed << std::setprecision(3) << total << " s\n"
+  out << std::left << std::setw(13) << "total"
+      << " time " << std::fixed << std::setprecision(3) << total << " s\n"
       << std::defaultfloat;
   if (!o.out.empty()) {
     nlohmann::json j;
@@ -542,4 +518,4 @@ int run_research(const ResearchOptions& o, std::ostream& out) {
   return 0;
 }
 
-}  // namespace oxmera_cli
+}  // namespace oxmera::workloads

@@ -1,5 +1,5 @@
 // The demo task of `oxmera train`: two interleaved spirals, MLP 2-32-32-2 with tanh, Adam, cross entropy.
-#include "train.hpp"
+#include "demo_training.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -14,10 +14,10 @@
 
 #include <oxmera/oxmera.hpp>
 
-namespace oxmera_cli {
-namespace {
+#include "batch_order.hpp"
 
-using namespace oxmera;
+namespace oxmera::workloads {
+namespace {
 
 struct Spirals {
   Tensor x;       // [n, 2] f32
@@ -40,21 +40,6 @@ Spirals make_spirals(int64_t n, double noise, uint64_t seed) {
   return {from_vector(xs, {n, 2}), from_vector(ys, {n})};
 }
 
-// SplitMix64-driven Fisher-Yates permutation (the same shuffle the research workload uses).
-std::vector<int64_t> shuffled(int64_t n, uint64_t seed) {
-  std::vector<int64_t> p(static_cast<size_t>(n));
-  std::iota(p.begin(), p.end(), 0);
-  uint64_t state = seed;
-  auto next = [&state] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (int64_t i = n - 1; i > 0; --i) std::swap(p[i], p[next() % static_cast<uint64_t>(i + 1)]);
-  return p;
-}
-
 }  // namespace
 
 EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(int, int64_t, int64_t)>& on_batch,
@@ -62,8 +47,7 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   if (opt.epochs < 1) throw std::invalid_argument("--epochs must be >= 1");
   if (opt.batch < 1) throw std::invalid_argument("--batch must be >= 1");
   if (!(opt.lr > 0)) throw std::invalid_argument("--lr must be > 0");
-  Device device = opt.device == "cuda" ? Device::cuda() : Device::cpu();
-  if (opt.device != "cpu" && opt.device != "cuda") throw std::invalid_argument("--device must be cpu or cuda");
+  const Device device = Device::parse(opt.device);
   init();
   const int64_t n = 256;
   Spirals data = make_spirals(n, 0.08, opt.seed);
@@ -93,8 +77,8 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
       auto it = md.find(k);
       if (it == md.end() || it->second != v)
         throw std::runtime_error("--resume " + opt.resume + ": the checkpoint was written by a run with a different " +
-                                 k.substr(6) + " (" + (it == md.end() ? std::string("none") : it->second) +
-                                 " vs " + v + ")");
+                                 k.substr(6) + " (" + (it == md.end() ? std::string("none") : it->second) + " vs " + v +
+                                 ")");
     }
     auto ls = md.find("train.epoch_loss_sum");
     if (ls != md.end()) resumed_loss_sum = std::strtod(ls->second.c_str(), nullptr);
@@ -117,7 +101,7 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   const int first_epoch = static_cast<int>(step / batches) + 1;
   for (int epoch = first_epoch; epoch <= opt.epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
-    auto order = shuffled(n, opt.seed + static_cast<uint64_t>(epoch));
+    auto order = shuffled_order(n, opt.seed + static_cast<uint64_t>(epoch));
     const int64_t first_batch = epoch == first_epoch ? step % batches : 0;
     double loss_sum = epoch == first_epoch ? resumed_loss_sum : 0.0;
     // Batch losses are read back once per epoch (one wait for a GPU, not one per step), in order, so the sum
@@ -177,4 +161,4 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   return stats;
 }
 
-}  // namespace oxmera_cli
+}  // namespace oxmera::workloads

@@ -1,12 +1,14 @@
 #pragma once
+// `oxmera train`'s demo task (two spirals, MLP 2-32-32-2 with tanh, Adam, cross entropy), in the oxmera_workloads
+// library so the CLI and the tests run the same compiled loop.
 #include <cstdint>
 #include <functional>
 #include <string>
 
-namespace oxmera_cli {
+namespace oxmera::workloads {
 
 struct TrainOptions {
-  std::string device = "cpu";
+  std::string device = "cpu";  // a Device::parse name: cpu, cuda, cuda:N
   int epochs = 30;
   uint64_t seed = 7;
   int64_t batch = 32;
@@ -30,4 +32,11 @@ struct EpochStats {
 EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(int, int64_t, int64_t)>& on_batch,
                              const std::function<void(const EpochStats&)>& on_epoch);
 
+}  // namespace oxmera::workloads
+
+// The names the CLI and the tests were written with.
+namespace oxmera_cli {
+using oxmera::workloads::EpochStats;
+using oxmera::workloads::run_demo_training;
+using oxmera::workloads::TrainOptions;
 }  // namespace oxmera_cli

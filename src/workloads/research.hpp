@@ -1,4 +1,5 @@
 #pragma once
+// Library code of the oxmera_workloads target (src/workloads), linked by the CLI, the tests and the benchmarks.
 // `oxmera bench research`: the "stacked seeds" research workload of ../shared/spec/research-workload.md.
 //
 // Three fits, each with R replicas stacked on a leading dim and trained in the same ops:
@@ -24,10 +25,10 @@
 #include <string>
 #include <vector>
 
-namespace oxmera_cli {
+namespace oxmera::workloads {
 
 struct ResearchOptions {
-  std::string device = "cpu";
+  std::string device = "cpu";  // a Device::parse name: cpu, cuda, cuda:N
   std::string dtype = "auto";  // training dtype of fits 2/3: auto (f64 on cpu, f32 on cuda) | f32 | f64
   int epochs = 100;
   int replicas = 3;
@@ -39,15 +40,15 @@ struct ResearchOptions {
 
 struct FitResult {
   std::string name;
-  std::string metric_name;              // "accuracy" or "kdpp_nll"
-  double seconds = 0;                   // training + evaluation
-  std::vector<double> first_epoch_loss; // per replica, same definition as train_loss but for epoch 0
-  std::vector<double> train_loss;       // per replica, mean over the last epoch's batches
-  std::vector<double> metric;           // per replica, held out
+  std::string metric_name;               // "accuracy" or "kdpp_nll"
+  double seconds = 0;                    // training + evaluation
+  std::vector<double> first_epoch_loss;  // per replica, same definition as train_loss but for epoch 0
+  std::vector<double> train_loss;        // per replica, mean over the last epoch's batches
+  std::vector<double> metric;            // per replica, held out
 };
 
-// Runs the selected fits; throws oxmera::Error (e.g. BackendUnavailable for a device without a backend)
-// or std::invalid_argument for bad options.
+// Runs the selected fits; throws oxmera::Error (e.g. BackendUnavailable for a device without a backend,
+// InvalidArgument for a device name Device::parse refuses) or std::invalid_argument for other bad options.
 std::vector<FitResult> research_fits(const ResearchOptions& options);
 
 // CLI entry point (`oxmera bench research`): runs research_fits, prints the summary to `out`, writes the --out
@@ -63,4 +64,13 @@ inline constexpr int kMlpRows = 4096, kMlpFeatures = 8, kMlpHidden = 16;
 inline constexpr int kSeries = 16, kSteps = 1024, kLags = 5, kSetSize = 4, kDsHidden = 30;
 inline constexpr int kBatch = 64;
 
+}  // namespace oxmera::workloads
+
+// The names the CLI and the tests were written with.
+namespace oxmera_cli {
+using oxmera::workloads::elementary_symmetric;
+using oxmera::workloads::FitResult;
+using oxmera::workloads::research_fits;
+using oxmera::workloads::ResearchOptions;
+using oxmera::workloads::run_research;
 }  // namespace oxmera_cli

@@ -1,0 +1,69 @@
+// The tensor layer's definitions that dispatch to a backend or need the complete autograd node: allocating and
+// freeing storage, the filled constructors, and creating and destroying a TensorImpl (its grad_fn is a
+// Ref<Node>, and a retained gradient unregisters itself from the node). They are declared in
+// tensor/tensor_impl.hpp and include/oxmera/tensor.hpp; defining them here keeps src/tensor free of
+// backend/backend.hpp and autograd/node.hpp (the layering of cmake/oxmera_layers.cmake).
+#include "autograd/node.hpp"
+#include "backend/backend.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace oxmera {
+namespace detail {
+
+Ref<Storage> allocate_storage(size_t nbytes, Device device) {
+  Backend& be = backend_for(device, "allocate");
+  auto* s = new Storage();
+  s->device = device;
+  s->nbytes = nbytes;
+  try {
+    s->data = nbytes ? be.allocate(nbytes) : nullptr;
+  } catch (...) {
+    delete s;
+    throw;
+  }
+  return Ref<Storage>::adopt(s);
+}
+
+void destroy(Storage* s) noexcept {
+  if (s->data) {
+    // Backends outlive every tensor (they are never unregistered).
+    backend_for(s->device, "free").deallocate(s->data, s->nbytes);
+  }
+  delete s;
+}
+
+TensorImpl* new_impl() { return new TensorImpl(); }
+
+void destroy(TensorImpl* t) noexcept {
+  if (t->retains_grad && t->grad_fn) {  // unregister from the node that would write its gradient
+    auto& r = t->grad_fn->retained;
+    for (size_t i = 0; i < r.size(); ++i)
+      if (r[i].tensor == t) {
+        r.erase(r.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+  }
+  delete t;
+}
+
+}  // namespace detail
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  Tensor out = detail::make_empty(shape, dtype, Device::cpu(), "full");
+  if (out.numel()) detail::cpu_backend().fill(*out.impl(), value);
+  return out;
+}
+Tensor zeros_like(const Tensor& t) {
+  detail::check_defined(t, "zeros_like");
+  Tensor out = detail::make_empty(t.shape(), t.dtype(), t.device(), "zeros_like");
+  if (out.numel()) detail::backend_for(t.device(), "zeros_like").fill(*out.impl(), 0.0);
+  return out;
+}
+Tensor ones_like(const Tensor& t) {
+  detail::check_defined(t, "ones_like");
+  Tensor out = detail::make_empty(t.shape(), t.dtype(), t.device(), "ones_like");
+  if (out.numel()) detail::backend_for(t.device(), "ones_like").fill(*out.impl(), 1.0);
+  return out;
+}
+
+}  // namespace oxmera
