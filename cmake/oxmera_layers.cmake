@@ -22,6 +22,7 @@ set(OXMERA_LAYER_RULES
   # tensor: handles, TensorImpl and Storage, constructors, the Generator (defined in src/tensor/factory.cpp)
   "src/tensor/=tensor"
   "include/oxmera/tensor.hpp=tensor"
+  "include/oxmera/op_registry.hpp=tensor"  # the op registry: data the Tensor methods are declared from
   "include/oxmera/random.hpp=tensor"
   # ops + autograd: op front ends and the op table, the autograd engine, and the dispatch interface the ops
   # call (src/backend/backend.hpp belongs here, not to the backends that implement it)
