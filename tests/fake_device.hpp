@@ -131,22 +131,25 @@ class HostMemoryDevice final : public d::Backend {
   bool supports(const ops::FusedCall& call) const override {
     if (!offer_fused) return false;
     switch (ops::fused_op(call)) {
-      case ops::FusedOp::LogdetSpd: return small_linalg(std::get<ops::LogdetSpdCall>(call).a->dtype,
-                                                        std::get<ops::LogdetSpdCall>(call).n);
-      case ops::FusedOp::CholeskySpd: return small_linalg(std::get<ops::CholeskySpdCall>(call).a->dtype,
-                                                          std::get<ops::CholeskySpdCall>(call).n);
+      case ops::FusedOp::LogdetSpd:
+        return small_linalg(std::get<ops::LogdetSpdCall>(call).a->dtype, std::get<ops::LogdetSpdCall>(call).n);
+      case ops::FusedOp::CholeskySpd:
+        return small_linalg(std::get<ops::CholeskySpdCall>(call).a->dtype, std::get<ops::CholeskySpdCall>(call).n);
       case ops::FusedOp::SolveTriangularSmall: {
         const auto& c = std::get<ops::SolveTriangularSmallCall>(call);
         return small_linalg(c.t->dtype, c.n) && c.k >= 1;
       }
-      default: return cpu().supports(call);
+      default:
+        return cpu().supports(call);
     }
   }
   void run(ops::FusedCall& call) override {
     ++fused_kernel_calls;
     switch (ops::fused_op(call)) {
-      case ops::FusedOp::LogdetSpd: return logdet_spd(std::get<ops::LogdetSpdCall>(call));
-      case ops::FusedOp::CholeskySpd: return cholesky_spd(std::get<ops::CholeskySpdCall>(call));
+      case ops::FusedOp::LogdetSpd:
+        return logdet_spd(std::get<ops::LogdetSpdCall>(call));
+      case ops::FusedOp::CholeskySpd:
+        return cholesky_spd(std::get<ops::CholeskySpdCall>(call));
       case ops::FusedOp::SolveTriangularSmall:
         return solve_triangular_small(std::get<ops::SolveTriangularSmallCall>(call));
       case ops::FusedOp::OptimizerSteps:

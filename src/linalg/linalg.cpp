@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "autograd/node.hpp"
-#include "ops/fused.hpp"
 #include "backend/cpu/parallel.hpp"
+#include "ops/fused.hpp"
 #include "oxmera/autograd.hpp"
 
 namespace oxmera::linalg {

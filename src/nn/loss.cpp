@@ -131,7 +131,8 @@ ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ig
 }
 
 // The fused cross entropy (the fused ops CrossEntropy / CrossEntropyBackward: two launches on a GPU where the
-// composite takes about twenty; a backend without the kernels runs their op-built fallbacks). Its node keeps the logits, each row's log-sum-exp and the marked targets.
+// composite takes about twenty; a backend without the kernels runs their op-built fallbacks). Its node keeps the
+// logits, each row's log-sum-exp and the marked targets.
 struct CrossEntropyNode final : detail::Node {
   detail::SavedTensor logits;
   Tensor target, lse;
@@ -141,8 +142,8 @@ struct CrossEntropyNode final : detail::Node {
     Tensor x = logits.get("cross_entropy");
     const auto& xi = *x.impl();
     Tensor gx = detail::make_empty(xi.shape, xi.dtype, xi.device(), "cross_entropy backward");
-    ops::FusedCall call = ops::CrossEntropyBackwardCall{&xi, target.impl(), lse.impl(), gout[0].impl(),
-                                                        label_smoothing, scale, gx.impl()};
+    ops::FusedCall call = ops::CrossEntropyBackwardCall{
+        &xi, target.impl(), lse.impl(), gout[0].impl(), label_smoothing, scale, gx.impl()};
     ops::run_fused(call, xi.device());
     gin[0] = gx;
   }

@@ -89,17 +89,22 @@ class CpuBackend final : public Backend {
   bool supports(const ops::FusedCall& call) const override {
     auto real = [](DType d) { return d == DType::F32 || d == DType::F64; };
     switch (ops::fused_op(call)) {
-      case ops::FusedOp::CrossEntropy: return real(std::get<ops::CrossEntropyCall>(call).x->dtype);
-      case ops::FusedOp::CrossEntropyBackward: return real(std::get<ops::CrossEntropyBackwardCall>(call).x->dtype);
-      case ops::FusedOp::Im2col: return real(std::get<ops::Im2colCall>(call).x->dtype);
-      case ops::FusedOp::Col2im: return real(std::get<ops::Col2imCall>(call).cols->dtype);
+      case ops::FusedOp::CrossEntropy:
+        return real(std::get<ops::CrossEntropyCall>(call).x->dtype);
+      case ops::FusedOp::CrossEntropyBackward:
+        return real(std::get<ops::CrossEntropyBackwardCall>(call).x->dtype);
+      case ops::FusedOp::Im2col:
+        return real(std::get<ops::Im2colCall>(call).x->dtype);
+      case ops::FusedOp::Col2im:
+        return real(std::get<ops::Col2imCall>(call).cols->dtype);
       case ops::FusedOp::OptimizerSteps: {
         const auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i)
           if (!real(c.updates[i].param->dtype)) return false;
         return true;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
   void run(ops::FusedCall& call) override {
@@ -128,7 +133,8 @@ class CpuBackend final : public Backend {
         }
         return;
       }
-      default: return Backend::run(call);
+      default:
+        return Backend::run(call);
     }
   }
 

@@ -269,8 +269,10 @@ class CudaBackend final : public Backend {
       }
       case ops::FusedOp::CrossEntropyBackward:
         return std::get<ops::CrossEntropyBackwardCall>(call).x->dtype == DType::F32;
-      case ops::FusedOp::Im2col: return std::get<ops::Im2colCall>(call).x->dtype == DType::F32;
-      case ops::FusedOp::Col2im: return std::get<ops::Col2imCall>(call).cols->dtype == DType::F32;
+      case ops::FusedOp::Im2col:
+        return std::get<ops::Im2colCall>(call).x->dtype == DType::F32;
+      case ops::FusedOp::Col2im:
+        return std::get<ops::Col2imCall>(call).cols->dtype == DType::F32;
       case ops::FusedOp::OptimizerSteps: {
         const auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i)
