@@ -59,14 +59,8 @@ set(OXMERA_LAYER_RESTRICTED
   "src/backend/backend.hpp=ops,backends")
 
 # Known violations, each with its reason; the check accepts exactly these (file|included header|reason) and
-# says so when an entry is no longer needed, so it can be deleted.
-set(OXMERA_LAYER_ALLOWED
-  # nn, optim and linalg still call backend_for for fused kernels (cross entropy, im2col, optimizer steps, the
-  # small SPD kernels): removed by the fused-op work (issue #12 item 2, fused ops as backend offerings).
-  "src/nn/loss.cpp|src/backend/backend.hpp|removed by the fused-op work"
-  "src/nn/functional.cpp|src/backend/backend.hpp|removed by the fused-op work"
-  "src/optim/optimizer.cpp|src/backend/backend.hpp|removed by the fused-op work"
-  "src/linalg/linalg.cpp|src/backend/backend.hpp|removed by the fused-op work")
+# says so when an entry is no longer needed, so it can be deleted. None today.
+set(OXMERA_LAYER_ALLOWED)
 
 # oxmera_layer_of(<path relative to the source root> <out-var>): the layer, or "" when no rule covers the path.
 function(oxmera_layer_of path out)

@@ -1,6 +1,6 @@
 #pragma once
 // A test-only backend for DeviceKind::CUDA that keeps tensors in host memory: every kernel is forwarded to the
-// CPU backend, and the optional small-linear-algebra hooks run the same per-matrix code as the CUDA kernels
+// CPU backend, and the small-linear-algebra fused ops run the same per-matrix code as the CUDA kernels
 // (src/backend/cuda/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
 // logic, run without a GPU (tests/test_fake_device.cpp, the cuda_suite_on_test_device ctest).
 #include <atomic>
@@ -11,6 +11,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/cuda/spd_math.hpp"
+#include "ops/fused.hpp"
 #include "oxmera/oxmera.hpp"
 
 namespace oxt_fake {
@@ -123,89 +124,97 @@ class HostMemoryDevice final : public d::Backend {
     note_kernel(__func__);
     cpu().scatter_add(out, dim, idx, src);
   }
-  void im2col(const d::TensorImpl& x, d::TensorImpl& cols, const d::ConvGeometry& g, double pad) override {
-    note_kernel(__func__);
-    cpu().im2col(x, cols, g, pad);
-  }
-  void col2im(const d::TensorImpl& cols, d::TensorImpl& xg, const d::ConvGeometry& g) override {
-    note_kernel(__func__);
-    cpu().col2im(cols, xg, g);
-  }
-  void cross_entropy(const d::TensorImpl& x, const d::TensorImpl& t, double ls, double scale, d::TensorImpl& loss,
-                     d::TensorImpl& lse) override {
-    note_kernel(__func__);
-    cpu().cross_entropy(x, t, ls, scale, loss, lse);
-  }
-  void cross_entropy_backward(const d::TensorImpl& x, const d::TensorImpl& t, const d::TensorImpl& lse,
-                              const d::TensorImpl& g, double ls, double scale, d::TensorImpl& gx) override {
-    note_kernel(__func__);
-    cpu().cross_entropy_backward(x, t, lse, g, ls, scale, gx);
-  }
-  void optimizer_steps(const d::OptimizerUpdate* updates, size_t count) override {
-    note_kernel(__func__);  // one launch for the whole list, as the CUDA backend (up to 24 parameters)
-    if (fail_next_optimizer_steps) {
-      fail_next_optimizer_steps = false;
-      OXM_FAIL(Backend, "host-memory test device: optimizer_steps failed on request");
-    }
-    for (size_t i = 0; i < count; ++i) {
-      const d::OptimizerUpdate& u = updates[i];
-      cpu().optimizer_step(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2]);
-    }
-  }
-
-  // Small linear algebra: the CUDA kernels' per-matrix functions, one matrix (or column) at a time.
-  bool has_small_linalg(DType dtype, int64_t n) const override {
-    return dtype == DType::F32 && n >= 1 && n <= dc::kSpdMaxN;
-  }
-  bool logdet_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& logdet, d::TensorImpl* inverse,
-                  d::SpdFailure& fail) override {
-    ++linalg_kernel_calls;
-    note_kernel(__func__);
-    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
-    fail = {};
-    for (int64_t b = 0; b < count; ++b) {
-      const dc::SpdPivot p = dc::spd_logdet_inverse(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
-                                                    logdet.ptr<float>() + b,
-                                                    inverse ? inverse->ptr<float>() + b * n * n : nullptr);
-      if (p.pivot >= 0 && fail.batch < 0) fail = {b, p.pivot, p.value};
-    }
-    return true;
-  }
-  bool cholesky_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& L,
-                    d::SpdFailure& fail) override {
-    ++linalg_kernel_calls;
-    note_kernel(__func__);
-    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
-    fail = {};
-    for (int64_t b = 0; b < count; ++b) {
-      const dc::SpdPivot p =
-          dc::spd_cholesky(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(), L.ptr<float>() + b * n * n);
-      if (p.pivot >= 0 && fail.batch < 0) fail = {b, p.pivot, p.value};
-    }
-    return true;
-  }
-  bool solve_triangular_small(const d::TensorImpl& t, d::TensorImpl& x, int64_t count, int64_t n, int64_t k,
-                              bool upper, d::SpdFailure& fail) override {
-    ++linalg_kernel_calls;
-    note_kernel(__func__);
-    std::vector<double> work(static_cast<size_t>(n));
-    fail = {};
-    for (int64_t b = 0; b < count; ++b)
-      for (int64_t c = 0; c < k; ++c) {
-        const int row = dc::tri_solve_column(t.ptr<float>() + b * n * n, static_cast<int>(n),
-                                             x.ptr<float>() + b * n * k + c, k, upper, work.data());
-        if (row >= 0 && fail.batch < 0) fail = {b, row, 0.0};
+  // Fused ops: what the CPU backend offers (cross entropy, optimizer steps, im2col / col2im) is forwarded to it,
+  // the optimizer steps as one kernel for the whole list (as the CUDA backend launches up to 24 parameters
+  // at once); the small linear algebra runs the CUDA kernels' per-matrix functions. With offer_fused false the
+  // device offers nothing, so every fused op takes its composite fallback (ordinary kernels only).
+  bool supports(const ops::FusedCall& call) const override {
+    if (!offer_fused) return false;
+    switch (ops::fused_op(call)) {
+      case ops::FusedOp::LogdetSpd:
+        return small_linalg(std::get<ops::LogdetSpdCall>(call).a->dtype, std::get<ops::LogdetSpdCall>(call).n);
+      case ops::FusedOp::CholeskySpd:
+        return small_linalg(std::get<ops::CholeskySpdCall>(call).a->dtype, std::get<ops::CholeskySpdCall>(call).n);
+      case ops::FusedOp::SolveTriangularSmall: {
+        const auto& c = std::get<ops::SolveTriangularSmallCall>(call);
+        return small_linalg(c.t->dtype, c.n) && c.k >= 1;
       }
-    return true;
+      default:
+        return cpu().supports(call);
+    }
+  }
+  void run(ops::FusedCall& call) override {
+    ++fused_kernel_calls;
+    switch (ops::fused_op(call)) {
+      case ops::FusedOp::LogdetSpd:
+        return logdet_spd(std::get<ops::LogdetSpdCall>(call));
+      case ops::FusedOp::CholeskySpd:
+        return cholesky_spd(std::get<ops::CholeskySpdCall>(call));
+      case ops::FusedOp::SolveTriangularSmall:
+        return solve_triangular_small(std::get<ops::SolveTriangularSmallCall>(call));
+      case ops::FusedOp::OptimizerSteps:
+        note_kernel("optimizer_steps");
+        if (fail_next_optimizer_steps) {
+          fail_next_optimizer_steps = false;
+          OXM_FAIL(Backend, "host-memory test device: optimizer_steps failed on request");
+        }
+        return cpu().run(call);
+      default:
+        note_kernel(ops::fused_op_name(ops::fused_op(call)));
+        return cpu().run(call);
+    }
   }
 
-  std::atomic<int64_t> linalg_kernel_calls{0}, index_kernel_calls{0};
+  std::atomic<int64_t> linalg_kernel_calls{0}, index_kernel_calls{0}, fused_kernel_calls{0};
   // Every kernel (one launch or more on a GPU) and every transfer, for launch-count tests.
   std::atomic<int64_t> kernel_calls{0}, host_to_device{0}, device_to_host{0};
   bool trace = false;                      // print each kernel and transfer to stderr (to find launches to save)
   bool fail_next_optimizer_steps = false;  // the next optimizer_steps throws Backend before updating anything
+  // false: supports() is false for every fused op (the environment variable OXMERA_TEST_DEVICE_NO_FUSED sets it
+  // for a whole run, as the cuda_suite_on_test_device_without_fused_ops ctest does).
+  bool offer_fused = std::getenv("OXMERA_TEST_DEVICE_NO_FUSED") == nullptr;
 
  private:
+  static bool small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= dc::kSpdMaxN; }
+  // Small linear algebra: the CUDA kernels' per-matrix functions, one matrix (or column) at a time.
+  void logdet_spd(ops::LogdetSpdCall& c) {
+    ++linalg_kernel_calls;
+    note_kernel("logdet_spd");
+    const int64_t n = c.n;
+    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    c.fail = {};
+    for (int64_t b = 0; b < c.count; ++b) {
+      const dc::SpdPivot p =
+          dc::spd_logdet_inverse(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
+                                 c.logdet->ptr<float>() + b, c.inverse ? c.inverse->ptr<float>() + b * n * n : nullptr);
+      if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
+    }
+  }
+  void cholesky_spd(ops::CholeskySpdCall& c) {
+    ++linalg_kernel_calls;
+    note_kernel("cholesky_spd");
+    const int64_t n = c.n;
+    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    c.fail = {};
+    for (int64_t b = 0; b < c.count; ++b) {
+      const dc::SpdPivot p = dc::spd_cholesky(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
+                                              c.L->ptr<float>() + b * n * n);
+      if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
+    }
+  }
+  void solve_triangular_small(ops::SolveTriangularSmallCall& c) {
+    ++linalg_kernel_calls;
+    note_kernel("solve_triangular_small");
+    const int64_t n = c.n, k = c.k;
+    std::vector<double> work(static_cast<size_t>(n));
+    c.fail = {};
+    for (int64_t b = 0; b < c.count; ++b)
+      for (int64_t col = 0; col < k; ++col) {
+        const int row = dc::tri_solve_column(c.t->ptr<float>() + b * n * n, static_cast<int>(n),
+                                             c.x->ptr<float>() + b * n * k + col, k, c.upper, work.data());
+        if (row >= 0 && c.fail.batch < 0) c.fail = {b, row, 0.0};
+      }
+  }
   void note_kernel(const char* what) {
     ++kernel_calls;
     if (trace) std::fprintf(stderr, "  kernel %s\n", what);

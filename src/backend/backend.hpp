@@ -7,48 +7,12 @@
 #include <cstddef>
 #include <string>
 
+#include "ops/fused.hpp"
 #include "ops/op_defs.hpp"
 #include "oxmera/memory.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace oxmera::detail {
-
-// One optimizer update with torch.optim's formulas. State buffers by kind:
-//   SGD: state0 = momentum buffer (when momentum != 0)
-//   Adam / AdamW: state0 = exp_avg, state1 = exp_avg_sq, state2 = max_exp_avg_sq (amsgrad)
-//   RMSprop: state0 = square_avg, state1 = momentum buffer (momentum != 0), state2 = grad_avg (centered)
-struct OptimizerStep {
-  enum class Kind : uint8_t { SGD, Adam, AdamW, RMSprop } kind = Kind::SGD;
-  double lr = 1e-3, weight_decay = 0;
-  double momentum = 0, dampening = 0;  // SGD, RMSprop (momentum)
-  bool nesterov = false;               // SGD
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam(W); eps also RMSprop
-  bool amsgrad = false;                // Adam(W)
-  double alpha = 0.99;                 // RMSprop
-  bool centered = false;               // RMSprop
-  bool maximize = false;
-  int64_t step = 1;                    // 1-based step count after this update (bias corrections)
-  bool first_step = false;             // SGD: momentum buffer initialised from the gradient
-};
-
-// One parameter's update for Backend::optimizer_steps.
-struct OptimizerUpdate {
-  OptimizerStep step;
-  TensorImpl* param = nullptr;
-  const TensorImpl* grad = nullptr;
-  TensorImpl* state[3] = {nullptr, nullptr, nullptr};
-};
-
-// Where a batched Cholesky found a matrix that is not positive definite (batch -1: none).
-struct SpdFailure {
-  int64_t batch = -1, pivot = -1;
-  double value = 0;
-};
-
-// Geometry of a 2-d sliding window (convolution, pooling): kernel, stride, padding, dilation, output size.
-struct ConvGeometry {
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, oh = 0, ow = 0;
-};
 
 class Backend {
  public:
@@ -107,53 +71,12 @@ class Backend {
   // out[p with p[dim] = idx[p]] += src[p] over p in row-major order (deterministic for duplicates).
   virtual void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) = 0;
 
-  // ---- convolution helpers (im2col). x: [N, C, H, W], any strides; cols: contiguous [N, C*kh*kw, oh*ow]
-  // where row (c, i, j), column (y, z) holds x[n, c, y*sh - ph + i*dh, z*sw - pw + j*dw], or `pad_value`
-  // outside the image.
-  virtual void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) = 0;
-  // The adjoint: x_grad (contiguous [N, C, H, W], zero-filled by the caller) += col2im(cols).
-  virtual void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) = 0;
-
-  // ---- fused cross entropy over rows (class targets, no class weights). x: [R, C], any strides; target: [R]
-  // I64 on this device, a class in [0, C) or -1 for an ignored row. Writes loss and lse ([R], contiguous):
-  //   lse_r = log sum_c exp x_rc,  logp_rc = x_rc - lse_r,
-  //   loss_r = scale * (-(1 - ls) logp_{r, t_r} - (ls / C) sum_c logp_rc), and 0 for an ignored row.
-  virtual void cross_entropy(const TensorImpl& x, const TensorImpl& target, double label_smoothing, double scale,
-                             TensorImpl& loss, TensorImpl& lse) = 0;
-  // Its gradient: grad_x (contiguous [R, C]) = g_r * scale * (p_rc - (1 - ls) [c == t_r] - ls / C) with
-  // p_rc = exp(x_rc - lse_r), and 0 for an ignored row; g: [R], any strides (0 for a broadcast gradient).
-  virtual void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse,
-                                      const TensorImpl& g, double label_smoothing, double scale,
-                                      TensorImpl& grad_x) = 0;
-
-  // ---- fused optimizer update of one parameter: one pass over its memory. param, grad and the state buffers
-  // are contiguous tensors of one shape and dtype. The default reports NotImplemented naming the backend (a
-  // backend that overrides optimizer_steps need not implement it: the CUDA one does not).
-  virtual void optimizer_step(const OptimizerStep& step, TensorImpl& param, const TensorImpl& grad,
-                              TensorImpl* state0, TensorImpl* state1, TensorImpl* state2);
-  // Every update of one Optimizer::step() on this device at once (the only entry point optimizers use): a GPU
-  // runs them in one launch per 24 parameters. The default calls optimizer_step for each.
-  virtual void optimizer_steps(const OptimizerUpdate* updates, size_t count);
-
-  // ---- small batched linear algebra on the device (optional). has_small_linalg says whether this backend
-  // has kernels for the dtype and size n; when it has not (the default), linalg round-trips through the
-  // host kernels. Inputs and outputs are `count` contiguous matrices. Each call completes its check before
-  // returning: `fail` names the first failing matrix (its outputs are then unspecified).
-  virtual bool has_small_linalg(DType dtype, int64_t n) const { return false; }
-  // logdet[b] = log det a_b (a_b SPD) and, when `inverse` is not null, inverse_b = a_b^{-1}; fail: pivot.
-  virtual bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
-                          SpdFailure& fail) {
-    return false;
-  }
-  // L_b = the lower Cholesky factor of a_b (zeros above the diagonal); fail: pivot.
-  virtual bool cholesky_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& L, SpdFailure& fail) {
-    return false;
-  }
-  // x_b <- t_b^{-1} x_b in place (t_b lower or upper triangular n x n, x_b n x k); fail: the zero diagonal.
-  virtual bool solve_triangular_small(const TensorImpl& t, TensorImpl& x, int64_t count, int64_t n, int64_t k,
-                                      bool upper, SpdFailure& fail) {
-    return false;
-  }
+  // ---- fused ops (src/ops/fused.hpp): kernels this backend offers for work ordinary ops can also do. `supports`
+  // looks at the call's op id, dtypes and shapes (it must not launch or allocate); `run` is only called with a
+  // call `supports` accepted. A backend that offers none keeps the defaults: ops::run_fused then runs each op's
+  // composite fallback through the kernels above.
+  virtual bool supports(const ops::FusedCall& call) const { return false; }
+  virtual void run(ops::FusedCall& call);
 };
 
 // The backend for `device`; BackendUnavailable (naming `op`) when none is registered for it.

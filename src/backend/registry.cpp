@@ -21,16 +21,9 @@ std::string g_cuda_why;
 std::atomic<bool> g_cuda_probed{false};
 }  // namespace
 
-void Backend::optimizer_step(const OptimizerStep&, TensorImpl&, const TensorImpl&, TensorImpl*, TensorImpl*,
-                             TensorImpl*) {
-  OXM_FAIL(NotImplemented, "optimizer step: the ", name(), " backend has no fused optimizer kernel yet");
-}
-
-void Backend::optimizer_steps(const OptimizerUpdate* updates, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    const OptimizerUpdate& u = updates[i];
-    optimizer_step(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2]);
-  }
+void Backend::run(ops::FusedCall& call) {
+  OXM_FAIL(NotImplemented, ops::fused_op_name(ops::fused_op(call)), ": the ", name(),
+           " backend was asked to run a fused kernel it does not offer (ops::run_fused asks supports() first)");
 }
 
 void register_backend(Backend* backend) {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "autograd/node.hpp"
-#include "backend/backend.hpp"
 #include "backend/cpu/parallel.hpp"
+#include "ops/fused.hpp"
 #include "oxmera/autograd.hpp"
 
 namespace oxmera::linalg {
@@ -472,27 +472,30 @@ Tensor cholesky(const Tensor& a) {
   const int64_t n = a.shape()[a.dim() - 1];
   const int64_t count = Shape(a.shape().data(), a.dim() - 2).product();
   if (!a.device().is_cpu() && count > 0) {
-    detail::Backend& be = detail::backend_for(a.device(), "cholesky");
-    if (be.has_small_linalg(a.dtype(), n)) {
+    // The fused CholeskySpd when the device offers it (asked before anything is allocated), else the host path.
+    ops::FusedCall call = ops::CholeskySpdCall{a.impl(), count, n, nullptr, {}};
+    if (ops::fused_supported(call, a.device())) {
       Tensor src, L;
       {
         NoGradGuard ng;
         src = a.detach().contiguous();
         L = empty(a.shape(), a.dtype(), a.device());
       }
-      detail::SpdFailure fail;
-      if (be.cholesky_spd(*src.impl(), count, n, *L.impl(), fail)) {
-        OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "cholesky: the matrix at batch index ",
-                  batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(), " is not positive definite: pivot ",
-                  fail.pivot, " is ", fail.value, " (must be > 0)");
-        if (detail::needs_tape(a)) {
-          auto* node = new CholeskyOpsNode();
-          node->next.push_back(detail::edge_of(a));
-          node->L.save(L, true);
-          detail::set_history(L, node);
-        }
-        return L;
+      auto& c = std::get<ops::CholeskySpdCall>(call);
+      c.a = src.impl();
+      c.L = L.impl();
+      ops::run_fused(call, a.device());
+      const detail::SpdFailure& fail = c.fail;
+      OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "cholesky: the matrix at batch index ",
+                batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(), " is not positive definite: pivot ",
+                fail.pivot, " is ", fail.value, " (must be > 0)");
+      if (detail::needs_tape(a)) {
+        auto* node = new CholeskyOpsNode();
+        node->next.push_back(detail::edge_of(a));
+        node->L.save(L, true);
+        detail::set_history(L, node);
       }
+      return L;
     }
   }
   const int64_t blocks = (count + kLanes - 1) / kLanes, nn2 = n * n;
@@ -562,8 +565,8 @@ Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
   bs.push_back(b.shape()[b.dim() - 1]);
   const int64_t count = batch.product(), k = b.shape()[b.dim() - 1];
   if (!t.device().is_cpu() && count > 0 && k > 0) {
-    detail::Backend& be = detail::backend_for(t.device(), op);
-    if (be.has_small_linalg(t.dtype(), n)) {
+    ops::FusedCall call = ops::SolveTriangularSmallCall{t.impl(), nullptr, count, n, k, upper, {}};
+    if (ops::fused_supported(call, t.device())) {
       Tensor Tc, Xc;
       {
         NoGradGuard ng;
@@ -571,12 +574,13 @@ Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
         Xc = b.detach().broadcast_to(bs).contiguous();
         if (Xc.shares_storage(b)) Xc = Xc.clone();  // solved in place
       }
-      detail::SpdFailure fail;
-      if (be.solve_triangular_small(*Tc.impl(), *Xc.impl(), count, n, k, upper, fail)) {
-        OXM_CHECK(fail.batch < 0, InvalidArgument, op, ": the triangular matrix at batch index ",
-                  batch_index_str(fail.batch, ts), " has a zero on its diagonal at row ", fail.pivot, " (singular)");
-        return record_solve_triangular(t, b, Xc, upper);
-      }
+      auto& c = std::get<ops::SolveTriangularSmallCall>(call);
+      c.t = Tc.impl();
+      c.x = Xc.impl();
+      ops::run_fused(call, t.device());
+      OXM_CHECK(c.fail.batch < 0, InvalidArgument, op, ": the triangular matrix at batch index ",
+                batch_index_str(c.fail.batch, ts), " has a zero on its diagonal at row ", c.fail.pivot, " (singular)");
+      return record_solve_triangular(t, b, Xc, upper);
     }
   }
   Batch T = host_batch(t.detach().broadcast_to(ts)), X = host_batch(b.detach().broadcast_to(bs));
@@ -675,8 +679,8 @@ struct LogdetInverseNode final : Node {
 };
 
 bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& out_shape, Tensor& out) {
-  detail::Backend& be = detail::backend_for(a.device(), "logdet");
-  if (!be.has_small_linalg(a.dtype(), n)) return false;  // before allocating anything on the device
+  ops::FusedCall call = ops::LogdetSpdCall{a.impl(), count, n, nullptr, nullptr, {}};
+  if (!ops::fused_supported(call, a.device())) return false;  // before allocating anything on the device
   const bool grad = detail::needs_tape(a);
   Tensor src, ld, inv;
   {
@@ -685,8 +689,12 @@ bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& ou
     ld = empty(out_shape, a.dtype(), a.device());
     if (grad) inv = empty(a.shape(), a.dtype(), a.device());
   }
-  detail::SpdFailure fail;
-  if (!be.logdet_spd(*src.impl(), count, n, *ld.impl(), grad ? inv.impl() : nullptr, fail)) return false;
+  auto& c = std::get<ops::LogdetSpdCall>(call);
+  c.a = src.impl();
+  c.logdet = ld.impl();
+  c.inverse = grad ? inv.impl() : nullptr;
+  ops::run_fused(call, a.device());
+  const detail::SpdFailure& fail = c.fail;
   OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "logdet: the matrix at batch index ",
             batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(),
             " is not positive definite: Cholesky pivot ", fail.pivot, " is ", fail.value,

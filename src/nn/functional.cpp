@@ -1,12 +1,12 @@
-// nn functional ops. unfold (im2col) is a backend op with its own backward (col2im); everything else is
-// composed from differentiable tensor ops.
+// nn functional ops. unfold is the fused op Im2col with its own backward (Col2im); everything else is composed
+// from differentiable tensor ops.
 #include "oxmera/nn/functional.hpp"
 
 #include <cmath>
 #include <limits>
 
 #include "autograd/node.hpp"
-#include "backend/backend.hpp"
+#include "ops/fused.hpp"
 #include "oxmera/autograd.hpp"
 
 namespace oxmera::nn::functional {
@@ -19,7 +19,8 @@ struct UnfoldNode final : detail::Node {
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor gx = zeros(in_shape, gout[0].dtype()).to(gout[0].device());
     Tensor gc = gout[0].contiguous();
-    detail::backend_for(gx.device(), "unfold backward").col2im(*gc.impl(), *gx.impl(), g);
+    ops::FusedCall call = ops::Col2imCall{gc.impl(), gx.impl(), g};
+    ops::run_fused(call, gx.device());
     gin[0] = gx;
   }
 };
@@ -54,7 +55,10 @@ Tensor unfold_impl(const Tensor& x, const detail::ConvGeometry& g, double pad_va
   const int64_t N = x.shape()[0], C = x.shape()[1];
   Shape out_shape{N, C * g.kh * g.kw, g.oh * g.ow};
   Tensor cols = detail::make_empty(out_shape, x.dtype(), x.device(), op);
-  if (cols.numel()) detail::backend_for(x.device(), op).im2col(*x.impl(), *cols.impl(), g, pad_value);
+  if (cols.numel()) {
+    ops::FusedCall call = ops::Im2colCall{x.impl(), cols.impl(), g, pad_value};
+    ops::run_fused(call, x.device());
+  }
   if (detail::needs_tape(x)) {
     auto* n = new UnfoldNode();
     n->g = g;

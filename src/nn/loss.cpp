@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "autograd/node.hpp"
-#include "backend/backend.hpp"
+#include "ops/fused.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/error.hpp"
 
@@ -130,8 +130,9 @@ ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ig
            "Reduction::Sum or skip such batches");
 }
 
-// The fused cross entropy (backend kernels for the forward and the backward: two launches on a GPU where the
-// composite takes about twenty). Its node keeps the logits, each row's log-sum-exp and the marked targets.
+// The fused cross entropy (the fused ops CrossEntropy / CrossEntropyBackward: two launches on a GPU where the
+// composite takes about twenty; a backend without the kernels runs their op-built fallbacks). Its node keeps the
+// logits, each row's log-sum-exp and the marked targets.
 struct CrossEntropyNode final : detail::Node {
   detail::SavedTensor logits;
   Tensor target, lse;
@@ -141,8 +142,9 @@ struct CrossEntropyNode final : detail::Node {
     Tensor x = logits.get("cross_entropy");
     const auto& xi = *x.impl();
     Tensor gx = detail::make_empty(xi.shape, xi.dtype, xi.device(), "cross_entropy backward");
-    detail::backend_for(xi.device(), "cross_entropy backward")
-        .cross_entropy_backward(xi, *target.impl(), *lse.impl(), *gout[0].impl(), label_smoothing, scale, *gx.impl());
+    ops::FusedCall call = ops::CrossEntropyBackwardCall{
+        &xi, target.impl(), lse.impl(), gout[0].impl(), label_smoothing, scale, gx.impl()};
+    ops::run_fused(call, xi.device());
     gin[0] = gx;
   }
 };
@@ -162,8 +164,8 @@ Tensor fused_cross_entropy(const Tensor& logits, const Tensor& target, const Cro
   Tensor marked = from_vector<int64_t>(h.marked, Shape{R}).to(xi.device());
   Tensor rows = detail::make_empty(Shape{R}, xi.dtype, xi.device(), op);
   Tensor lse = detail::make_empty(Shape{R}, xi.dtype, xi.device(), op);
-  detail::backend_for(xi.device(), op)
-      .cross_entropy(xi, *marked.impl(), o.label_smoothing, scale, *rows.impl(), *lse.impl());
+  ops::FusedCall call = ops::CrossEntropyCall{&xi, marked.impl(), o.label_smoothing, scale, rows.impl(), lse.impl()};
+  ops::run_fused(call, xi.device());
   if (detail::needs_tape(x)) {
     auto* n = new CrossEntropyNode();
     n->next.push_back(detail::edge_of(x));

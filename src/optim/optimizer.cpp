@@ -1,10 +1,10 @@
-// Optimizer bookkeeping (groups, validation, lazily created state, checkpoint state) around the fused
-// per-parameter update of the backend.
+// Optimizer bookkeeping (groups, validation, lazily created state, checkpoint state) around the fused op
+// OptimizerSteps (a backend kernel, or per-parameter tensor ops where the backend offers none).
 #include <cmath>
 #include <map>
 #include <unordered_set>
 
-#include "backend/backend.hpp"
+#include "ops/fused.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/optim.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -45,16 +45,17 @@ void submit(const char* op, const OptimizerStep& s, const Tensor& param, const T
   t_pending->keep.push_back(grad);
 }
 
-// Runs the updates, one backend call per run of one device; `done` counts the updates of the calls that
-// returned. A call that throws is taken to have updated none of its list (the CUDA backend checks the whole
-// list first; the default per-parameter loop has nothing left to fail after step()'s own checks).
-void run_pending(const PendingUpdates& p, const char* op, size_t& done) {
+// Runs the updates, one fused OptimizerSteps call per run of one device; `done` counts the updates of the calls
+// that returned. A call that throws is taken to have updated none of its list (the kernels and the fallback
+// check the whole list first; what could fail after that is an out-of-memory inside the op-built fallback).
+void run_pending(const PendingUpdates& p, size_t& done) {
   size_t begin = 0;
   while (begin < p.items.size()) {
     const Device dev = p.items[begin].param->device();
     size_t end = begin + 1;
     while (end < p.items.size() && p.items[end].param->device() == dev) ++end;
-    oxmera::detail::backend_for(dev, op).optimizer_steps(p.items.data() + begin, end - begin);
+    ops::FusedCall call = ops::OptimizerStepsCall{p.items.data() + begin, end - begin};
+    ops::run_fused(call, dev);
     done = end;
     begin = end;
   }
@@ -168,7 +169,7 @@ void Optimizer::step() {
     // In-place writes, visible to autograd's saved-tensor checks (bumped first: if a backend fails part-way,
     // a parameter it did update is never left with its old version).
     for (const auto& u : pending.items) ++u.param->storage->version;
-    run_pending(pending, name_, done);
+    run_pending(pending, done);
   } catch (...) {
     // Updates that ran keep their step and state (undo[i] belongs to pending.items[i]: one submit per update).
     for (size_t i = done; i < undo.size(); ++i) {

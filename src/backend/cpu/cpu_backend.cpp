@@ -84,23 +84,58 @@ class CpuBackend final : public Backend {
   void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
     cpu_scatter_add(out, dim, idx, src);
   }
-  void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) override {
-    cpu_im2col(x, cols, g, pad_value);
+  // Fused ops: cross entropy, the optimizer steps and im2col / col2im in f32 and f64; no small linalg (linalg's
+  // host path is the CPU's own).
+  bool supports(const ops::FusedCall& call) const override {
+    auto real = [](DType d) { return d == DType::F32 || d == DType::F64; };
+    switch (ops::fused_op(call)) {
+      case ops::FusedOp::CrossEntropy:
+        return real(std::get<ops::CrossEntropyCall>(call).x->dtype);
+      case ops::FusedOp::CrossEntropyBackward:
+        return real(std::get<ops::CrossEntropyBackwardCall>(call).x->dtype);
+      case ops::FusedOp::Im2col:
+        return real(std::get<ops::Im2colCall>(call).x->dtype);
+      case ops::FusedOp::Col2im:
+        return real(std::get<ops::Col2imCall>(call).cols->dtype);
+      case ops::FusedOp::OptimizerSteps: {
+        const auto& c = std::get<ops::OptimizerStepsCall>(call);
+        for (size_t i = 0; i < c.count; ++i)
+          if (!real(c.updates[i].param->dtype)) return false;
+        return true;
+      }
+      default:
+        return false;
+    }
   }
-  void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) override {
-    cpu_col2im(cols, x_grad, g);
-  }
-  void cross_entropy(const TensorImpl& x, const TensorImpl& target, double ls, double scale, TensorImpl& loss,
-                     TensorImpl& lse) override {
-    cpu_cross_entropy(x, target, ls, scale, loss, lse);
-  }
-  void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
-                              double ls, double scale, TensorImpl& grad_x) override {
-    cpu_cross_entropy_backward(x, target, lse, g, ls, scale, grad_x);
-  }
-  void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0,
-                      TensorImpl* s1, TensorImpl* s2) override {
-    k_->optimizer_step(s, param, grad, s0, s1, s2);
+  void run(ops::FusedCall& call) override {
+    switch (ops::fused_op(call)) {
+      case ops::FusedOp::CrossEntropy: {
+        auto& c = std::get<ops::CrossEntropyCall>(call);
+        return cpu_cross_entropy(*c.x, *c.target, c.label_smoothing, c.scale, *c.loss, *c.lse);
+      }
+      case ops::FusedOp::CrossEntropyBackward: {
+        auto& c = std::get<ops::CrossEntropyBackwardCall>(call);
+        return cpu_cross_entropy_backward(*c.x, *c.target, *c.lse, *c.g, c.label_smoothing, c.scale, *c.grad_x);
+      }
+      case ops::FusedOp::Im2col: {
+        auto& c = std::get<ops::Im2colCall>(call);
+        return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value);
+      }
+      case ops::FusedOp::Col2im: {
+        auto& c = std::get<ops::Col2imCall>(call);
+        return cpu_col2im(*c.cols, *c.x_grad, c.geometry);
+      }
+      case ops::FusedOp::OptimizerSteps: {
+        auto& c = std::get<ops::OptimizerStepsCall>(call);
+        for (size_t i = 0; i < c.count; ++i) {
+          const OptimizerUpdate& u = c.updates[i];
+          k_->optimizer_step(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2]);
+        }
+        return;
+      }
+      default:
+        return Backend::run(call);
+    }
   }
 
  private:

@@ -259,32 +259,80 @@ class CudaBackend final : public Backend {
   void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
     cuda::scatter_add(out, dim, idx, src);
   }
-  void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) override {
-    cuda::im2col(x, cols, g, pad_value);
+  // Fused ops: f32 cross entropy (rows up to INT32_MAX), im2col / col2im, the grouped optimizer steps, and the
+  // small SPD linear algebra (n <= 32); anything else takes the composite fallback.
+  bool supports(const ops::FusedCall& call) const override {
+    switch (ops::fused_op(call)) {
+      case ops::FusedOp::CrossEntropy: {
+        const auto& c = std::get<ops::CrossEntropyCall>(call);
+        return c.x->dtype == DType::F32 && c.x->shape[0] <= INT32_MAX;
+      }
+      case ops::FusedOp::CrossEntropyBackward:
+        return std::get<ops::CrossEntropyBackwardCall>(call).x->dtype == DType::F32;
+      case ops::FusedOp::Im2col:
+        return std::get<ops::Im2colCall>(call).x->dtype == DType::F32;
+      case ops::FusedOp::Col2im:
+        return std::get<ops::Col2imCall>(call).cols->dtype == DType::F32;
+      case ops::FusedOp::OptimizerSteps: {
+        const auto& c = std::get<ops::OptimizerStepsCall>(call);
+        for (size_t i = 0; i < c.count; ++i)
+          if (c.updates[i].param->dtype != DType::F32) return false;
+        return true;
+      }
+      case ops::FusedOp::LogdetSpd: {
+        const auto& c = std::get<ops::LogdetSpdCall>(call);
+        return c.count >= 1 && cuda::has_small_linalg(c.a->dtype, c.n);
+      }
+      case ops::FusedOp::CholeskySpd: {
+        const auto& c = std::get<ops::CholeskySpdCall>(call);
+        return c.count >= 1 && cuda::has_small_linalg(c.a->dtype, c.n);
+      }
+      case ops::FusedOp::SolveTriangularSmall: {
+        const auto& c = std::get<ops::SolveTriangularSmallCall>(call);
+        return c.count >= 1 && c.k >= 1 && cuda::has_small_linalg(c.t->dtype, c.n);
+      }
+    }
+    return false;
   }
-  void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) override {
-    cuda::col2im(cols, x_grad, g);
-  }
-  void cross_entropy(const TensorImpl& x, const TensorImpl& target, double ls, double scale, TensorImpl& loss,
-                     TensorImpl& lse) override {
-    cuda::cross_entropy(x, target, ls, scale, loss, lse);
-  }
-  void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
-                              double ls, double scale, TensorImpl& grad_x) override {
-    cuda::cross_entropy_backward(x, target, lse, g, ls, scale, grad_x);
-  }
-  void optimizer_steps(const OptimizerUpdate* updates, size_t count) override { cuda::optimizer_steps(updates, count); }
-  bool has_small_linalg(DType dtype, int64_t n) const override { return cuda::has_small_linalg(dtype, n); }
-  bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
-                  SpdFailure& fail) override {
-    return cuda::logdet_spd(a, count, n, logdet, inverse, fail);
-  }
-  bool cholesky_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& L, SpdFailure& fail) override {
-    return cuda::cholesky_spd(a, count, n, L, fail);
-  }
-  bool solve_triangular_small(const TensorImpl& t, TensorImpl& x, int64_t count, int64_t n, int64_t k, bool upper,
-                              SpdFailure& fail) override {
-    return cuda::solve_triangular_small(t, x, count, n, k, upper, fail);
+  void run(ops::FusedCall& call) override {
+    switch (ops::fused_op(call)) {
+      case ops::FusedOp::CrossEntropy: {
+        auto& c = std::get<ops::CrossEntropyCall>(call);
+        return cuda::cross_entropy(*c.x, *c.target, c.label_smoothing, c.scale, *c.loss, *c.lse);
+      }
+      case ops::FusedOp::CrossEntropyBackward: {
+        auto& c = std::get<ops::CrossEntropyBackwardCall>(call);
+        return cuda::cross_entropy_backward(*c.x, *c.target, *c.lse, *c.g, c.label_smoothing, c.scale, *c.grad_x);
+      }
+      case ops::FusedOp::Im2col: {
+        auto& c = std::get<ops::Im2colCall>(call);
+        return cuda::im2col(*c.x, *c.cols, c.geometry, c.pad_value);
+      }
+      case ops::FusedOp::Col2im: {
+        auto& c = std::get<ops::Col2imCall>(call);
+        return cuda::col2im(*c.cols, *c.x_grad, c.geometry);
+      }
+      case ops::FusedOp::OptimizerSteps: {
+        auto& c = std::get<ops::OptimizerStepsCall>(call);
+        return cuda::optimizer_steps(c.updates, c.count);
+      }
+      case ops::FusedOp::LogdetSpd: {
+        auto& c = std::get<ops::LogdetSpdCall>(call);
+        if (!cuda::logdet_spd(*c.a, c.count, c.n, *c.logdet, c.inverse, c.fail)) break;
+        return;
+      }
+      case ops::FusedOp::CholeskySpd: {
+        auto& c = std::get<ops::CholeskySpdCall>(call);
+        if (!cuda::cholesky_spd(*c.a, c.count, c.n, *c.L, c.fail)) break;
+        return;
+      }
+      case ops::FusedOp::SolveTriangularSmall: {
+        auto& c = std::get<ops::SolveTriangularSmallCall>(call);
+        if (!cuda::solve_triangular_small(*c.t, *c.x, c.count, c.n, c.k, c.upper, c.fail)) break;
+        return;
+      }
+    }
+    Backend::run(call);  // not offered (supports() said so)
   }
 
  private:

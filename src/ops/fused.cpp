@@ -1,0 +1,365 @@
+// The fused-op registry and its one dispatch point. Every fused op has a composite fallback written with
+// ordinary tensor ops (so it runs on any backend's generic kernels, under NoGradGuard: the callers record the
+// autograd nodes), which run_fused takes whenever the backend does not support a call. The fallbacks follow the
+// contracts in fused.hpp exactly; they are slower than the kernels (more passes, and a host-built index for
+// im2col) but give the same values to rounding, which tests/test_fused.cpp checks against each kernel.
+#include "ops/fused.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/spd_math.hpp"
+#include "oxmera/autograd.hpp"
+#include "oxmera/tensor.hpp"
+
+namespace oxmera::ops {
+namespace {
+
+using detail::OptimizerStep;
+using detail::OptimizerUpdate;
+
+// A Tensor handle sharing `p` (one more reference).
+Tensor borrow(const TensorImpl* p) {
+  auto* q = const_cast<TensorImpl*>(p);
+  detail::retain(q);
+  return Tensor(q);
+}
+
+// A 0-d CPU scalar of `dtype`: binary ops take it by value on any device.
+Tensor host_scalar(double v, DType dtype) { return scalar(v, dtype); }
+
+// Zeros of `shape` made on `device` (one fill there, no upload).
+Tensor zeros_on(const Shape& shape, DType dtype, Device device, const char* op) {
+  Tensor t = detail::make_empty(shape, dtype, device, op);
+  if (t.numel()) t.fill_(0.0);
+  return t;
+}
+
+// ---------------------------------------------------------------- cross entropy
+// Rows whose target is -1 are ignored: `safe` reads class 0 there and `keep` (u8) is 0.
+struct RowTargets {
+  Tensor safe, keep;
+};
+RowTargets row_targets(const Tensor& target) {
+  return {maximum(target, host_scalar(0, DType::I64)), target.ge(host_scalar(0, DType::I64)).to(DType::U8)};
+}
+
+void cross_entropy_fallback(FusedCall& call, Device) {
+  auto& c = std::get<CrossEntropyCall>(call);
+  NoGradGuard no_grad;
+  const Tensor x = borrow(c.x);
+  const int64_t C = x.size(1);
+  const RowTargets t = row_targets(borrow(c.target));
+  const Tensor lse = x.logsumexp(1);
+  const Tensor logp = x - lse.unsqueeze(1);
+  Tensor loss = logp.gather(1, t.safe.unsqueeze(1)).squeeze(1) * -(1.0 - c.label_smoothing);
+  if (c.label_smoothing != 0) loss = loss - logp.sum({1}) * (c.label_smoothing / static_cast<double>(C));
+  loss = loss * c.scale;
+  borrow(c.loss).copy_(where(t.keep, loss, zeros_on(loss.shape(), loss.dtype(), loss.device(), "cross_entropy")));
+  borrow(c.lse).copy_(lse);
+}
+
+void cross_entropy_backward_fallback(FusedCall& call, Device) {
+  auto& c = std::get<CrossEntropyBackwardCall>(call);
+  NoGradGuard no_grad;
+  const Tensor x = borrow(c.x);
+  const int64_t C = x.size(1);
+  const RowTargets t = row_targets(borrow(c.target));
+  const Tensor classes = arange(C).to(x.device()).unsqueeze(0);
+  const Tensor on_target = classes.eq(t.safe.unsqueeze(1)).to(x.dtype());
+  Tensor gx = (x - borrow(c.lse).unsqueeze(1)).exp() - on_target * (1.0 - c.label_smoothing);
+  if (c.label_smoothing != 0) gx = gx - c.label_smoothing / static_cast<double>(C);
+  gx = gx * (borrow(c.g) * c.scale).unsqueeze(1);
+  const char* op = "cross_entropy backward";
+  borrow(c.grad_x).copy_(where(t.keep.unsqueeze(1), gx, zeros_on(gx.shape(), gx.dtype(), gx.device(), op)));
+}
+
+// ---------------------------------------------------------------- optimizer steps
+void check_state(const TensorImpl* t, const TensorImpl& param, const char* what) {
+  OXM_CHECK(t != nullptr, InvalidArgument, "optimizer_step: missing state buffer ", what);
+  OXM_CHECK(t->contiguous && t->dtype == param.dtype && t->numel == param.numel && t->device() == param.device(),
+            InvalidArgument, "optimizer_step: state buffer ", what,
+            " must be contiguous with the parameter's shape, dtype and device");
+}
+
+// The checks of the kernels, for every update before any is applied (a bad list updates nothing).
+void check_update(const OptimizerUpdate& u) {
+  const TensorImpl& p = *u.param;
+  const TensorImpl& g = *u.grad;
+  OXM_CHECK(p.contiguous && g.contiguous && g.dtype == p.dtype && g.numel == p.numel, InvalidArgument,
+            "optimizer_step: param and grad must be contiguous with one shape and dtype");
+  OXM_CHECK(p.dtype == DType::F32 || p.dtype == DType::F64, UnsupportedDType,
+            "optimizer_step: parameters must be f32 or f64, got ", p.dtype);
+  const OptimizerStep& s = u.step;
+  switch (s.kind) {
+    case OptimizerStep::Kind::SGD:
+      if (s.momentum != 0) check_state(u.state[0], p, "momentum_buffer");
+      break;
+    case OptimizerStep::Kind::Adam:
+    case OptimizerStep::Kind::AdamW:
+      check_state(u.state[0], p, "exp_avg");
+      check_state(u.state[1], p, "exp_avg_sq");
+      if (s.amsgrad) check_state(u.state[2], p, "max_exp_avg_sq");
+      break;
+    case OptimizerStep::Kind::RMSprop:
+      check_state(u.state[0], p, "square_avg");
+      if (s.momentum > 0) check_state(u.state[1], p, "momentum_buffer");
+      if (s.centered) check_state(u.state[2], p, "grad_avg");
+      break;
+  }
+}
+
+// torch 1.13's single-tensor updates (torch/optim/{sgd,adam,adamw,rmsprop}.py), one op per term.
+void apply_update(const OptimizerUpdate& u) {
+  const OptimizerStep& s = u.step;
+  Tensor p = borrow(u.param);
+  const Tensor g = borrow(u.grad);
+  switch (s.kind) {
+    case OptimizerStep::Kind::SGD: {
+      Tensor d = s.maximize ? -g : g;
+      if (s.weight_decay != 0) d = d + p * s.weight_decay;
+      if (s.momentum != 0) {
+        Tensor buf = borrow(u.state[0]);
+        const Tensor m = s.first_step ? d : buf * s.momentum + d * (1.0 - s.dampening);
+        buf.copy_(m);
+        d = s.nesterov ? d + m * s.momentum : m;
+      }
+      p.copy_(p - d * s.lr);
+      return;
+    }
+    case OptimizerStep::Kind::Adam:
+    case OptimizerStep::Kind::AdamW: {
+      const bool decoupled = s.kind == OptimizerStep::Kind::AdamW;
+      Tensor grad = s.maximize ? -g : g;
+      const Tensor pi = decoupled && s.weight_decay != 0 ? p * (1.0 - s.lr * s.weight_decay) : p;
+      if (!decoupled && s.weight_decay != 0) grad = grad + pi * s.weight_decay;
+      Tensor m = borrow(u.state[0]), v = borrow(u.state[1]);
+      m.copy_(m * s.beta1 + grad * (1.0 - s.beta1));
+      v.copy_(v * s.beta2 + grad * grad * (1.0 - s.beta2));
+      Tensor denom_sq = v;
+      if (s.amsgrad) {
+        Tensor vmax = borrow(u.state[2]);
+        vmax.copy_(maximum(vmax, v));
+        denom_sq = vmax;
+      }
+      const double step = static_cast<double>(s.step);
+      const double bc1 = 1.0 - std::pow(s.beta1, step), bc2 = 1.0 - std::pow(s.beta2, step);
+      const Tensor denom = denom_sq.sqrt() / std::sqrt(bc2) + s.eps;
+      p.copy_(pi - m / denom * (s.lr / bc1));
+      return;
+    }
+    case OptimizerStep::Kind::RMSprop: {
+      Tensor grad = s.maximize ? -g : g;
+      if (s.weight_decay != 0) grad = grad + p * s.weight_decay;
+      Tensor sq = borrow(u.state[0]);
+      sq.copy_(sq * s.alpha + grad * grad * (1.0 - s.alpha));
+      Tensor avg;
+      if (s.centered) {
+        Tensor ga = borrow(u.state[2]);
+        ga.copy_(ga * s.alpha + grad * (1.0 - s.alpha));
+        avg = (sq - ga * ga).sqrt();
+      } else {
+        avg = sq.sqrt();
+      }
+      avg = avg + s.eps;
+      if (s.momentum > 0) {
+        Tensor buf = borrow(u.state[1]);
+        buf.copy_(buf * s.momentum + grad / avg);
+        p.copy_(p - buf * s.lr);
+      } else {
+        p.copy_(p - grad / avg * s.lr);
+      }
+      return;
+    }
+  }
+}
+
+void optimizer_steps_fallback(FusedCall& call, Device) {
+  auto& c = std::get<OptimizerStepsCall>(call);
+  for (size_t i = 0; i < c.count; ++i) check_update(c.updates[i]);
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < c.count; ++i)
+    if (c.updates[i].param->numel > 0) apply_update(c.updates[i]);
+}
+
+// ---------------------------------------------------------------- im2col / col2im
+// Flat positions in the padded [H + 2ph, W + 2pw] plane that im2col reads, in cols' (i, j, y, z) order.
+Tensor window_index(const detail::ConvGeometry& g, int64_t padded_w, Device device) {
+  std::vector<int64_t> idx;
+  idx.reserve(static_cast<size_t>(g.kh * g.kw * g.oh * g.ow));
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j)
+      for (int64_t y = 0; y < g.oh; ++y)
+        for (int64_t z = 0; z < g.ow; ++z) idx.push_back((y * g.sh + i * g.dh) * padded_w + z * g.sw + j * g.dw);
+  const int64_t n = static_cast<int64_t>(idx.size());
+  return from_vector<int64_t>(idx, Shape{n}).to(device);
+}
+
+void im2col_fallback(FusedCall& call, Device) {
+  auto& c = std::get<Im2colCall>(call);
+  const detail::ConvGeometry& g = c.geometry;
+  NoGradGuard no_grad;
+  Tensor x = borrow(c.x);
+  const int64_t N = x.size(0), C = x.size(1), Hp = x.size(2) + 2 * g.ph, Wp = x.size(3) + 2 * g.pw;
+  if (g.ph) x = pad(x, 2, g.ph, g.ph, c.pad_value);
+  if (g.pw) x = pad(x, 3, g.pw, g.pw, c.pad_value);
+  const Tensor cols = x.reshape({N, C, Hp * Wp}).index_select(2, window_index(g, Wp, x.device()));
+  borrow(c.cols).copy_(cols.reshape({N, C * g.kh * g.kw, g.oh * g.ow}));
+}
+
+// index_add accumulates in increasing position, which is the CPU kernel's (k, y, z) order per plane.
+void col2im_fallback(FusedCall& call, Device) {
+  auto& c = std::get<Col2imCall>(call);
+  const detail::ConvGeometry& g = c.geometry;
+  NoGradGuard no_grad;
+  Tensor xg = borrow(c.x_grad);
+  const int64_t N = xg.size(0), C = xg.size(1), H = xg.size(2), W = xg.size(3);
+  const int64_t Hp = H + 2 * g.ph, Wp = W + 2 * g.pw;
+  const Tensor cols = borrow(c.cols).reshape({N, C, g.kh * g.kw * g.oh * g.ow});
+  const Tensor plane = zeros_on(Shape{N, C, Hp * Wp}, xg.dtype(), xg.device(), "col2im")
+                           .index_add(2, window_index(g, Wp, xg.device()), cols);
+  xg.copy_(xg + plane.reshape({N, C, Hp, Wp}).narrow(2, g.ph, H).narrow(3, g.pw, W));
+}
+
+// ---------------------------------------------------------------- small SPD linear algebra
+// A host round trip through the per-matrix functions the CUDA kernels run (f64 arithmetic inside, any n).
+namespace spd = detail::cuda;
+
+template <class T>
+void logdet_host(LogdetSpdCall& c, const T* a, T* logdet, T* inv) {
+  std::vector<double> work(static_cast<size_t>(spd::spd_work_size(static_cast<int>(c.n))));
+  const int64_t nn = c.n * c.n;
+  for (int64_t b = 0; b < c.count; ++b) {
+    const spd::SpdPivot p = spd::spd_logdet_inverse(a + b * nn, static_cast<int>(c.n), work.data(), logdet + b,
+                                                    inv ? inv + b * nn : nullptr);
+    if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
+  }
+}
+
+template <class T>
+void cholesky_host(CholeskySpdCall& c, const T* a, T* L) {
+  std::vector<double> work(static_cast<size_t>(spd::spd_work_size(static_cast<int>(c.n))));
+  const int64_t nn = c.n * c.n;
+  for (int64_t b = 0; b < c.count; ++b) {
+    const spd::SpdPivot p = spd::spd_cholesky(a + b * nn, static_cast<int>(c.n), work.data(), L + b * nn);
+    if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
+  }
+}
+
+template <class T>
+void solve_host(SolveTriangularSmallCall& c, const T* t, T* x) {
+  std::vector<double> work(static_cast<size_t>(c.n));
+  for (int64_t b = 0; b < c.count; ++b)
+    for (int64_t col = 0; col < c.k; ++col) {
+      const int row = spd::tri_solve_column(t + b * c.n * c.n, static_cast<int>(c.n), x + b * c.n * c.k + col, c.k,
+                                            c.upper, work.data());
+      if (row >= 0 && c.fail.batch < 0) c.fail = {b, row, 0.0};
+    }
+}
+
+void check_real(DType d, const char* op) {
+  OXM_CHECK(d == DType::F32 || d == DType::F64, UnsupportedDType, op, ": dtype ", d, " is not supported (f32, f64)");
+}
+
+// A contiguous host copy of a contiguous device tensor (the tensor itself on the CPU).
+Tensor host_copy(const TensorImpl* t) { return borrow(t).to(Device::cpu()).contiguous(); }
+// Writes a host result back into `dst` (on any device).
+void write_back(const TensorImpl* dst, const Tensor& host) {
+  Tensor d = borrow(dst);
+  d.copy_(host.to(d.device()).reshape(d.shape()));
+}
+
+void logdet_fallback(FusedCall& call, Device) {
+  auto& c = std::get<LogdetSpdCall>(call);
+  check_real(c.a->dtype, "logdet");
+  NoGradGuard no_grad;
+  c.fail = {};
+  const Tensor a = host_copy(c.a);
+  Tensor ld = empty({c.count}, a.dtype()), inv = c.inverse ? empty({c.count, c.n, c.n}, a.dtype()) : Tensor();
+  if (a.dtype() == DType::F32)
+    logdet_host<float>(c, a.impl()->ptr<float>(), ld.impl()->ptr<float>(),
+                       c.inverse ? inv.impl()->ptr<float>() : nullptr);
+  else
+    logdet_host<double>(c, a.impl()->ptr<double>(), ld.impl()->ptr<double>(),
+                        c.inverse ? inv.impl()->ptr<double>() : nullptr);
+  write_back(c.logdet, ld);
+  if (c.inverse) write_back(c.inverse, inv);
+}
+
+void cholesky_fallback(FusedCall& call, Device) {
+  auto& c = std::get<CholeskySpdCall>(call);
+  check_real(c.a->dtype, "cholesky");
+  NoGradGuard no_grad;
+  c.fail = {};
+  const Tensor a = host_copy(c.a);
+  Tensor L = empty({c.count, c.n, c.n}, a.dtype());
+  if (a.dtype() == DType::F32)
+    cholesky_host<float>(c, a.impl()->ptr<float>(), L.impl()->ptr<float>());
+  else
+    cholesky_host<double>(c, a.impl()->ptr<double>(), L.impl()->ptr<double>());
+  write_back(c.L, L);
+}
+
+void solve_triangular_fallback(FusedCall& call, Device) {
+  auto& c = std::get<SolveTriangularSmallCall>(call);
+  check_real(c.t->dtype, "solve_triangular");
+  NoGradGuard no_grad;
+  c.fail = {};
+  const Tensor t = host_copy(c.t);
+  Tensor x = host_copy(c.x);
+  if (x.shares_storage(borrow(c.x))) x = x.clone();  // solved in place: never through the caller's buffer early
+  if (t.dtype() == DType::F32)
+    solve_host<float>(c, t.impl()->ptr<float>(), x.impl()->ptr<float>());
+  else
+    solve_host<double>(c, t.impl()->ptr<double>(), x.impl()->ptr<double>());
+  write_back(c.x, x);
+}
+
+// ---------------------------------------------------------------- the registry
+// "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
+constexpr FusedOpInfo kFusedOps[] = {
+    {FusedOp::CrossEntropy, "cross_entropy", cross_entropy_fallback, "cpu (f32, f64), cuda (f32)"},
+    {FusedOp::CrossEntropyBackward, "cross_entropy backward", cross_entropy_backward_fallback,
+     "cpu (f32, f64), cuda (f32)"},
+    {FusedOp::OptimizerSteps, "optimizer_steps", optimizer_steps_fallback,
+     "cpu (f32, f64; one pass per parameter), cuda (f32; one launch per 24 parameters)"},
+    {FusedOp::Im2col, "im2col", im2col_fallback, "cpu (f32, f64), cuda (f32)"},
+    {FusedOp::Col2im, "col2im", col2im_fallback, "cpu (f32, f64), cuda (f32)"},
+    {FusedOp::LogdetSpd, "logdet", logdet_fallback, "cuda (f32, n <= 32); elsewhere linalg's host kernels"},
+    {FusedOp::CholeskySpd, "cholesky", cholesky_fallback, "cuda (f32, n <= 32); elsewhere linalg's host kernels"},
+    {FusedOp::SolveTriangularSmall, "solve_triangular", solve_triangular_fallback,
+     "cuda (f32, n <= 32); elsewhere linalg's host kernels"},
+};
+static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
+constexpr bool rows_in_order() {
+  for (int i = 0; i < kNumFusedOps; ++i)
+    if (static_cast<int>(kFusedOps[i].op) != i) return false;
+  return true;
+}
+static_assert(rows_in_order(), "kFusedOps must list the fused ops in FusedOp order");
+
+}  // namespace
+
+const FusedOpInfo& fused_op_info(FusedOp op) { return kFusedOps[static_cast<int>(op)]; }
+const char* fused_op_name(FusedOp op) { return kFusedOps[static_cast<int>(op)].name; }
+
+bool fused_supported(const FusedCall& call, Device device) {
+  return detail::backend_for(device, fused_op_name(fused_op(call))).supports(call);
+}
+
+void run_fused(FusedCall& call, Device device) {
+  const FusedOp op = fused_op(call);
+  detail::Backend& be = detail::backend_for(device, fused_op_name(op));
+  if (be.supports(call)) [[likely]] {
+    be.run(call);
+    return;
+  }
+  kFusedOps[static_cast<int>(op)].fallback(call, device);
+}
+
+void run_fused_fallback(FusedCall& call, Device device) {
+  kFusedOps[static_cast<int>(fused_op(call))].fallback(call, device);
+}
+
+}  // namespace oxmera::ops

@@ -1,0 +1,198 @@
+#pragma once
+// Fused ops: kernels a backend may offer for work that ordinary ops can also do (cross entropy and its
+// backward, the grouped optimizer step, im2col / col2im, the small SPD linear algebra). Each op has an id, a
+// typed call struct (inputs, outputs, scalars) and a composite fallback built from ordinary ops. The Backend
+// contract has two entry points for all of them, `supports(call)` and `run(call)`; `ops::run_fused` asks the
+// backend and otherwise runs the fallback, so a backend that offers none still runs every model. The registry
+// (name, id, fallback, who offers it) is `fused_ops()` in fused.cpp. Adding a fused op: one X-macro entry and
+// its call struct here, its fallback and registry row in fused.cpp, and `supports`/`run` cases in the backends
+// that offer a kernel for it (see docs/ARCHITECTURE.md, "How a backend plugs in").
+#include <cstddef>
+#include <cstdint>
+#include <variant>
+
+#include "oxmera/device.hpp"
+#include "oxmera/dtype.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace oxmera::detail {
+
+// One optimizer update with torch.optim's formulas. State buffers by kind:
+//   SGD: state0 = momentum buffer (when momentum != 0)
+//   Adam / AdamW: state0 = exp_avg, state1 = exp_avg_sq, state2 = max_exp_avg_sq (amsgrad)
+//   RMSprop: state0 = square_avg, state1 = momentum buffer (momentum != 0), state2 = grad_avg (centered)
+struct OptimizerStep {
+  enum class Kind : uint8_t { SGD, Adam, AdamW, RMSprop } kind = Kind::SGD;
+  double lr = 1e-3, weight_decay = 0;
+  double momentum = 0, dampening = 0;             // SGD, RMSprop (momentum)
+  bool nesterov = false;                          // SGD
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam(W); eps also RMSprop
+  bool amsgrad = false;                           // Adam(W)
+  double alpha = 0.99;                            // RMSprop
+  bool centered = false;                          // RMSprop
+  bool maximize = false;
+  int64_t step = 1;         // 1-based step count after this update (bias corrections)
+  bool first_step = false;  // SGD: momentum buffer initialised from the gradient
+};
+
+// One parameter's update of an OptimizerStepsCall: param, grad and the state buffers are contiguous tensors
+// of one shape, dtype and device.
+struct OptimizerUpdate {
+  OptimizerStep step;
+  TensorImpl* param = nullptr;
+  const TensorImpl* grad = nullptr;
+  TensorImpl* state[3] = {nullptr, nullptr, nullptr};
+};
+
+// Where a batched Cholesky found a matrix that is not positive definite (batch -1: none).
+struct SpdFailure {
+  int64_t batch = -1, pivot = -1;
+  double value = 0;
+};
+
+// Geometry of a 2-d sliding window (convolution, pooling): kernel, stride, padding, dilation, output size.
+struct ConvGeometry {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, oh = 0, ow = 0;
+};
+
+}  // namespace oxmera::detail
+
+namespace oxmera::ops {
+
+// X(Id, CallStruct): every fused op, in the order of FusedOp and of the FusedCall variant (names, fallbacks and
+// offerings are the registry's, fused.cpp). The next issue's attention and RNN-cell kernels are appended here.
+#define OXMERA_FUSED_OPS(X)                         \
+  X(CrossEntropy, CrossEntropyCall)                 \
+  X(CrossEntropyBackward, CrossEntropyBackwardCall) \
+  X(OptimizerSteps, OptimizerStepsCall)             \
+  X(Im2col, Im2colCall)                             \
+  X(Col2im, Col2imCall)                             \
+  X(LogdetSpd, LogdetSpdCall)                       \
+  X(CholeskySpd, CholeskySpdCall)                   \
+  X(SolveTriangularSmall, SolveTriangularSmallCall)
+
+enum class FusedOp : uint8_t {
+#define OXM_X(id, call) id,
+  OXMERA_FUSED_OPS(OXM_X)
+#undef OXM_X
+};
+#define OXM_X(id, call) +1
+inline constexpr int kNumFusedOps = 0 OXMERA_FUSED_OPS(OXM_X);
+#undef OXM_X
+
+using detail::TensorImpl;
+
+// Cross entropy over rows (class targets, no class weights). x: [R, C] (R, C >= 1), any strides; target: [R]
+// I64 on x's device, a class in [0, C) or -1 for an ignored row. Writes loss and lse ([R], contiguous):
+//   lse_r = log sum_c exp x_rc,  logp_rc = x_rc - lse_r,
+//   loss_r = scale * (-(1 - ls) logp_{r, t_r} - (ls / C) sum_c logp_rc), and 0 for an ignored row.
+struct CrossEntropyCall {
+  static constexpr FusedOp kOp = FusedOp::CrossEntropy;
+  const TensorImpl* x = nullptr;
+  const TensorImpl* target = nullptr;
+  double label_smoothing = 0, scale = 1;
+  TensorImpl* loss = nullptr;
+  TensorImpl* lse = nullptr;
+};
+
+// Its gradient: grad_x (contiguous [R, C]) = g_r * scale * (p_rc - (1 - ls) [c == t_r] - ls / C) with
+// p_rc = exp(x_rc - lse_r), and 0 for an ignored row; g: [R], any strides (0 for a broadcast gradient).
+struct CrossEntropyBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::CrossEntropyBackward;
+  const TensorImpl* x = nullptr;
+  const TensorImpl* target = nullptr;
+  const TensorImpl* lse = nullptr;
+  const TensorImpl* g = nullptr;
+  double label_smoothing = 0, scale = 1;
+  TensorImpl* grad_x = nullptr;
+};
+
+// Every update of one Optimizer::step() on one device (a GPU runs them in one launch per 24 parameters). A
+// kernel that throws must have updated none of them (the optimizer then rolls its bookkeeping back).
+struct OptimizerStepsCall {
+  static constexpr FusedOp kOp = FusedOp::OptimizerSteps;
+  const detail::OptimizerUpdate* updates = nullptr;
+  size_t count = 0;
+};
+
+// x: [N, C, H, W], any strides; cols: contiguous [N, C*kh*kw, oh*ow] where row (c, i, j), column (y, z) holds
+// x[n, c, y*sh - ph + i*dh, z*sw - pw + j*dw], or `pad_value` outside the image.
+struct Im2colCall {
+  static constexpr FusedOp kOp = FusedOp::Im2col;
+  const TensorImpl* x = nullptr;
+  TensorImpl* cols = nullptr;
+  detail::ConvGeometry geometry;
+  double pad_value = 0;
+};
+
+// The adjoint of im2col: x_grad (contiguous [N, C, H, W], zero-filled by the caller) += col2im(cols).
+struct Col2imCall {
+  static constexpr FusedOp kOp = FusedOp::Col2im;
+  const TensorImpl* cols = nullptr;
+  TensorImpl* x_grad = nullptr;
+  detail::ConvGeometry geometry;
+};
+
+// Small batched SPD linear algebra: `count` contiguous n x n matrices in and out. Each call completes its check
+// before returning: `fail` names the first failing matrix (its outputs are then unspecified).
+// logdet[b] = log det a_b (a_b SPD) and, when `inverse` is not null, inverse_b = a_b^{-1}; fail: the pivot.
+struct LogdetSpdCall {
+  static constexpr FusedOp kOp = FusedOp::LogdetSpd;
+  const TensorImpl* a = nullptr;
+  int64_t count = 0, n = 0;
+  TensorImpl* logdet = nullptr;
+  TensorImpl* inverse = nullptr;
+  detail::SpdFailure fail;
+};
+
+// L_b = the lower Cholesky factor of a_b (zeros above the diagonal); fail: the pivot.
+struct CholeskySpdCall {
+  static constexpr FusedOp kOp = FusedOp::CholeskySpd;
+  const TensorImpl* a = nullptr;
+  int64_t count = 0, n = 0;
+  TensorImpl* L = nullptr;
+  detail::SpdFailure fail;
+};
+
+// x_b <- t_b^{-1} x_b in place (t_b lower or upper triangular n x n, x_b n x k); fail: the zero diagonal's row.
+struct SolveTriangularSmallCall {
+  static constexpr FusedOp kOp = FusedOp::SolveTriangularSmall;
+  const TensorImpl* t = nullptr;
+  TensorImpl* x = nullptr;
+  int64_t count = 0, n = 0, k = 0;
+  bool upper = false;
+  detail::SpdFailure fail;
+};
+
+// One fused call; its index is its FusedOp.
+using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
+                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall>;
+#define OXM_X(id, call)                                                                                          \
+  static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
+                call::kOp == FusedOp::id);
+OXMERA_FUSED_OPS(OXM_X)
+#undef OXM_X
+static_assert(std::variant_size_v<FusedCall> == static_cast<size_t>(kNumFusedOps));
+
+inline FusedOp fused_op(const FusedCall& call) { return static_cast<FusedOp>(call.index()); }
+
+// A registry row: what the op is called (errors, tests), its composite fallback (ordinary ops on `device`, run
+// whenever the backend does not support a call) and which built-in backends offer a kernel for it.
+struct FusedOpInfo {
+  FusedOp op;
+  const char* name;
+  void (*fallback)(FusedCall& call, Device device);
+  const char* offered_by;
+};
+const FusedOpInfo& fused_op_info(FusedOp op);
+const char* fused_op_name(FusedOp op);
+
+// Whether the backend of `device` has a kernel for this call (its op id, dtypes and shapes).
+bool fused_supported(const FusedCall& call, Device device);
+// Runs the call: the backend's kernel when it supports it, else the registry's fallback. The one dispatch
+// point of nn, optim and linalg.
+void run_fused(FusedCall& call, Device device);
+// The fallback alone, whatever the backend offers (tests compare it with the kernels).
+void run_fused_fallback(FusedCall& call, Device device);
+
+}  // namespace oxmera::ops

@@ -1,0 +1,453 @@
+// Fused ops as backend offerings (src/ops/fused.hpp): every registry entry has a name, an offering and a
+// composite fallback; each fallback gives the values of the backend kernel it replaces (f32 and f64, against
+// the CPU's kernels, run on the CPU itself, or for the small linear algebra against the kernel the test device runs and
+// the host path); and with the host-memory test device offering no fused op at all, models (losses, convolutions,
+// optimizers, the demo training run) still train and match the CPU, which runs the fused kernels (f32: a GPU kind
+// holds f32 tensors only).
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "fake_device.hpp"
+#include "ops/fused.hpp"
+#include "test_util.hpp"
+#include "train.hpp"
+
+using namespace oxt;
+namespace ops = oxmera::ops;
+namespace d = oxmera::detail;
+namespace la = oxmera::linalg;
+
+namespace {
+
+const Device kCpu = Device::cpu(), kDev = Device::cuda();
+
+// Runs `call` with the CPU backend's kernel (which must offer it) and, on a copy of the outputs the caller
+// prepares in `fallback_call`, with the registry's fallback.
+void run_both(ops::FusedCall& kernel_call, ops::FusedCall& fallback_call) {
+  ASSERT_TRUE(d::cpu_backend().supports(kernel_call)) << ops::fused_op_name(ops::fused_op(kernel_call));
+  ops::run_fused(kernel_call, kCpu);
+  ops::run_fused_fallback(fallback_call, kCpu);
+}
+
+std::string dname(DType t) { return t == DType::F64 ? "f64" : "f32"; }
+double tol(DType t) { return t == DType::F64 ? 1e-12 : 2e-6; }
+
+TEST(FusedRegistry, EveryOpHasANameAFallbackAndAnOffering) {
+  for (int i = 0; i < ops::kNumFusedOps; ++i) {
+    const ops::FusedOpInfo& info = ops::fused_op_info(static_cast<ops::FusedOp>(i));
+    EXPECT_EQ(static_cast<int>(info.op), i);
+    ASSERT_NE(info.name, nullptr);
+    EXPECT_GT(std::string(info.name).size(), 0u) << i;
+    EXPECT_NE(info.fallback, nullptr) << info.name;
+    ASSERT_NE(info.offered_by, nullptr);
+    EXPECT_GT(std::string(info.offered_by).size(), 0u) << info.name;
+  }
+}
+
+// A backend that offers nothing has the defaults: supports() is false and run() names the op and the backend.
+TEST(FusedRegistry, TheDefaultBackendOffersNothing) {
+  oxt_fake::HostMemoryDevice bare;  // not registered
+  Tensor x = randn({2, 3}, 1), t = from_vector<int64_t>({0, 2}, {2}), loss = empty({2}), lse = empty({2});
+  ops::FusedCall call = ops::CrossEntropyCall{x.impl(), t.impl(), 0, 1, loss.impl(), lse.impl()};
+  EXPECT_TRUE(bare.supports(call));  // the test device forwards to the CPU
+  bare.offer_fused = false;
+  EXPECT_FALSE(bare.supports(call));
+  EXPECT_OXM_ERROR(bare.d::Backend::run(call), NotImplemented, "cross_entropy: the host-memory test device backend");
+  EXPECT_FALSE(bare.d::Backend::supports(call));
+}
+
+TEST(FusedFallback, CrossEntropyAndItsBackwardMatchTheCpuKernels) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (auto [R, C] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {7, 40}, {64, 10}})
+      for (double ls : {0.0, 0.2})
+        for (bool strided : {false, true}) {
+          const std::string what = dname(dt) + " [" + std::to_string(R) + ", " + std::to_string(C) + "] ls " +
+                                   std::to_string(ls) + (strided ? " strided" : "");
+          Tensor x = (randn({strided ? C : R, strided ? R : C}, 3, dt) * 4.0);
+          if (strided) x = x.t();
+          std::vector<int64_t> tv(static_cast<size_t>(R));
+          for (int64_t r = 0; r < R; ++r) tv[static_cast<size_t>(r)] = r % 4 == 2 ? -1 : (r * 7) % C;
+          Tensor t = from_vector<int64_t>(tv, {R});
+          const double scale = 1.0 / 3.0;
+          Tensor l1 = empty({R}, dt), e1 = empty({R}, dt), l2 = empty({R}, dt), e2 = empty({R}, dt);
+          ops::FusedCall k = ops::CrossEntropyCall{x.impl(), t.impl(), ls, scale, l1.impl(), e1.impl()};
+          ops::FusedCall f = ops::CrossEntropyCall{x.impl(), t.impl(), ls, scale, l2.impl(), e2.impl()};
+          run_both(k, f);
+          expect_close(values(l2), values(l1), tol(dt), tol(dt), "loss " + what);
+          expect_close(values(e2), values(e1), tol(dt), tol(dt), "lse " + what);
+          for (bool broadcast_g : {false, true}) {
+            Tensor g = broadcast_g ? scalar(0.7, dt).expand({R}) : randn({R}, 5, dt);
+            Tensor g1 = empty({R, C}, dt), g2 = empty({R, C}, dt);
+            ops::FusedCall kb =
+                ops::CrossEntropyBackwardCall{x.impl(), t.impl(), e1.impl(), g.impl(), ls, scale, g1.impl()};
+            ops::FusedCall fb =
+                ops::CrossEntropyBackwardCall{x.impl(), t.impl(), e1.impl(), g.impl(), ls, scale, g2.impl()};
+            run_both(kb, fb);
+            expect_close(values(g2), values(g1), tol(dt), tol(dt), "grad " + what);
+          }
+        }
+}
+
+TEST(FusedFallback, Im2colAndCol2imMatchTheCpuKernels) {
+  struct G {
+    int64_t H, W, kh, kw, sh, sw, ph, pw, dh, dw;
+  };
+  const std::vector<G> geoms = {{5, 5, 3, 3, 1, 1, 0, 0, 1, 1},
+                                {6, 7, 3, 2, 2, 1, 1, 2, 1, 1},
+                                {9, 8, 3, 3, 2, 3, 2, 1, 2, 2},
+                                {4, 4, 1, 1, 1, 1, 0, 0, 1, 1},
+                                {3, 5, 2, 4, 1, 2, 1, 0, 1, 1}};
+  for (DType dt : {DType::F32, DType::F64})
+    for (const G& q : geoms)
+      for (double pad_value : {0.0, -std::numeric_limits<double>::infinity()}) {
+        d::ConvGeometry g{q.kh, q.kw, q.sh, q.sw, q.ph, q.pw, q.dh, q.dw, 0, 0};
+        g.oh = (q.H + 2 * q.ph - q.dh * (q.kh - 1) - 1) / q.sh + 1;
+        g.ow = (q.W + 2 * q.pw - q.dw * (q.kw - 1) - 1) / q.sw + 1;
+        const std::string what = dname(dt) + " H" + std::to_string(q.H) + " k" + std::to_string(q.kh) + "x" +
+                                 std::to_string(q.kw) + " pad " + std::to_string(pad_value);
+        const int64_t N = 2, C = 3, K = q.kh * q.kw, L = g.oh * g.ow;
+        Tensor x = randn({C, N, q.H, q.W}, 11, dt).transpose(0, 1);  // any strides
+        Tensor c1 = empty({N, C * K, L}, dt), c2 = empty({N, C * K, L}, dt);
+        ops::FusedCall k = ops::Im2colCall{x.impl(), c1.impl(), g, pad_value};
+        ops::FusedCall f = ops::Im2colCall{x.impl(), c2.impl(), g, pad_value};
+        run_both(k, f);
+        EXPECT_EQ(values(c2), values(c1)) << "im2col " << what;
+        if (pad_value != 0) continue;
+        Tensor cols = randn({N, C * K, L}, 12, dt);
+        Tensor x1 = zeros({N, C, q.H, q.W}, dt), x2 = zeros({N, C, q.H, q.W}, dt);
+        ops::FusedCall kb = ops::Col2imCall{cols.impl(), x1.impl(), g};
+        ops::FusedCall fb = ops::Col2imCall{cols.impl(), x2.impl(), g};
+        run_both(kb, fb);
+        expect_close(values(x2), values(x1), tol(dt), tol(dt), "col2im " + what);
+      }
+}
+
+// Every optimizer kind and option the kernels branch on, three steps each, f32 and f64.
+TEST(FusedFallback, OptimizerStepsMatchTheCpuKernel) {
+  using K = d::OptimizerStep::Kind;
+  std::vector<d::OptimizerStep> cases;
+  auto add = [&](K kind, auto&& set) {
+    d::OptimizerStep s;
+    s.kind = kind;
+    s.lr = 0.05;
+    set(s);
+    cases.push_back(s);
+  };
+  add(K::SGD, [](auto&) {});
+  add(K::SGD, [](auto& s) { s.weight_decay = 0.1, s.momentum = 0.9, s.dampening = 0.1, s.maximize = true; });
+  add(K::SGD, [](auto& s) { s.momentum = 0.8, s.nesterov = true; });
+  add(K::Adam, [](auto&) {});
+  add(K::Adam, [](auto& s) { s.weight_decay = 0.05, s.amsgrad = true, s.maximize = true; });
+  add(K::AdamW, [](auto& s) { s.weight_decay = 0.02; });
+  add(K::AdamW, [](auto& s) { s.weight_decay = 0.02, s.amsgrad = true, s.beta1 = 0.5, s.eps = 1e-3; });
+  add(K::RMSprop, [](auto&) {});
+  add(K::RMSprop, [](auto& s) { s.momentum = 0.5, s.centered = true, s.weight_decay = 0.1; });
+  add(K::RMSprop, [](auto& s) { s.centered = true, s.alpha = 0.9, s.maximize = true; });
+  for (DType dt : {DType::F32, DType::F64})
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const std::string what = dname(dt) + " case " + std::to_string(ci);
+      // Two parameters (one empty) per list, kernel copy and fallback copy.
+      Tensor p[2][2], st[2][2][3];
+      const Shape shapes[2] = {{7, 5}, {0}};
+      for (int side = 0; side < 2; ++side)
+        for (int j = 0; j < 2; ++j) {
+          p[side][j] = randn(shapes[j], 20 + j, dt);
+          for (int b = 0; b < 3; ++b) st[side][j][b] = zeros(shapes[j], dt);
+        }
+      for (int64_t step = 1; step <= 3; ++step) {
+        d::OptimizerUpdate u[2][2];
+        Tensor grads[2];
+        for (int j = 0; j < 2; ++j) grads[j] = randn(shapes[j], 30 + 10 * static_cast<uint64_t>(step) + j, dt);
+        for (int side = 0; side < 2; ++side)
+          for (int j = 0; j < 2; ++j) {
+            d::OptimizerStep s = cases[ci];
+            s.step = step;
+            s.first_step = step == 1;
+            u[side][j] = {s,
+                          p[side][j].impl(),
+                          grads[j].impl(),
+                          {st[side][j][0].impl(), st[side][j][1].impl(), st[side][j][2].impl()}};
+          }
+        ops::FusedCall k = ops::OptimizerStepsCall{u[0], 2};
+        ops::FusedCall f = ops::OptimizerStepsCall{u[1], 2};
+        run_both(k, f);
+      }
+      const double t = dt == DType::F64 ? 1e-12 : 2e-6;
+      expect_close(values(p[1][0]), values(p[0][0]), t, t, "param " + what);
+      for (int b = 0; b < 3; ++b)
+        expect_close(values(st[1][0][b]), values(st[0][0][b]), t, t, "state " + std::to_string(b) + " " + what);
+    }
+  // A bad list updates nothing, as the kernels' checks.
+  Tensor a = randn({3}, 1), ga = randn({3}, 2), bad = randn({4}, 3), gbad = randn({4}, 4);
+  const std::vector<double> a0 = values(a);
+  d::OptimizerStep adam;
+  adam.kind = K::Adam;
+  d::OptimizerUpdate u[2] = {{d::OptimizerStep{}, a.impl(), ga.impl(), {}}, {adam, bad.impl(), gbad.impl(), {}}};
+  ops::FusedCall f = ops::OptimizerStepsCall{u, 2};
+  EXPECT_OXM_ERROR(ops::run_fused_fallback(f, kCpu), InvalidArgument, "missing state buffer exp_avg");
+  EXPECT_EQ(values(a), a0);
+}
+
+Tensor spd(const Shape& s, uint64_t seed, DType dt) {
+  const int64_t n = s[s.size() - 1];
+  Tensor B = rand(s, seed, dt) * 2.0 - 1.0;
+  return (matmul(B, B.transpose(-1, -2)) / static_cast<double>(n) + eye(n, dt) * 0.5).detach();
+}
+
+// The small linear algebra's fallback (a host round trip through the per-matrix code) against linalg's host
+// path in f64 and f32 (any n), and its failure reports.
+TEST(FusedFallback, SmallLinalgMatchesTheHostPath) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{17}, int64_t{40}}) {
+      const std::string what = dname(dt) + " n " + std::to_string(n);
+      const double t = dt == DType::F64 ? 1e-10 : 2e-4;
+      Tensor a = spd({3, n, n}, 40 + static_cast<uint64_t>(n), dt);
+      Tensor ld = empty({3}, dt), inv = empty({3, n, n}, dt), L = empty({3, n, n}, dt);
+      ops::FusedCall c1 = ops::LogdetSpdCall{a.impl(), 3, n, ld.impl(), inv.impl(), {}};
+      ops::run_fused_fallback(c1, kCpu);
+      EXPECT_LT(std::get<ops::LogdetSpdCall>(c1).fail.batch, 0) << what;
+      expect_close(values(ld), values(la::logdet(a)), t, t, "logdet " + what);
+      expect_close(values(inv), values(la::inverse(a)), t, t, "inverse " + what);
+      ops::FusedCall c2 = ops::CholeskySpdCall{a.impl(), 3, n, L.impl(), {}};
+      ops::run_fused_fallback(c2, kCpu);
+      expect_close(values(L), values(la::cholesky(a)), t, t, "cholesky " + what);
+      for (bool upper : {false, true}) {
+        Tensor T = (upper ? L.transpose(-1, -2) : L).contiguous(), b = randn({3, n, 2}, 7, dt);
+        Tensor x = b.clone();
+        ops::FusedCall c3 = ops::SolveTriangularSmallCall{T.impl(), x.impl(), 3, n, 2, upper, {}};
+        ops::run_fused_fallback(c3, kCpu);
+        expect_close(values(x), values(la::solve_triangular(T, b, upper)), t, t, "solve_triangular " + what);
+      }
+    }
+  Tensor bad = eye(3, DType::F64).expand({4, 3, 3}).contiguous();
+  bad.select(0, 2).select(0, 1).select(0, 1).fill_(-2.0);
+  Tensor ld = empty({4}, DType::F64), L = empty({4, 3, 3}, DType::F64);
+  ops::FusedCall c1 = ops::LogdetSpdCall{bad.impl(), 4, 3, ld.impl(), nullptr, {}};
+  ops::run_fused_fallback(c1, kCpu);
+  const auto& f1 = std::get<ops::LogdetSpdCall>(c1).fail;
+  EXPECT_EQ(f1.batch, 2);
+  EXPECT_EQ(f1.pivot, 1);
+  EXPECT_EQ(f1.value, -2.0);
+  ops::FusedCall c2 = ops::CholeskySpdCall{bad.impl(), 4, 3, L.impl(), {}};
+  ops::run_fused_fallback(c2, kCpu);
+  EXPECT_EQ(std::get<ops::CholeskySpdCall>(c2).fail.batch, 2);
+  Tensor sing = eye(3, DType::F64).expand({2, 3, 3}).contiguous(), x = ones({2, 3, 1}, DType::F64);
+  sing.select(0, 1).select(0, 2).select(0, 2).fill_(0.0);
+  ops::FusedCall c3 = ops::SolveTriangularSmallCall{sing.impl(), x.impl(), 2, 3, 1, false, {}};
+  ops::run_fused_fallback(c3, kCpu);
+  EXPECT_EQ(std::get<ops::SolveTriangularSmallCall>(c3).fail.batch, 1);
+  EXPECT_EQ(std::get<ops::SolveTriangularSmallCall>(c3).fail.pivot, 2);
+}
+
+// ---------------------------------------------------------------- a device that offers no fused op
+oxt_fake::HostMemoryDevice* g_device = nullptr;
+
+// Switches the test device's fused kernels off for one test (on again afterwards).
+struct NoFusedOps {
+  NoFusedOps() { g_device->offer_fused = false; }
+  ~NoFusedOps() { g_device->offer_fused = true; }
+};
+
+#define NEED_FAKE_DEVICE()                                                                            \
+  do {                                                                                                \
+    g_device = oxt_fake::register_host_memory_device();                                               \
+    if (g_device == nullptr) GTEST_SKIP() << "a real CUDA backend is registered (see test_cuda.cpp)"; \
+  } while (0)
+
+Tensor dev(const Tensor& t) { return t.to(kDev); }
+Tensor host(const Tensor& t) { return t.to(kCpu); }
+void expect_match(const Tensor& got, const Tensor& want, const std::string& what, double rtol, double atol) {
+  ASSERT_EQ(got.device(), kDev) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  expect_close(values(host(got)), values(want), rtol, atol, what);
+}
+
+TEST(NoFusedOps, TheTestDeviceOffersWhatTheCpuOffersAndTheSmallLinalg) {
+  NEED_FAKE_DEVICE();
+  Tensor x = dev(randn({4, 3}, 1)), t = dev(from_vector<int64_t>({0, 2, 1, 1}, {4}));
+  Tensor loss = dev(empty({4})), lse = dev(empty({4}));
+  ops::FusedCall ce = ops::CrossEntropyCall{x.impl(), t.impl(), 0, 1, loss.impl(), lse.impl()};
+  Tensor a = dev(eye(4)), a40 = dev(eye(40));
+  ops::FusedCall ch = ops::CholeskySpdCall{a.impl(), 1, 4, nullptr, {}};
+  ops::FusedCall ch40 = ops::CholeskySpdCall{a40.impl(), 1, 40, nullptr, {}};
+  EXPECT_TRUE(ops::fused_supported(ce, kDev));
+  EXPECT_TRUE(ops::fused_supported(ch, kDev));
+  EXPECT_FALSE(ops::fused_supported(ch40, kDev));
+  EXPECT_FALSE(ops::fused_supported(ch, kCpu));  // the CPU's linalg is its host path
+  NoFusedOps off;
+  EXPECT_FALSE(ops::fused_supported(ce, kDev));
+  EXPECT_FALSE(ops::fused_supported(ch, kDev));
+}
+
+// Cross entropy (ignore_index, label smoothing, every reduction) and its gradient through the fallbacks.
+TEST(NoFusedOps, CrossEntropyMatchesTheCpusFusedKernels) {
+  NEED_FAKE_DEVICE();
+  NoFusedOps off;
+  const int64_t fused0 = g_device->fused_kernel_calls;
+  for (DType dt : {DType::F32})  // a GPU kind holds f32 tensors only
+    for (nn::Reduction red : {nn::Reduction::Mean, nn::Reduction::Sum, nn::Reduction::None})
+      for (double ls : {0.0, 0.1})
+        for (const Shape& s : {Shape{6, 5}, Shape{5}}) {
+          nn::CrossEntropyOptions o;
+          o.reduction = red;
+          o.label_smoothing = ls;
+          o.ignore_index = 3;
+          Tensor x = (randn(s, 61, dt) * 3.0).requires_grad_(), xd = dev(x.detach()).requires_grad_();
+          Tensor t = s.size() == 1 ? scalar(1.0, DType::I64) : from_vector<int64_t>({0, 3, 4, 1, 3, 2}, {6});
+          Tensor l = nn::cross_entropy(x, t, o), ld = nn::cross_entropy(xd, t, o);
+          const std::string what = dname(dt) + " " + s.str() + " ls " + std::to_string(ls);
+          const double tl = dt == DType::F64 ? 1e-12 : 1e-5;
+          expect_match(ld, l, "loss " + what, tl, tl);
+          Tensor w = randn(l.shape(), 62, dt);
+          (l * w).sum().backward();
+          (ld * dev(w)).sum().backward();
+          expect_match(xd.grad(), x.grad(), "grad " + what, tl, tl);
+        }
+  EXPECT_EQ(g_device->fused_kernel_calls, fused0) << "a fused kernel ran on a device that offers none";
+}
+
+// conv2d (stride, padding, dilation, groups), max and avg pooling: forward and gradients through the im2col /
+// col2im fallbacks.
+TEST(NoFusedOps, ConvolutionAndPoolingMatchTheCpu) {
+  NEED_FAKE_DEVICE();
+  NoFusedOps off;
+  const int64_t fused0 = g_device->fused_kernel_calls;
+  for (DType dt : {DType::F32}) {  // a GPU kind holds f32 tensors only
+    const double t = dt == DType::F64 ? 1e-12 : 1e-5;
+    Tensor x = randn({2, 4, 9, 8}, 71, dt).requires_grad_(), w = randn({6, 2, 3, 3}, 72, dt).requires_grad_();
+    Tensor b = randn({6}, 73, dt).requires_grad_();
+    Tensor xd = dev(x.detach()).requires_grad_(), wd = dev(w.detach()).requires_grad_();
+    Tensor bd = dev(b.detach()).requires_grad_();
+    Tensor y = nn::functional::conv2d(x, w, b, {2, 1}, {1, 2}, {1, 2}, 2);
+    Tensor yd = nn::functional::conv2d(xd, wd, bd, {2, 1}, {1, 2}, {1, 2}, 2);
+    expect_match(yd, y, "conv2d " + dname(dt), t, t);
+    Tensor m = nn::functional::max_pool2d(x, {3, 2}, {2, 2}, {1, 1});
+    Tensor md = nn::functional::max_pool2d(xd, {3, 2}, {2, 2}, {1, 1});
+    expect_match(md, m, "max_pool2d " + dname(dt), 0, 0);
+    Tensor a = nn::functional::avg_pool2d(x, {2, 2});
+    Tensor ad = nn::functional::avg_pool2d(xd, {2, 2});
+    expect_match(ad, a, "avg_pool2d " + dname(dt), t, t);
+    Tensor gy = randn(y.shape(), 74, dt), gm = randn(m.shape(), 75, dt), ga = randn(a.shape(), 76, dt);
+    ((y * gy).sum() + (m * gm).sum() + (a * ga).sum()).backward();
+    ((yd * dev(gy)).sum() + (md * dev(gm)).sum() + (ad * dev(ga)).sum()).backward();
+    expect_match(xd.grad(), x.grad(), "dx " + dname(dt), t, t);
+    expect_match(wd.grad(), w.grad(), "dw " + dname(dt), t, t);
+    expect_match(bd.grad(), b.grad(), "db " + dname(dt), t, t);
+  }
+  EXPECT_EQ(g_device->fused_kernel_calls, fused0) << "a fused kernel ran on a device that offers none";
+}
+
+// Every optimizer, with the options that change its formula, over five steps: per-parameter tensor ops on the
+// device against the CPU's fused kernel.
+TEST(NoFusedOps, OptimizersMatchTheCpusFusedKernel) {
+  NEED_FAKE_DEVICE();
+  NoFusedOps off;
+  const int64_t fused0 = g_device->fused_kernel_calls;
+  using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+  const std::vector<std::pair<std::string, Make>> makers = {
+      {"SGD", [](auto ps) { return std::make_unique<optim::SGD>(ps, optim::SGDOptions{0.1}); }},
+      {"SGD nesterov",
+       [](auto ps) {
+         optim::SGDOptions o{0.1, 0.9};
+         o.nesterov = true;
+         o.weight_decay = 0.01;
+         return std::make_unique<optim::SGD>(ps, o);
+       }},
+      {"Adam amsgrad",
+       [](auto ps) {
+         optim::AdamOptions o;
+         o.lr = 0.01;
+         o.amsgrad = true;
+         o.weight_decay = 0.1;
+         return std::make_unique<optim::Adam>(ps, o);
+       }},
+      {"AdamW", [](auto ps) { return std::make_unique<optim::AdamW>(ps); }},
+      {"RMSprop centered momentum",
+       [](auto ps) {
+         optim::RMSpropOptions o;
+         o.momentum = 0.5;
+         o.centered = true;
+         return std::make_unique<optim::RMSprop>(ps, o);
+       }},
+  };
+  for (DType dt : {DType::F32})  // a GPU kind holds f32 tensors only
+    for (const auto& [name, make] : makers) {
+      Tensor a = randn({5, 4}, 81, dt).requires_grad_(), b = randn({3}, 82, dt).requires_grad_();
+      Tensor ad = dev(a.detach()).requires_grad_(), bd = dev(b.detach()).requires_grad_();
+      auto opt = make({a, b}), optd = make({ad, bd});
+      for (int i = 0; i < 5; ++i) {
+        opt->zero_grad();
+        ((a * a).sum() + b.sin().sum() + (a.sum({0}).narrow(0, 0, 3) * b).sum()).backward();
+        opt->step();
+        optd->zero_grad();
+        ((ad * ad).sum() + bd.sin().sum() + (ad.sum({0}).narrow(0, 0, 3) * bd).sum()).backward();
+        optd->step();
+      }
+      const double t = dt == DType::F64 ? 1e-12 : 1e-5;
+      expect_match(ad.detach(), a.detach(), name + " " + dname(dt) + " a", t, t);
+      expect_match(bd.detach(), b.detach(), name + " " + dname(dt) + " b", t, t);
+      const auto s = opt->state_tensors(), sd = optd->state_tensors();
+      ASSERT_EQ(s.size(), sd.size());
+      for (size_t i = 0; i < s.size(); ++i) {
+        EXPECT_EQ(sd[i].first, s[i].first);
+        expect_close(values(host(sd[i].second)), values(s[i].second), t, t, name + " " + s[i].first);
+      }
+    }
+  EXPECT_EQ(g_device->fused_kernel_calls, fused0) << "a fused kernel ran on a device that offers none";
+}
+
+// The demo training run (`oxmera train --device cuda`: MLP, cross entropy, Adam) on a device without fused ops
+// learns what the CPU learns.
+TEST(NoFusedOps, DemoTrainingMatchesTheCpu) {
+  NEED_FAKE_DEVICE();
+  oxmera_cli::TrainOptions o;
+  o.epochs = 3;
+  const auto none = [](int, int64_t, int64_t) {};
+  const auto quiet = [](const oxmera_cli::EpochStats&) {};
+  const oxmera_cli::EpochStats cpu = oxmera_cli::run_demo_training(o, none, quiet);
+  NoFusedOps off;
+  const int64_t fused0 = g_device->fused_kernel_calls;
+  o.device = "cuda";
+  const oxmera_cli::EpochStats gpu = oxmera_cli::run_demo_training(o, none, quiet);
+  EXPECT_EQ(g_device->fused_kernel_calls, fused0);
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4 * cpu.loss);
+  EXPECT_EQ(gpu.accuracy, cpu.accuracy);
+}
+
+// Small linear algebra on a device without kernels takes linalg's host path (as a backend without them always
+// did), values and gradients as on the CPU.
+TEST(NoFusedOps, LinalgTakesTheHostPath) {
+  NEED_FAKE_DEVICE();
+  NoFusedOps off;
+  const int64_t linalg0 = g_device->linalg_kernel_calls;
+  Tensor a = spd({2, 4, 4}, 91, DType::F32).requires_grad_(), ad = dev(a.detach()).requires_grad_();
+  Tensor ld = la::logdet(a), ldd = la::logdet(ad), L = la::cholesky(a), Ld = la::cholesky(ad);
+  expect_match(ldd, ld, "logdet", 1e-6, 1e-6);
+  expect_match(Ld, L, "cholesky", 1e-6, 1e-6);
+  Tensor W = randn({2, 4, 4}, 92);
+  (ld.sum() + (L * W).sum()).backward();
+  (ldd.sum() + (Ld * dev(W)).sum()).backward();
+  expect_match(ad.grad(), a.grad(), "logdet + cholesky grad", 1e-5, 1e-5);
+  EXPECT_EQ(g_device->linalg_kernel_calls, linalg0);
+}
+
+// The fallbacks run on the device itself: the same launch-counted device, only ordinary kernels.
+TEST(NoFusedOps, RunFusedOnADeviceWithoutKernelsRunsTheFallbackThere) {
+  NEED_FAKE_DEVICE();
+  NoFusedOps off;
+  Tensor a = spd({3, 5, 5}, 93, DType::F32), ad = dev(a);
+  Tensor ld = dev(empty({3})), L = dev(empty({3, 5, 5}));
+  ops::FusedCall c1 = ops::LogdetSpdCall{ad.impl(), 3, 5, ld.impl(), nullptr, {}};
+  ops::run_fused(c1, kDev);
+  expect_match(ld, la::logdet(a), "logdet", 1e-5, 1e-5);
+  ops::FusedCall c2 = ops::CholeskySpdCall{ad.impl(), 3, 5, L.impl(), {}};
+  ops::run_fused(c2, kDev);
+  expect_match(L, la::cholesky(a), "cholesky", 1e-5, 1e-5);
+}
+
+}  // namespace
