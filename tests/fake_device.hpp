@@ -1,7 +1,7 @@
 #pragma once
 // A test-only backend for DeviceKind::CUDA that keeps tensors in host memory: every kernel is forwarded to the
 // CPU backend, and the optional small-linear-algebra hooks run the same per-matrix code as the CUDA kernels
-// (src/backend/cuda/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
+// (src/backend/common/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
 // logic, run without a GPU (tests/test_fake_device.cpp, the cuda_suite_on_test_device ctest).
 #include <atomic>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "backend/cuda/spd_math.hpp"
+#include "backend/common/spd_math.hpp"
 #include "oxmera/oxmera.hpp"
 
 namespace oxt_fake {
@@ -18,7 +18,6 @@ namespace oxt_fake {
 using namespace oxmera;
 
 namespace d = oxmera::detail;
-namespace dc = oxmera::detail::cuda;
 
 class HostMemoryDevice final : public d::Backend {
  public:
@@ -155,18 +154,18 @@ class HostMemoryDevice final : public d::Backend {
 
   // Small linear algebra: the CUDA kernels' per-matrix functions, one matrix (or column) at a time.
   bool has_small_linalg(DType dtype, int64_t n) const override {
-    return dtype == DType::F32 && n >= 1 && n <= dc::kSpdMaxN;
+    return dtype == DType::F32 && n >= 1 && n <= d::kSpdMaxN;
   }
   bool logdet_spd(const d::TensorImpl& a, int64_t count, int64_t n, d::TensorImpl& logdet, d::TensorImpl* inverse,
                   d::SpdFailure& fail) override {
     ++linalg_kernel_calls;
     note_kernel(__func__);
-    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    std::vector<double> work(static_cast<size_t>(d::spd_work_size(static_cast<int>(n))));
     fail = {};
     for (int64_t b = 0; b < count; ++b) {
-      const dc::SpdPivot p = dc::spd_logdet_inverse(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
-                                                    logdet.ptr<float>() + b,
-                                                    inverse ? inverse->ptr<float>() + b * n * n : nullptr);
+      const d::SpdPivot p =
+          d::spd_logdet_inverse(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(), logdet.ptr<float>() + b,
+                                inverse ? inverse->ptr<float>() + b * n * n : nullptr);
       if (p.pivot >= 0 && fail.batch < 0) fail = {b, p.pivot, p.value};
     }
     return true;
@@ -175,11 +174,11 @@ class HostMemoryDevice final : public d::Backend {
                     d::SpdFailure& fail) override {
     ++linalg_kernel_calls;
     note_kernel(__func__);
-    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    std::vector<double> work(static_cast<size_t>(d::spd_work_size(static_cast<int>(n))));
     fail = {};
     for (int64_t b = 0; b < count; ++b) {
-      const dc::SpdPivot p =
-          dc::spd_cholesky(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(), L.ptr<float>() + b * n * n);
+      const d::SpdPivot p =
+          d::spd_cholesky(a.ptr<float>() + b * n * n, static_cast<int>(n), work.data(), L.ptr<float>() + b * n * n);
       if (p.pivot >= 0 && fail.batch < 0) fail = {b, p.pivot, p.value};
     }
     return true;
@@ -192,7 +191,7 @@ class HostMemoryDevice final : public d::Backend {
     fail = {};
     for (int64_t b = 0; b < count; ++b)
       for (int64_t c = 0; c < k; ++c) {
-        const int row = dc::tri_solve_column(t.ptr<float>() + b * n * n, static_cast<int>(n),
+        const int row = d::tri_solve_column(t.ptr<float>() + b * n * n, static_cast<int>(n),
                                              x.ptr<float>() + b * n * k + c, k, upper, work.data());
         if (row >= 0 && fail.batch < 0) fail = {b, row, 0.0};
       }

@@ -10,13 +10,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/host_device.hpp"
 #include "oxmera/tensor.hpp"
-
-#if defined(__CUDACC__)
-#define OXM_HD __host__ __device__
-#else
-#define OXM_HD
-#endif
 
 namespace oxmera::ops {
 
