@@ -30,6 +30,9 @@ set(OXMERA_LAYER_RULES
   "src/autograd/=ops"
   "include/oxmera/autograd.hpp=ops"
   "src/backend/backend.hpp=ops"
+  # Pure per-element and per-matrix arithmetic (host and device compilable) shared by the backends and by the
+  # fused ops' composite fallbacks of the ops layer.
+  "src/backend/common/=ops"
   # backends: the registry and the implementations (cpu/, cuda/)
   "src/backend/=backends"
   # linalg / einsum: einsum is lowered to ordinary ops (diagonal, sum, permute, batched matmul), like linalg's

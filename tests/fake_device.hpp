@@ -1,7 +1,7 @@
 #pragma once
 // A test-only backend for DeviceKind::CUDA that keeps tensors in host memory: every kernel is forwarded to the
 // CPU backend, and the small-linear-algebra fused ops run the same per-matrix code as the CUDA kernels
-// (src/backend/cuda/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
+// (src/backend/common/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
 // logic, run without a GPU (tests/test_fake_device.cpp, the cuda_suite_on_test_device ctest).
 #include <atomic>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "backend/cuda/spd_math.hpp"
+#include "backend/common/spd_math.hpp"
 #include "ops/fused.hpp"
 #include "oxmera/oxmera.hpp"
 
@@ -19,7 +19,6 @@ namespace oxt_fake {
 using namespace oxmera;
 
 namespace d = oxmera::detail;
-namespace dc = oxmera::detail::cuda;
 
 class HostMemoryDevice final : public d::Backend {
  public:
@@ -175,17 +174,17 @@ class HostMemoryDevice final : public d::Backend {
   bool offer_fused = std::getenv("OXMERA_TEST_DEVICE_NO_FUSED") == nullptr;
 
  private:
-  static bool small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= dc::kSpdMaxN; }
+  static bool small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= d::kSpdMaxN; }
   // Small linear algebra: the CUDA kernels' per-matrix functions, one matrix (or column) at a time.
   void logdet_spd(ops::LogdetSpdCall& c) {
     ++linalg_kernel_calls;
     note_kernel("logdet_spd");
     const int64_t n = c.n;
-    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    std::vector<double> work(static_cast<size_t>(d::spd_work_size(static_cast<int>(n))));
     c.fail = {};
     for (int64_t b = 0; b < c.count; ++b) {
-      const dc::SpdPivot p =
-          dc::spd_logdet_inverse(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
+      const d::SpdPivot p =
+          d::spd_logdet_inverse(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
                                  c.logdet->ptr<float>() + b, c.inverse ? c.inverse->ptr<float>() + b * n * n : nullptr);
       if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
     }
@@ -194,10 +193,10 @@ class HostMemoryDevice final : public d::Backend {
     ++linalg_kernel_calls;
     note_kernel("cholesky_spd");
     const int64_t n = c.n;
-    std::vector<double> work(static_cast<size_t>(dc::spd_work_size(static_cast<int>(n))));
+    std::vector<double> work(static_cast<size_t>(d::spd_work_size(static_cast<int>(n))));
     c.fail = {};
     for (int64_t b = 0; b < c.count; ++b) {
-      const dc::SpdPivot p = dc::spd_cholesky(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
+      const d::SpdPivot p = d::spd_cholesky(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
                                               c.L->ptr<float>() + b * n * n);
       if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
     }
@@ -210,7 +209,7 @@ class HostMemoryDevice final : public d::Backend {
     c.fail = {};
     for (int64_t b = 0; b < c.count; ++b)
       for (int64_t col = 0; col < k; ++col) {
-        const int row = dc::tri_solve_column(c.t->ptr<float>() + b * n * n, static_cast<int>(n),
+        const int row = d::tri_solve_column(c.t->ptr<float>() + b * n * n, static_cast<int>(n),
                                              c.x->ptr<float>() + b * n * k + col, k, c.upper, work.data());
         if (row >= 0 && c.fail.batch < 0) c.fail = {b, row, 0.0};
       }

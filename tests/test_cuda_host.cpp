@@ -1,14 +1,16 @@
-// Host-side tests of the CUDA backend's index arithmetic (src/backend/cuda/index_math.hpp): the same code the
+// Host-side tests of the CUDA backend's index arithmetic (src/backend/common/index_math.hpp): the same code the
 // device kernels run, checked against naive row-major walks. Needs no GPU and no CUDA toolkit.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <type_traits>
 #include <vector>
 
-#include "backend/cuda/index_math.hpp"
-#include "backend/cuda/spd_math.hpp"
+#include "backend/common/index_math.hpp"
+#include "backend/common/spd_math.hpp"
 
+using namespace oxmera::detail;
 using namespace oxmera::detail::cuda;
 
 namespace {
@@ -98,6 +100,82 @@ TEST(CudaIndexMath, TooManyDimsIsReported) {
   const int64_t* sp[1] = {st.data()};
   Plan<1> p;
   EXPECT_FALSE(make_plan<1>(kMaxDims + 1, shape.data(), sp, p));
+}
+
+// ---------------------------------------------------------------- the plan as the CPU kernels build it
+// CPU operands: element strides of differing dtypes, coalesced in bytes (stride * itemsize), up to 16 dims.
+namespace {
+constexpr int kCpuMaxDims = 16;
+
+template <int N>
+CoalescedPlan<N, kCpuMaxDims> cpu_plan(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& st,
+                                       const int64_t (&item)[N], bool& fits) {
+  CoalescedPlan<N, kCpuMaxDims> p;  // not value-initialised, as the CPU declares it
+  fits = coalesce(
+      static_cast<int>(shape.size()), shape.data(),
+      [&](int o, int d) { return st[static_cast<size_t>(o)][static_cast<size_t>(d)] * item[o]; }, p);
+  return p;
+}
+
+template <int N>
+void check_cpu_plan(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& st,
+                    const int64_t (&item)[N], int want_ndim) {
+  bool fits = false;
+  const auto p = cpu_plan<N>(shape, st, item, fits);
+  ASSERT_TRUE(fits);
+  EXPECT_EQ(p.ndim, want_ndim);
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  ASSERT_EQ(p.numel, n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int o = 0; o < N; ++o)
+      ASSERT_EQ(p.offset(o, i), naive_offset(i, shape, st[static_cast<size_t>(o)]) * item[o])
+          << "operand " << o << " index " << i;
+}
+}  // namespace
+
+TEST(CoalescedPlan, CpuByteStridesOfMixedDtypes) {
+  const std::vector<int64_t> s = {3, 4, 5};
+  // A where: f32 output, u8 mask, f32 and f64 operands, all contiguous: one dim whatever the item sizes.
+  check_cpu_plan<4>(s, {contiguous(s), contiguous(s), contiguous(s), contiguous(s)}, {4, 1, 4, 8}, 1);
+  // An f64 operand broadcast along dim 1 and a transposed i64 one keep three dims; byte offsets follow.
+  check_cpu_plan<3>(s, {contiguous(s), {5, 0, 1}, {1, 15, 3}}, {4, 8, 8}, 3);
+  // A cast into f32 from the first 6 columns of an f64 [2, 12]: the rows do not merge; a step-2 slice of
+  // every column does (its rows continue where the previous ones end).
+  check_cpu_plan<2>({2, 6}, {contiguous({2, 6}), {12, 1}}, {4, 8}, 2);
+  check_cpu_plan<2>({2, 6}, {contiguous({2, 6}), {12, 2}}, {4, 8}, 1);
+  // Size-1 dims vanish; a 0-d shape has no dims and one element.
+  check_cpu_plan<2>({1, 6, 1}, {{6, 1, 1}, {99, 1, 7}}, {8, 8}, 1);
+  check_cpu_plan<1>({}, {{}}, {4}, 0);
+}
+
+TEST(CoalescedPlan, CpuMergesOnlyWhereEveryOperandIsContiguousInBytes) {
+  // Same element strides, different byte strides: still mergeable (each operand is contiguous in its own
+  // dtype). An output whose rows are padded (row stride 8 elements for 5 columns) keeps two dims.
+  check_cpu_plan<2>({4, 5}, {contiguous({4, 5}), contiguous({4, 5})}, {4, 8}, 1);
+  check_cpu_plan<2>({4, 5}, {{8, 1}, contiguous({4, 5})}, {4, 8}, 2);
+}
+
+TEST(CoalescedPlan, CpuTakesSixteenDimsAndReportsSeventeen) {
+  for (int rank : {kCpuMaxDims, kCpuMaxDims + 1}) {
+    std::vector<int64_t> shape(static_cast<size_t>(rank), 2), st(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) st[static_cast<size_t>(d)] = (rank - d) * 3 + 1;  // never mergeable
+    bool fits = false;
+    const int64_t item[1] = {4};
+    const auto p = cpu_plan<1>(shape, {st}, item, fits);
+    EXPECT_EQ(fits, rank <= kCpuMaxDims) << rank;
+    if (fits) {
+      EXPECT_EQ(p.ndim, kCpuMaxDims);
+      for (int64_t i = 0; i < p.numel; i += 97) ASSERT_EQ(p.offset(0, i), naive_offset(i, shape, st) * 4);
+    }
+  }
+}
+
+TEST(CoalescedPlan, CudaPlanIsSmallAndTriviallyCopyable) {
+  // Passed to every elementwise launch by value.
+  static_assert(std::is_trivially_copyable_v<Plan<4>>);
+  EXPECT_EQ(sizeof(Plan<4>), sizeof(int64_t) * (2 + kMaxDims * 5));
+  EXPECT_EQ(kMaxDims, 12);
 }
 
 TEST(CudaIndexMath, ReduceGroupsMatchNaiveWalk) {

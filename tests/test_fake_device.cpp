@@ -1,7 +1,7 @@
 // The device-side code paths of the tensor layer, run without a GPU: a test-only backend registered for
 // DeviceKind::CUDA keeps its tensors in host memory, forwards every kernel to the CPU backend and implements
 // the optional small-linear-algebra kernels with the same per-matrix code the CUDA kernels run
-// (src/backend/cuda/spd_math.hpp). So the branches a GPU takes in linalg (logdet/cholesky/solve_triangular
+// (src/backend/common/spd_math.hpp). So the branches a GPU takes in linalg (logdet/cholesky/solve_triangular
 // on the device, their tensor-op backward rules), in the index ops (CPU index for device data) and in the
 // research workload (`--device cuda`, f32) execute here, against the CPU, also under ASan in CI. On a
 // machine with a real GPU registered the suite skips itself (tests/test_cuda.cpp covers that case).

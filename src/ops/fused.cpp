@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "backend/cuda/spd_math.hpp"
+#include "backend/common/spd_math.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/tensor.hpp"
 
@@ -224,7 +224,7 @@ void col2im_fallback(FusedCall& call, Device) {
 
 // ---------------------------------------------------------------- small SPD linear algebra
 // A host round trip through the per-matrix functions the CUDA kernels run (f64 arithmetic inside, any n).
-namespace spd = detail::cuda;
+namespace spd = detail;
 
 template <class T>
 void logdet_host(LogdetSpdCall& c, const T* a, T* logdet, T* inv) {

@@ -9,14 +9,9 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/host_device.hpp"
 #include "oxmera/op_registry.hpp"
 #include "oxmera/tensor.hpp"
-
-#if defined(__CUDACC__)
-#define OXM_HD __host__ __device__
-#else
-#define OXM_HD
-#endif
 
 namespace oxmera::ops {
 

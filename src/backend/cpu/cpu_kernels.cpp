@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/common/index_math.hpp"
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
@@ -29,68 +30,50 @@ using ops::ReduceOp;
 using ops::UnaryOp;
 
 constexpr int kMaxDims = 16;
-constexpr int kMaxOperands = 4;
 constexpr int64_t kGrainCheap = 32768;   // elements per thread before a simple op goes parallel
 constexpr int64_t kGrainCostly = 4096;   // for transcendental ops
 
 // ---------------------------------------------------------------- elementwise iteration
-// A coalesced loop nest over an output shape; dim 0 is the innermost. Strides are in bytes.
+// The shared coalesced loop nest (backend/common/index_math.hpp) with byte strides, plus each operand's base
+// pointer; dim 0 is the innermost. A plan always has at least one dim (a 0-d shape is one dim of size 1).
+template <int N>
 struct Plan {
-  int ndim = 0;
-  int nops = 0;
-  int64_t size[kMaxDims];
-  int64_t stride[kMaxOperands][kMaxDims];
-  char* base[kMaxOperands];
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; ++d) n *= size[d];
-    return n;
-  }
+  CoalescedPlan<N, kMaxDims> loop;
+  char* base[N];
 };
 
-Plan make_plan(const Shape& shape, const TensorImpl* const* ops, int nops) {
-  Plan p;
-  p.nops = nops;
-  for (int o = 0; o < nops; ++o) p.base[o] = ops[o]->byte_ptr();
-  for (size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] == 1) continue;
-    if (p.ndim > 0) {
-      // Merge with the previous (inner) dim when every operand is contiguous across the two.
-      bool merge = true;
-      for (int o = 0; o < nops; ++o) {
-        int64_t s = ops[o]->strides[d] * static_cast<int64_t>(itemsize(ops[o]->dtype));
-        if (s != p.stride[o][p.ndim - 1] * p.size[p.ndim - 1]) merge = false;
-      }
-      if (merge) {
-        p.size[p.ndim - 1] *= shape[d];
-        continue;
-      }
-    }
-    OXM_CHECK(p.ndim < kMaxDims, NotImplemented, "elementwise kernel: more than ", kMaxDims,
-              " non-mergeable dims (shape ", shape, "); make the tensor contiguous first");
-    p.size[p.ndim] = shape[d];
-    for (int o = 0; o < nops; ++o)
-      p.stride[o][p.ndim] = ops[o]->strides[d] * static_cast<int64_t>(itemsize(ops[o]->dtype));
-    ++p.ndim;
+template <int N>
+Plan<N> make_plan(const Shape& shape, const TensorImpl* const (&ops)[N]) {
+  Plan<N> p;
+  int64_t item[N];
+  for (int o = 0; o < N; ++o) {
+    p.base[o] = ops[o]->byte_ptr();
+    item[o] = static_cast<int64_t>(itemsize(ops[o]->dtype));
   }
-  if (p.ndim == 0) {
-    p.ndim = 1;
-    p.size[0] = 1;
-    for (int o = 0; o < nops; ++o) p.stride[o][0] = 0;
+  const bool fits = coalesce(
+      static_cast<int>(shape.size()), shape.data(),
+      [&](int o, int d) { return ops[o]->strides[static_cast<size_t>(d)] * item[o]; }, p.loop);
+  OXM_CHECK(fits, NotImplemented, "elementwise kernel: more than ", kMaxDims, " non-mergeable dims (shape ", shape,
+            "); make the tensor contiguous first");
+  if (p.loop.ndim == 0) {
+    p.loop.ndim = 1;
+    p.loop.size[0] = 1;
+    for (int o = 0; o < N; ++o) p.loop.stride[o][0] = 0;
   }
   return p;
 }
 
 // Runs inner(ptrs, inner_strides, count) over all elements of the plan, in parallel above `grain`.
-template <class F>
-void run_plan(const Plan& p, int64_t grain, F&& inner) {
-  int64_t total = p.numel();
+template <int N, class F>
+void run_plan(const Plan<N>& plan, int64_t grain, F&& inner) {
+  const CoalescedPlan<N, kMaxDims>& p = plan.loop;
+  const int64_t total = p.numel;
   if (total == 0) return;
   parallel_for(total, grain, [&](int64_t begin, int64_t end) {
     int64_t idx[kMaxDims];
-    char* ptr[kMaxOperands];
-    int64_t inner_stride[kMaxOperands];
-    for (int o = 0; o < p.nops; ++o) inner_stride[o] = p.stride[o][0];
+    char* ptr[N];
+    int64_t inner_stride[N];
+    for (int o = 0; o < N; ++o) inner_stride[o] = p.stride[o][0];
     int64_t rem = begin;
     for (int d = 0; d < p.ndim; ++d) {
       idx[d] = rem % p.size[d];
@@ -100,8 +83,8 @@ void run_plan(const Plan& p, int64_t grain, F&& inner) {
     bool fresh = true;
     while (pos < end) {
       if (fresh) {
-        for (int o = 0; o < p.nops; ++o) {
-          char* q = p.base[o];
+        for (int o = 0; o < N; ++o) {
+          char* q = plan.base[o];
           for (int d = 0; d < p.ndim; ++d) q += idx[d] * p.stride[o][d];
           ptr[o] = q;
         }
@@ -117,7 +100,7 @@ void run_plan(const Plan& p, int64_t grain, F&& inner) {
         ++idx[1];
         if (idx[1] < p.size[1]) {
           // ptr is at the segment start, column size0 - n of the finished row.
-          for (int o = 0; o < p.nops; ++o) ptr[o] += p.stride[o][1] - p.stride[o][0] * (p.size[0] - n);
+          for (int o = 0; o < N; ++o) ptr[o] += p.stride[o][1] - p.stride[o][0] * (p.size[0] - n);
           fresh = false;
         } else {
           for (int d = 1; d + 1 < p.ndim && idx[d] == p.size[d]; ++d) {
@@ -151,7 +134,7 @@ inline T cpu_fwd(T x) {
 template <class Def, class T>
 void unary_typed(const TensorImpl& x, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[2] = {&out, &x};
-  Plan p = make_plan(out.shape, ops, 2);
+  const auto p = make_plan(out.shape, ops);
   run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
     T* o = reinterpret_cast<T*>(ptr[0]);
     const T* a = reinterpret_cast<const T*>(ptr[1]);
@@ -241,7 +224,7 @@ bool grad_run(char** ptr, const int64_t* s, int64_t n, F f) {
 template <class Def, class T>
 void unary_grad_typed(const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[4] = {&out, &g, &x, &y};
-  Plan p = make_plan(out.shape, ops, 4);
+  const auto p = make_plan(out.shape, ops);
   run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
     auto f = [](T gv, T xv, T yv) { return Def::template grad<T>(gv, xv, yv); };
     if (grad_run<T>(ptr, s, n, f)) return;
@@ -275,7 +258,7 @@ constexpr bool costly_binary() {
 template <class Def, class T>
 void binary_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[3] = {&out, &a, &b};
-  Plan p = make_plan(out.shape, ops, 3);
+  const auto p = make_plan(out.shape, ops);
   run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
     T* o = reinterpret_cast<T*>(ptr[0]);
     const T* x = reinterpret_cast<const T*>(ptr[1]);
@@ -323,7 +306,7 @@ void binary(BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& o
 template <class Def, class T, int Side>
 void binary_grad_typed(const TensorImpl& g, const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[4] = {&out, &g, &a, &b};
-  Plan p = make_plan(out.shape, ops, 4);
+  const auto p = make_plan(out.shape, ops);
   run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
     auto f = [](T gv, T av, T bv) {
       if constexpr (Side == 0)
@@ -366,7 +349,7 @@ void binary_grad(BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a
 template <class Def, class T>
 void binary_scalar_typed(const TensorImpl& t, T s, bool left, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[2] = {&out, &t};
-  Plan p = make_plan(out.shape, ops, 2);
+  const auto p = make_plan(out.shape, ops);
   run_plan(p, grain, [s, left](char** ptr, const int64_t* st, int64_t n) {
     if (st[0] == sizeof(T) && st[1] == sizeof(T)) {
       T* o = reinterpret_cast<T*>(ptr[0]);
@@ -418,7 +401,7 @@ void binary_scalar(BinaryOp op, const TensorImpl& t, double s, bool left, Tensor
 template <class T, class M>
 void where_typed(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   const TensorImpl* ops[4] = {&out, &m, &a, &b};
-  Plan p = make_plan(out.shape, ops, 4);
+  const auto p = make_plan(out.shape, ops);
   run_plan(p, kGrainCheap, [](char** ptr, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i)
       at<T>(ptr[0], s[0], i) = at<M>(ptr[1], s[1], i) != M(0) ? at<T>(ptr[2], s[2], i) : at<T>(ptr[3], s[3], i);
@@ -442,7 +425,7 @@ void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, Tensor
 template <class S, class D>
 void copy_typed(const TensorImpl& src, TensorImpl& dst) {
   const TensorImpl* ops[2] = {&dst, &src};
-  Plan p = make_plan(dst.shape, ops, 2);
+  const auto p = make_plan(dst.shape, ops);
   run_plan(p, kGrainCheap, [](char** ptr, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
       D* o = reinterpret_cast<D*>(ptr[0]);
@@ -478,7 +461,7 @@ void copy(const TensorImpl& src, TensorImpl& dst) {
 template <class T>
 void fill_typed(TensorImpl& dst, T v) {
   const TensorImpl* ops[1] = {&dst};
-  Plan p = make_plan(dst.shape, ops, 1);
+  const auto p = make_plan(dst.shape, ops);
   run_plan(p, kGrainCheap, [v](char** ptr, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(T)) {
       std::fill_n(reinterpret_cast<T*>(ptr[0]), n, v);

@@ -3,7 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/backend.hpp"
-#include "backend/cuda/index_math.hpp"
+#include "backend/common/index_math.hpp"
 
 namespace oxmera::detail::cuda {
 

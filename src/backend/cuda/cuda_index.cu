@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/common/optim_math.hpp"
 #include "backend/cuda/cuda_common.cuh"
 
 namespace oxmera::detail::cuda {
@@ -216,72 +217,35 @@ __global__ void col2im_kernel(int64_t n, const T* cols, T* xg, int64_t C, int64_
 }
 
 // ---------------------------------------------------------------- optimizer
-// Scalars rounded to f32 on the host exactly as cpu_optim.cpp rounds them; same operation order.
+// One parameter's update: its kind and the scalars optim_math.hpp rounds to f32 on the host (the CPU's).
 struct OptArgs {
   OptimizerStep::Kind kind;
-  float wd, mom, damp1, neg_lr;              // SGD (mom, neg_lr, wd also RMSprop)
-  float b1, b2, omb1, omb2, neg_step_size, bc2_sqrt, eps, decay;  // Adam(W)
-  float alpha, oma;                          // RMSprop
-  bool use_wd, use_mom, first, nesterov, maximize, decoupled, use_l2, amsgrad, centered;
+  union {
+    optim_math::SgdScalars<float> sgd;
+    optim_math::AdamScalars<float> adam;
+    optim_math::RmspropScalars<float> rmsprop;
+  };
 };
 
-__device__ inline float nan_max(float a, float b) { return (a != a || a > b) ? a : b; }
-
-// One element's update (torch.optim's formulas, in cpu_optim.cpp's operation order).
+// One element's update: the math every backend shares (optim_math.hpp), with this parameter's options.
 __device__ inline void optim_element(const OptArgs& a, int64_t i, float* p, const float* g, float* s0, float* s1,
                                      float* s2) {
   switch (a.kind) {
     case OptimizerStep::Kind::SGD: {
-      float d = a.maximize ? -g[i] : g[i];
-      if (a.use_wd) d = d + a.wd * p[i];
-      if (a.use_mom) {
-        const float m = a.first ? d : s0[i] * a.mom + a.damp1 * d;
-        s0[i] = m;
-        d = a.nesterov ? d + a.mom * m : m;
-      }
-      p[i] = p[i] + a.neg_lr * d;
+      const auto& c = a.sgd;
+      optim_math::sgd_element(c, c.use_wd, c.use_mom, c.first, c.nesterov, c.maximize, i, p, g, s0);
       break;
     }
     case OptimizerStep::Kind::Adam:
     case OptimizerStep::Kind::AdamW: {
-      float grad = a.maximize ? -g[i] : g[i];
-      float pi = p[i];
-      if (a.decoupled) pi = pi * a.decay;
-      if (a.use_l2) grad = grad + a.wd * pi;
-      const float mi = s0[i] * a.b1 + a.omb1 * grad;
-      const float vi = s1[i] * a.b2 + a.omb2 * grad * grad;
-      s0[i] = mi;
-      s1[i] = vi;
-      float denom_sq = vi;
-      if (a.amsgrad) {
-        denom_sq = nan_max(s2[i], vi);
-        s2[i] = denom_sq;
-      }
-      const float denom = sqrtf(denom_sq) / a.bc2_sqrt + a.eps;
-      p[i] = pi + a.neg_step_size * mi / denom;
+      const auto& c = a.adam;
+      optim_math::adam_element(c, c.decoupled, c.l2, c.amsgrad, c.maximize ? -g[i] : g[i], i, p, s0, s1, s2);
       break;
     }
     case OptimizerStep::Kind::RMSprop: {
-      float grad = a.maximize ? -g[i] : g[i];
-      if (a.use_wd) grad = grad + a.wd * p[i];
-      const float si = s0[i] * a.alpha + a.oma * grad * grad;
-      s0[i] = si;
-      float avg;
-      if (a.centered) {
-        const float ga = s2[i] * a.alpha + a.oma * grad;
-        s2[i] = ga;
-        avg = sqrtf(si + -1.f * ga * ga);
-      } else {
-        avg = sqrtf(si);
-      }
-      avg = avg + a.eps;
-      if (a.use_mom) {
-        const float bi = s1[i] * a.mom + grad / avg;
-        s1[i] = bi;
-        p[i] = p[i] + a.neg_lr * bi;
-      } else {
-        p[i] = p[i] + a.neg_lr * grad / avg;
-      }
+      const auto& c = a.rmsprop;
+      optim_math::rmsprop_element(c, c.weight_decay, c.centered, c.momentum, c.maximize ? -g[i] : g[i], i, p, s0, s1,
+                                  s2);
       break;
     }
   }
@@ -485,44 +449,20 @@ OptArgs optimizer_args(const OptimizerStep& s, const TensorImpl& param, const Te
   using K = OptimizerStep::Kind;
   OptArgs a{};
   a.kind = s.kind;
-  a.maximize = s.maximize;
-  a.wd = static_cast<float>(s.weight_decay);
-  a.mom = static_cast<float>(s.momentum);
-  a.neg_lr = static_cast<float>(-s.lr);
-  a.eps = static_cast<float>(s.eps);
   p0 = p1 = p2 = nullptr;
   if (s.kind == K::SGD) {
-    a.damp1 = static_cast<float>(1.0 - s.dampening);
-    a.use_wd = s.weight_decay != 0;
-    a.use_mom = s.momentum != 0;
-    a.first = s.first_step;
-    a.nesterov = s.nesterov;
-    p0 = state(s0, param, "momentum_buffer", a.use_mom);
+    a.sgd = optim_math::sgd_scalars<float>(s);
+    p0 = state(s0, param, "momentum_buffer", a.sgd.use_mom);
   } else if (s.kind == K::Adam || s.kind == K::AdamW) {
-    a.decoupled = s.kind == K::AdamW;
-    const double step = static_cast<double>(s.step);
-    const double bc1 = 1.0 - std::pow(s.beta1, step), bc2 = 1.0 - std::pow(s.beta2, step);
-    a.b1 = static_cast<float>(s.beta1);
-    a.b2 = static_cast<float>(s.beta2);
-    a.omb1 = static_cast<float>(1.0 - s.beta1);
-    a.omb2 = static_cast<float>(1.0 - s.beta2);
-    a.neg_step_size = static_cast<float>(-(s.lr / bc1));
-    a.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    a.decay = static_cast<float>(1.0 - s.lr * s.weight_decay);
-    a.use_l2 = !a.decoupled && s.weight_decay != 0;
-    a.amsgrad = s.amsgrad;
+    a.adam = optim_math::adam_scalars<float>(s);
     p0 = state(s0, param, "exp_avg", true);
     p1 = state(s1, param, "exp_avg_sq", true);
-    p2 = state(s2, param, "max_exp_avg_sq", s.amsgrad);
+    p2 = state(s2, param, "max_exp_avg_sq", a.adam.amsgrad);
   } else {
-    a.alpha = static_cast<float>(s.alpha);
-    a.oma = static_cast<float>(1.0 - s.alpha);
-    a.use_wd = s.weight_decay != 0;
-    a.use_mom = s.momentum > 0;
-    a.centered = s.centered;
+    a.rmsprop = optim_math::rmsprop_scalars<float>(s);
     p0 = state(s0, param, "square_avg", true);
-    p1 = state(s1, param, "momentum_buffer", a.use_mom);
-    p2 = state(s2, param, "grad_avg", s.centered);
+    p1 = state(s1, param, "momentum_buffer", a.rmsprop.momentum);
+    p2 = state(s2, param, "grad_avg", a.rmsprop.centered);
   }
   return a;
 }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/spd_math.hpp"
+#include "backend/common/spd_math.hpp"
 
 namespace oxmera::detail::cuda {
 namespace {

@@ -1,13 +1,14 @@
 #pragma once
-// Small symmetric-positive-definite kernels of the CUDA backend, one matrix per thread: plain C++ usable from
-// host code (unit-tested in tests/test_cuda_host.cpp without a GPU) and from device code (nvcc). f64
-// arithmetic whatever the storage type, as the CPU's linalg kernels do.
+// Small symmetric-positive-definite kernels, one matrix per thread on the CUDA backend and one matrix per call on
+// the host-memory test device (tests/fake_device.hpp): plain C++ usable from host code (unit-tested in
+// tests/test_cuda_host.cpp without a GPU) and from device code (nvcc). f64 arithmetic whatever the storage
+// type, as the CPU's linalg kernels do.
 #include <cmath>
 #include <cstdint>
 
-#include "backend/cuda/host_device.hpp"
+#include "core/host_device.hpp"
 
-namespace oxmera::detail::cuda {
+namespace oxmera::detail {
 
 // Largest n the per-thread kernels take (their f64 work array, the packed triangle, is in local memory);
 // larger batches go through the host kernels.
@@ -22,13 +23,13 @@ struct SpdPivot {
 };
 
 // L[i][j] (j <= i) of a factor packed by rows in `work`.
-OXM_CUDA_HD inline double& packed(double* work, int i, int j) { return work[i * (i + 1) / 2 + j]; }
+OXM_HD inline double& packed(double* work, int i, int j) { return work[i * (i + 1) / 2 + j]; }
 
 // Left-looking Cholesky a = L L^T of one row-major n x n matrix (only its lower triangle is read) into `work`
 // (spd_work_size(n) doubles, packed by rows), column by column: the diagonal first (its pivot decides), then
 // the column below it. *half_logdet = sum log L_ii.
 template <class T>
-OXM_CUDA_HD SpdPivot spd_factor(const T* a, int n, double* work, double* half_logdet) {
+OXM_HD SpdPivot spd_factor(const T* a, int n, double* work, double* half_logdet) {
   double acc = 0.0;
   for (int j = 0; j < n; ++j) {
     double d = static_cast<double>(a[j * n + j]);
@@ -50,7 +51,7 @@ OXM_CUDA_HD SpdPivot spd_factor(const T* a, int n, double* work, double* half_lo
 // *logdet = log det a = 2 sum log L_ii and, when `inv` is not null, inv = a^{-1} (full, symmetric) =
 // L^{-T} L^{-1}, for one n x n matrix (work: spd_work_size(n) doubles). Nothing is written when a pivot fails.
 template <class T>
-OXM_CUDA_HD SpdPivot spd_logdet_inverse(const T* a, int n, double* work, T* logdet, T* inv) {
+OXM_HD SpdPivot spd_logdet_inverse(const T* a, int n, double* work, T* logdet, T* inv) {
   double half_logdet = 0.0;
   const SpdPivot p = spd_factor(a, n, work, &half_logdet);
   if (p.pivot >= 0) return p;
@@ -81,7 +82,7 @@ OXM_CUDA_HD SpdPivot spd_logdet_inverse(const T* a, int n, double* work, T* logd
 // The lower Cholesky factor of one n x n matrix into `L` (row-major, zeros above the diagonal); nothing is
 // written when a pivot fails.
 template <class T>
-OXM_CUDA_HD SpdPivot spd_cholesky(const T* a, int n, double* work, T* L) {
+OXM_HD SpdPivot spd_cholesky(const T* a, int n, double* work, T* L) {
   double half_logdet = 0.0;
   const SpdPivot p = spd_factor(a, n, work, &half_logdet);
   if (p.pivot >= 0) return p;
@@ -95,7 +96,7 @@ OXM_CUDA_HD SpdPivot spd_cholesky(const T* a, int n, double* work, T* L) {
 // `work` (n doubles). Returns the first row (in solve order) whose diagonal entry is 0 (singular), else -1;
 // x is then left unchanged.
 template <class T>
-OXM_CUDA_HD int tri_solve_column(const T* t, int n, T* x, int64_t ldx, bool upper, double* work) {
+OXM_HD int tri_solve_column(const T* t, int n, T* x, int64_t ldx, bool upper, double* work) {
   for (int s = 0; s < n; ++s) {
     const int i = upper ? n - 1 - s : s;
     const double d = static_cast<double>(t[i * n + i]);
@@ -109,4 +110,4 @@ OXM_CUDA_HD int tri_solve_column(const T* t, int n, T* x, int64_t ldx, bool uppe
   return -1;
 }
 
-}  // namespace oxmera::detail::cuda
+}  // namespace oxmera::detail

@@ -1,30 +1,35 @@
 #pragma once
-// Index arithmetic of the CUDA backend's generic kernels. Plain C++ usable from host code (unit-tested in
-// tests/test_cuda_host.cpp without a GPU) and from device code (nvcc): no CUDA header, no oxmera type.
+// Index arithmetic shared by the backends' kernels: the coalesced elementwise plan (CPU and CUDA), and the
+// CUDA kernels' reduction groups, index-op geometry and launch geometry. Plain C++ usable from host code
+// (unit-tested in tests/test_cuda_host.cpp without a GPU) and from device code (nvcc): no CUDA header, no
+// oxmera type.
 //
-// Conventions: shapes and strides come in row-major order (dim 0 outermost, as in TensorImpl), strides in
-// elements of each operand's own dtype. Plans and groups store dims innermost first (index 0 fastest).
+// Conventions: shapes and strides come in row-major order (dim 0 outermost, as in TensorImpl). Plans and groups
+// store dims innermost first (index 0 fastest).
 #include <cstdint>
 
-#include "backend/cuda/host_device.hpp"
+#include "core/host_device.hpp"
 
-namespace oxmera::detail::cuda {
-
-inline constexpr int kMaxDims = 12;
+namespace oxmera::detail {
 
 // ---------------------------------------------------------------- elementwise plans
 // A coalesced loop nest over an output shape for N operands (operand 0 is the output). Dims of size 1 are
-// dropped; adjacent dims merge when every operand is contiguous across them (the CPU Plan's rule).
-template <int N>
-struct Plan {
+// dropped; adjacent dims merge when every operand is contiguous across them. The CPU kernels use it with
+// byte strides and 16 dims, the CUDA kernels with element strides and 12 dims (a CUDA plan is passed to every
+// launch by value, so it stays small and trivially copyable: no pointers, no constructor).
+template <int N, int MaxDims>
+struct CoalescedPlan {
+  static_assert(N >= 1 && MaxDims >= 1);
   int ndim = 0;
   bool contiguous = true;  // offset(o, i) == i for every operand: kernels skip the div/mod walk
   int64_t numel = 1;
-  int64_t size[kMaxDims] = {};
-  int64_t stride[N][kMaxDims] = {};
+  // Entries at and above ndim are unspecified: a plain declaration leaves them unset (the CPU builds a plan per
+  // op); a value-initialised plan (`CoalescedPlan{}`) has them zero.
+  int64_t size[MaxDims];
+  int64_t stride[N][MaxDims];
 
-  // Element offsets of flat index i (innermost fastest) for every operand.
-  OXM_CUDA_HD void offsets(int64_t i, int64_t* off) const {
+  // Offsets of flat index i (innermost fastest) for every operand, in the strides' unit.
+  OXM_HD void offsets(int64_t i, int64_t* off) const {
     for (int o = 0; o < N; ++o) off[o] = 0;
     for (int d = 0; d < ndim; ++d) {
       const int64_t c = i % size[d];
@@ -32,7 +37,7 @@ struct Plan {
       for (int o = 0; o < N; ++o) off[o] += c * stride[o][d];
     }
   }
-  OXM_CUDA_HD int64_t offset(int o, int64_t i) const {
+  OXM_HD int64_t offset(int o, int64_t i) const {
     int64_t off = 0;
     for (int d = 0; d < ndim; ++d) {
       off += (i % size[d]) * stride[o][d];
@@ -42,32 +47,52 @@ struct Plan {
   }
 };
 
-// Builds the plan of `rank`-dim `shape` with per-operand `strides[o][d]`. Returns false when more than
-// kMaxDims non-mergeable dims remain (the caller reports it).
-template <int N>
-inline bool make_plan(int rank, const int64_t* shape, const int64_t* const* strides, Plan<N>& p) {
-  p = Plan<N>{};
+// Coalesces the `rank`-dim `shape` into p; stride_of(o, d) is operand o's stride along dim d, in whatever unit
+// the caller's plan uses (bytes on the CPU, elements on CUDA). Returns false when more than MaxDims
+// non-mergeable dims remain (the caller reports it); p's dims are then unspecified.
+template <int N, int MaxDims, class StrideOf>
+inline bool coalesce(int rank, const int64_t* shape, StrideOf&& stride_of, CoalescedPlan<N, MaxDims>& p) {
+  p.ndim = 0;
+  p.numel = 1;
   for (int d = 0; d < rank; ++d) p.numel *= shape[d];
   for (int d = rank; d-- > 0;) {
     if (shape[d] == 1) continue;
     if (p.ndim > 0) {
       bool merge = true;
       for (int o = 0; o < N; ++o)
-        if (strides[o][d] != p.stride[o][p.ndim - 1] * p.size[p.ndim - 1]) merge = false;
+        if (stride_of(o, d) != p.stride[o][p.ndim - 1] * p.size[p.ndim - 1]) merge = false;
       if (merge) {
         p.size[p.ndim - 1] *= shape[d];
         continue;
       }
     }
-    if (p.ndim == kMaxDims) return false;
+    if (p.ndim == MaxDims) return false;
     p.size[p.ndim] = shape[d];
-    for (int o = 0; o < N; ++o) p.stride[o][p.ndim] = strides[o][d];
+    for (int o = 0; o < N; ++o) p.stride[o][p.ndim] = stride_of(o, d);
     ++p.ndim;
   }
   p.contiguous = p.ndim <= 1;
   for (int o = 0; o < N && p.ndim == 1; ++o) p.contiguous = p.contiguous && p.stride[o][0] == 1;
   return true;
 }
+
+// The plan of `rank`-dim `shape` with per-operand stride arrays `strides[o][d]` (the CUDA kernels' form: element
+// strides), dims past ndim zeroed. Returns false as coalesce does.
+template <int N, int MaxDims>
+inline bool make_plan(int rank, const int64_t* shape, const int64_t* const* strides, CoalescedPlan<N, MaxDims>& p) {
+  p = CoalescedPlan<N, MaxDims>{};
+  return coalesce(
+      rank, shape, [strides](int o, int d) { return strides[o][d]; }, p);
+}
+
+}  // namespace oxmera::detail
+
+namespace oxmera::detail::cuda {
+
+inline constexpr int kMaxDims = 12;
+// The CUDA kernels' plan: element strides of each operand's own dtype.
+template <int N>
+using Plan = CoalescedPlan<N, kMaxDims>;
 
 // ---------------------------------------------------------------- reduction groups
 // A coalesced group of dims (innermost first) with input strides and output strides.
@@ -76,12 +101,12 @@ struct Group {
   int64_t size[kMaxDims] = {};
   int64_t stride[kMaxDims] = {};
   int64_t out_stride[kMaxDims] = {};
-  OXM_CUDA_HD int64_t numel() const {
+  OXM_HD int64_t numel() const {
     int64_t n = 1;
     for (int d = 0; d < ndim; ++d) n *= size[d];
     return n;
   }
-  OXM_CUDA_HD int64_t offset(int64_t i) const {
+  OXM_HD int64_t offset(int64_t i) const {
     int64_t off = 0;
     for (int d = 0; d < ndim; ++d) {
       off += (i % size[d]) * stride[d];
@@ -89,7 +114,7 @@ struct Group {
     }
     return off;
   }
-  OXM_CUDA_HD int64_t out_offset(int64_t i) const {
+  OXM_HD int64_t out_offset(int64_t i) const {
     int64_t off = 0;
     for (int d = 0; d < ndim; ++d) {
       off += (i % size[d]) * out_stride[d];
@@ -119,8 +144,8 @@ inline bool make_reduce_groups(int rank, const int64_t* shape, const int64_t* x_
   kept = Group{};
   red = Group{};
   for (int d = rank; d-- > 0;) {
-    const bool ok = (mask >> d & 1) ? red.push(shape[d], x_strides[d], 0)
-                                    : kept.push(shape[d], x_strides[d], out_strides[d]);
+    const bool ok =
+        (mask >> d & 1) ? red.push(shape[d], x_strides[d], 0) : kept.push(shape[d], x_strides[d], out_strides[d]);
     if (!ok) return false;
   }
   return true;
@@ -152,13 +177,13 @@ struct Geom {
   int64_t size[kMaxDims] = {};
   int64_t stride[4][kMaxDims] = {};
   // Coordinates of flat row-major index i.
-  OXM_CUDA_HD void coords(int64_t i, int64_t* c) const {
+  OXM_HD void coords(int64_t i, int64_t* c) const {
     for (int d = rank; d-- > 0;) {
       c[d] = i % size[d];
       i /= size[d];
     }
   }
-  OXM_CUDA_HD int64_t dot(int s, const int64_t* c) const {
+  OXM_HD int64_t dot(int s, const int64_t* c) const {
     int64_t off = 0;
     for (int d = 0; d < rank; ++d) off += c[d] * stride[s][d];
     return off;
@@ -167,7 +192,7 @@ struct Geom {
 
 // First position in the ascending keys[0, n) whose key is >= `key` (n when none): the sorted scatters'
 // run lookup.
-OXM_CUDA_HD inline int64_t lower_bound_key(const uint64_t* keys, int64_t n, uint64_t key) {
+OXM_HD inline int64_t lower_bound_key(const uint64_t* keys, int64_t n, uint64_t key) {
   int64_t lo = 0, hi = n;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
@@ -182,8 +207,7 @@ OXM_CUDA_HD inline int64_t lower_bound_key(const uint64_t* keys, int64_t n, uint
 // ---------------------------------------------------------------- col2im
 // The (y, z) output position that reads input pixel (h, w) through kernel tap (i, j), or false when none
 // does: h = y*sh - ph + i*dh must hold for an integer y in [0, oh) (same for w).
-OXM_CUDA_HD inline bool col2im_source(int64_t h, int64_t i, int64_t sh, int64_t ph, int64_t dh, int64_t oh,
-                                      int64_t& y) {
+OXM_HD inline bool col2im_source(int64_t h, int64_t i, int64_t sh, int64_t ph, int64_t dh, int64_t oh, int64_t& y) {
   const int64_t t = h + ph - i * dh;
   if (t < 0 || t % sh != 0) return false;
   y = t / sh;
@@ -224,13 +248,13 @@ inline int64_t col_reduce_chunks(int64_t M, int64_t R) {
 // launch's block count). multi_block_param maps a block to its parameter; multi_block_range to its elements.
 inline constexpr int kMultiMax = 24;
 inline constexpr int64_t kMultiChunk = 4096;
-OXM_CUDA_HD inline int multi_block_param(const int64_t* first_block, int count, int64_t b) {
+OXM_HD inline int multi_block_param(const int64_t* first_block, int count, int64_t b) {
   int j = 0;
   while (j + 1 < count && b >= first_block[j + 1]) ++j;
   return j;
 }
-OXM_CUDA_HD inline void multi_block_range(const int64_t* first_block, const int64_t* n, int j, int64_t b,
-                                          int64_t& begin, int64_t& end) {
+OXM_HD inline void multi_block_range(const int64_t* first_block, const int64_t* n, int j, int64_t b, int64_t& begin,
+                                     int64_t& end) {
   begin = (b - first_block[j]) * kMultiChunk;
   end = begin + kMultiChunk < n[j] ? begin + kMultiChunk : n[j];
 }
