@@ -15,7 +15,7 @@
 #include "fake_device.hpp"
 #include "ops/fused.hpp"
 #include "test_util.hpp"
-#include "train.hpp"
+#include "demo_training.hpp"
 
 using namespace oxt;
 namespace ops = oxmera::ops;
