@@ -136,8 +136,8 @@ int main() {
     auto t0 = clk::now();
     for (int i = 0; i < 100; ++i) step();
     step_us[dev.is_cpu() ? 0 : 1] = secs(t0) / 100 * 1e6;
-    std::printf("train_step_%s %.1f us (%d CPU threads)\n", dev.is_cpu() ? "cpu" : "cuda", step_us[dev.is_cpu() ? 0 : 1],
-                get_num_threads());
+    std::printf("train_step_%s %.1f us (%d CPU threads)\n", dev.is_cpu() ? "cpu" : "cuda",
+                step_us[dev.is_cpu() ? 0 : 1], get_num_threads());
   }
   std::printf("train_step_cuda_vs_cpu %.2f (goal < 1: the GPU step faster)\n", step_us[1] / step_us[0]);
   // The same step without reading the loss back each time (throughput when the host never waits), and a

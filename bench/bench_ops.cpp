@@ -150,8 +150,8 @@ void gemm(benchmark::State& state, ox::DType dt) {
     benchmark::DoNotOptimize(c.impl());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOPS"] = benchmark::Counter(2.0 * double(n) * double(n) * double(n) * 1e-9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * double(n) * double(n) * double(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 void BM_Sgemm(benchmark::State& state) { gemm(state, ox::DType::F32); }
 BENCHMARK(BM_Sgemm)
@@ -161,9 +161,7 @@ BENCHMARK(BM_Sgemm)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 void BM_Dgemm(benchmark::State& state) { gemm(state, ox::DType::F64); }
-BENCHMARK(BM_Dgemm)
-    ->ComputeStatistics("min", min_of)
-    ->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Dgemm)->ComputeStatistics("min", min_of)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void batched(benchmark::State& state, const ox::Shape& sa, const ox::Shape& sb) {
   ox::NoGradGuard ng;
@@ -178,13 +176,9 @@ void batched(benchmark::State& state, const ox::Shape& sa, const ox::Shape& sb) 
       benchmark::Counter(2.0 * 192 * 16 * 16 * 16 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 void BM_BatchedMatmulSmall(benchmark::State& state) { batched(state, {192, 16, 16}, {192, 16, 16}); }
-BENCHMARK(BM_BatchedMatmulSmall)
-    ->ComputeStatistics("min", min_of)
-    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_BatchedMatmulSmall)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
 void BM_BatchedMatmulBcast(benchmark::State& state) { batched(state, {192, 16, 16}, {16, 16}); }
-BENCHMARK(BM_BatchedMatmulBcast)
-    ->ComputeStatistics("min", min_of)
-    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_BatchedMatmulBcast)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 
@@ -201,7 +195,12 @@ static void BM_CholeskyLogdet(benchmark::State& state) {
     benchmark::DoNotOptimize(y);
   }
 }
-BENCHMARK(BM_CholeskyLogdet)->Arg(4)->Arg(16)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_CholeskyLogdet)
+    ->Arg(4)
+    ->Arg(16)
+    ->ComputeStatistics("min", min_of)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

@@ -30,8 +30,8 @@ namespace ox = oxmera;
 namespace {
 
 using potrf_t = void (*)(const char*, const int*, double*, const int*, int*);
-using syevd_t = void (*)(const char*, const char*, const int*, double*, const int*, double*, double*, const int*,
-                         int*, const int*, int*);
+using syevd_t = void (*)(const char*, const char*, const int*, double*, const int*, double*, double*, const int*, int*,
+                         const int*, int*);
 
 struct Stats {
   double min_us, med_us;
@@ -77,8 +77,8 @@ int main(int argc, char** argv) {
   for (int64_t n : {4, 16}) {
     ox::NoGradGuard ng;
     ox::Tensor x = ox::randn({B, n, n}, 11, ox::DType::F64);
-    ox::Tensor a = (x.matmul(x.transpose(-2, -1)) / static_cast<double>(n) + ox::eye(n, ox::DType::F64) * 0.5)
-                       .contiguous();
+    ox::Tensor a =
+        (x.matmul(x.transpose(-2, -1)) / static_cast<double>(n) + ox::eye(n, ox::DType::F64) * 0.5).contiguous();
     const std::vector<double> av = a.to_vector<double>();
     const int ni = static_cast<int>(n);
     std::vector<double> work(av.size());

@@ -45,8 +45,8 @@ void report(const char* name, int threads, std::vector<double> us, double checks
   double sum = 0;
   for (double v : us) sum += v;
   const size_t n = us.size();
-  std::printf("%s threads=%d steps=%zu median_us=%.2f mean_us=%.2f p10_us=%.2f p90_us=%.2f loss=%.4f\n", name,
-              threads, n, us[n / 2], sum / n, us[n / 10], us[n * 9 / 10], checksum);
+  std::printf("%s threads=%d steps=%zu median_us=%.2f mean_us=%.2f p10_us=%.2f p90_us=%.2f loss=%.4f\n", name, threads,
+              n, us[n / 2], sum / n, us[n / 10], us[n * 9 / 10], checksum);
   std::fflush(stdout);
 }
 

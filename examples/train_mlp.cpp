@@ -13,8 +13,8 @@ using namespace oxmera;
 namespace {
 
 struct Data {
-  Tensor x;        // [N, 2] f32
-  Tensor onehot;   // [N, 2] f32
+  Tensor x;       // [N, 2] f32
+  Tensor onehot;  // [N, 2] f32
   std::vector<int64_t> labels;
 };
 

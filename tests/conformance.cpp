@@ -50,7 +50,9 @@ std::vector<std::pair<std::string, Input>> layouts(const Gen& g, uint64_t seed) 
   return {{"contiguous", plain(g({5, 7}, seed))},
           {"transposed", viewed(g({7, 5}, seed + 1), [](const Tensor& t) { return t.t(); })},
           {"sliced", viewed(g({5, 15}, seed + 2), [](const Tensor& t) { return t.slice(1, 1, 15, 2); })},
-          {"stride0", viewed(g({1, 7}, seed + 3), [](const Tensor& t) { return t.broadcast_to({5, 7}); })}};
+          {"stride0", viewed(g({1, 7}, seed + 3), [](const Tensor& t) {
+             return t.broadcast_to({5, 7});
+           })}};
 }
 
 // ---------------------------------------------------------------- elementwise entries
@@ -123,8 +125,8 @@ std::vector<Case> binary_cases(const OpInfo& info) {
                 grad});
   if (info.ints) {
     cs.push_back({"i64 [4, 6] x [6]", {plain(ints({4, 6}, -5, 5, ++seed)), plain(ints({6}, 1, 5, ++seed))}, call});
-    cs.push_back({"i64 [4, 6] x host scalar", {plain(ints({4, 6}, -5, 5, ++seed)), host_scalar(scalar(3, DType::I64))},
-                  call});
+    cs.push_back(
+        {"i64 [4, 6] x host scalar", {plain(ints({4, 6}, -5, 5, ++seed)), host_scalar(scalar(3, DType::I64))}, call});
   }
   return cs;
 }
@@ -143,8 +145,13 @@ std::vector<Case> reduction_cases(const std::string& name) {
   uint64_t seed = 9000;
   const std::vector<std::pair<std::string, Input>> xs = {
       {"contiguous", plain(kReal({3, 4, 5}, ++seed))},
-      {"permuted", viewed(kReal({5, 3, 4}, ++seed), [](const Tensor& t) { return t.permute({1, 2, 0}); })},
-      {"broadcast", viewed(kReal({3, 1, 5}, ++seed), [](const Tensor& t) { return t.broadcast_to({3, 4, 5}); })}};
+      {"permuted", viewed(kReal({5, 3, 4}, ++seed),
+                          [](const Tensor& t) {
+                            return t.permute({1, 2, 0});
+                          })},
+      {"broadcast", viewed(kReal({3, 1, 5}, ++seed), [](const Tensor& t) {
+         return t.broadcast_to({3, 4, 5});
+       })}};
   for (const auto& [lay, in] : xs)
     for (const Dims& dims : {Dims{}, Dims{0}, Dims{1}, Dims{2}, Dims{-1}, Dims{0, 2}, Dims{1, 2}})
       for (bool keep : {false, true})
@@ -170,9 +177,11 @@ std::vector<Case> arg_cases(bool is_max) {
         return is_max ? v[0].argmax(dim, keep) : v[0].argmin(dim, keep);
       };
       cs.push_back({"[4, 6] dim " + std::to_string(dim) + (keep ? " keepdim" : ""),
-                    {plain(kReal({4, 6}, 77 + static_cast<uint64_t>(dim + 1)))}, call});
+                    {plain(kReal({4, 6}, 77 + static_cast<uint64_t>(dim + 1)))},
+                    call});
       cs.push_back({"transposed dim " + std::to_string(dim),
-                    {viewed(kReal({6, 4}, 80), [](const Tensor& t) { return t.t(); })}, call});
+                    {viewed(kReal({6, 4}, 80), [](const Tensor& t) { return t.t(); })},
+                    call});
     }
   cs.push_back({"i64 ties dim 1", {plain(ints({4, 6}, -1, 1, 81))}, [is_max](const std::vector<Tensor>& v) {
                   return is_max ? v[0].argmax(1) : v[0].argmin(1);
@@ -192,12 +201,18 @@ std::vector<Case> softmax_cases(const std::string& name) {
     auto call = [f, dim](const std::vector<Tensor>& v) { return f(v[0], dim); };
     cs.push_back({"[4, 7] dim " + std::to_string(dim), {plain(g({4, 7}, 90))}, call, true, 4});
     cs.push_back({"transposed dim " + std::to_string(dim),
-                  {viewed(g({7, 4}, 91), [](const Tensor& t) { return t.t(); })}, call, true, 4});
+                  {viewed(g({7, 4}, 91), [](const Tensor& t) { return t.t(); })},
+                  call,
+                  true,
+                  4});
   }
-  cs.push_back({"long rows [3, 5000] dim 1", {plain(g({3, 5000}, 92))},
-                [f](const std::vector<Tensor>& v) { return f(v[0], 1); }, true, 20});
-  cs.push_back({"[0, 5] dim 1", {plain(g({0, 5}, 93))}, [f](const std::vector<Tensor>& v) { return f(v[0], 1); },
-                true});
+  cs.push_back({"long rows [3, 5000] dim 1",
+                {plain(g({3, 5000}, 92))},
+                [f](const std::vector<Tensor>& v) { return f(v[0], 1); },
+                true,
+                20});
+  cs.push_back(
+      {"[0, 5] dim 1", {plain(g({0, 5}, 93))}, [f](const std::vector<Tensor>& v) { return f(v[0], 1); }, true});
   return cs;
 }
 
@@ -208,40 +223,57 @@ std::vector<Case> index_cases(const std::string& name) {
     auto call = [](const std::vector<Tensor>& v) { return where(v[0], v[1], v[2]); };
     Tensor mask_u8 = from_vector<uint8_t>({0, 1}, {2, 1});
     cs.push_back({"u8 mask [2, 1] x [2, 3] x [3]",
-                  {plain(mask_u8, false), plain(kReal({2, 3}, 100)), plain(kReal({3}, 101))}, call, true});
+                  {plain(mask_u8, false), plain(kReal({2, 3}, 100)), plain(kReal({3}, 101))},
+                  call,
+                  true});
     Tensor mask_f = Gen{-1, 1}({4, 5}, 102).gt(scalar(0.0, DType::F64));
     cs.push_back({"float mask, transposed a",
                   {plain(mask_f, false), viewed(kReal({5, 4}, 103), [](const Tensor& t) { return t.t(); }),
                    plain(kReal({4, 5}, 104))},
-                  call, true});
+                  call,
+                  true});
   } else if (name == "index_select") {
     for (int64_t dim : {0, 1})
       cs.push_back({"[5, 6] dim " + std::to_string(dim) + " with duplicates",
                     {plain(kReal({5, 6}, 110 + static_cast<uint64_t>(dim))), plain(rows)},
-                    [dim](const std::vector<Tensor>& v) { return v[0].index_select(dim, v[1]); }, true});
-    cs.push_back({"host index", {plain(kReal({5, 6}, 112)), host_scalar(rows)},
-                  [](const std::vector<Tensor>& v) { return v[0].index_select(0, v[1]); }, true});
+                    [dim](const std::vector<Tensor>& v) { return v[0].index_select(dim, v[1]); },
+                    true});
+    cs.push_back({"host index",
+                  {plain(kReal({5, 6}, 112)), host_scalar(rows)},
+                  [](const std::vector<Tensor>& v) { return v[0].index_select(0, v[1]); },
+                  true});
   } else if (name == "index_add") {
-    cs.push_back({"[5, 4] dim 0 with duplicates", {plain(kReal({5, 4}, 120)), plain(rows), plain(kReal({6, 4}, 121))},
-                  [](const std::vector<Tensor>& v) { return v[0].index_add(0, v[1], v[2]); }, true});
-    cs.push_back({"[4, 5] dim 1", {plain(kReal({4, 5}, 122)), plain(rows), plain(kReal({4, 6}, 123))},
-                  [](const std::vector<Tensor>& v) { return v[0].index_add(1, v[1], v[2]); }, true});
+    cs.push_back({"[5, 4] dim 0 with duplicates",
+                  {plain(kReal({5, 4}, 120)), plain(rows), plain(kReal({6, 4}, 121))},
+                  [](const std::vector<Tensor>& v) { return v[0].index_add(0, v[1], v[2]); },
+                  true});
+    cs.push_back({"[4, 5] dim 1",
+                  {plain(kReal({4, 5}, 122)), plain(rows), plain(kReal({4, 6}, 123))},
+                  [](const std::vector<Tensor>& v) { return v[0].index_add(1, v[1], v[2]); },
+                  true});
   } else if (name == "gather" || name == "scatter_add") {
     Tensor idx = ints({4, 3}, 0, 4, 130);
     if (name == "gather")
-      cs.push_back({"[4, 5] dim 1", {plain(kReal({4, 5}, 131)), plain(idx)},
-                    [](const std::vector<Tensor>& v) { return v[0].gather(1, v[1]); }, true});
+      cs.push_back({"[4, 5] dim 1",
+                    {plain(kReal({4, 5}, 131)), plain(idx)},
+                    [](const std::vector<Tensor>& v) { return v[0].gather(1, v[1]); },
+                    true});
     else
-      cs.push_back({"[4, 5] dim 1", {plain(kReal({4, 5}, 132)), plain(idx), plain(kReal({4, 3}, 133))},
-                    [](const std::vector<Tensor>& v) { return v[0].scatter_add(1, v[1], v[2]); }, true});
+      cs.push_back({"[4, 5] dim 1",
+                    {plain(kReal({4, 5}, 132)), plain(idx), plain(kReal({4, 3}, 133))},
+                    [](const std::vector<Tensor>& v) { return v[0].scatter_add(1, v[1], v[2]); },
+                    true});
     Tensor idx0 = ints({6, 5}, 0, 3, 134);
     if (name == "gather")
       cs.push_back({"[4, 5] dim 0, transposed x",
                     {viewed(kReal({5, 4}, 135), [](const Tensor& t) { return t.t(); }), plain(idx0)},
-                    [](const std::vector<Tensor>& v) { return v[0].gather(0, v[1]); }, true});
+                    [](const std::vector<Tensor>& v) { return v[0].gather(0, v[1]); },
+                    true});
     else
-      cs.push_back({"[4, 5] dim 0", {plain(kReal({4, 5}, 136)), plain(idx0), plain(kReal({6, 5}, 137))},
-                    [](const std::vector<Tensor>& v) { return v[0].scatter_add(0, v[1], v[2]); }, true});
+      cs.push_back({"[4, 5] dim 0",
+                    {plain(kReal({4, 5}, 136)), plain(idx0), plain(kReal({6, 5}, 137))},
+                    [](const std::vector<Tensor>& v) { return v[0].scatter_add(0, v[1], v[2]); },
+                    true});
   }
   return cs;
 }
@@ -251,14 +283,16 @@ std::vector<Case> matmul_cases() {
   auto tr = [](const Tensor& t) { return t.transpose(-2, -1); };
   std::vector<Case> cs;
   uint64_t s = 140;
-  const std::vector<std::pair<Shape, Shape>> pairs = {{{3, 4}, {4, 5}},       {{2, 3, 4}, {4, 5}},
-                                                      {{2, 1, 3, 4}, {3, 4, 2}}, {{4}, {4, 5}},
-                                                      {{3, 4}, {4}},          {{4}, {4}},
-                                                      {{0, 4}, {4, 5}},       {{3, 0}, {0, 5}}};
+  const std::vector<std::pair<Shape, Shape>> pairs = {{{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}, {{2, 1, 3, 4}, {3, 4, 2}},
+                                                      {{4}, {4, 5}},    {{3, 4}, {4}},       {{4}, {4}},
+                                                      {{0, 4}, {4, 5}}, {{3, 0}, {0, 5}}};
   for (const auto& [sa, sb] : pairs)
     cs.push_back({sa.str() + " x " + sb.str(), {plain(kReal(sa, ++s)), plain(kReal(sb, ++s))}, call, true, 4});
   cs.push_back({"transposed x transposed [3, 4] x [4, 5]",
-                {viewed(kReal({4, 3}, ++s), tr), viewed(kReal({5, 4}, ++s), tr)}, call, true, 4});
+                {viewed(kReal({4, 3}, ++s), tr), viewed(kReal({5, 4}, ++s), tr)},
+                call,
+                true,
+                4});
   cs.push_back({"[64, 96] x [96, 80]", {plain(kReal({64, 96}, ++s)), plain(kReal({96, 80}, ++s))}, call, true, 40});
   return cs;
 }
@@ -271,16 +305,22 @@ std::vector<Case> layout_cases(const std::string& name) {
     cs.push_back({"i64 transposed", {viewed(ints({3, 4}, -9, 9, 151), [](const Tensor& t) { return t.t(); })}, call});
   } else {  // to(dtype): float <-> i64 (exact values), float -> u8
     Tensor quarters = (ints({4, 5}, -40, 40, 152).to(DType::F64) * 0.25);
-    cs.push_back({"float -> i64", {plain(quarters, false)},
-                  [](const std::vector<Tensor>& v) { return v[0].to(DType::I64); }});
+    cs.push_back(
+        {"float -> i64", {plain(quarters, false)}, [](const std::vector<Tensor>& v) { return v[0].to(DType::I64); }});
     cs.push_back({"i64 -> float (transposed)",
                   {viewed(ints({5, 4}, -9, 9, 153), [](const Tensor& t) { return t.t(); })},
-                  [](const std::vector<Tensor>& v) { return v[0].to(DType::F32); }, false, 1, false});
-    Case round_trip{"float -> f32 -> float (gradient passes through)", {plain(kReal({4, 5}, 155))},
-                    [](const std::vector<Tensor>& v) { return v[0].to(DType::F32).to(v[0].dtype()) * 2.0; }, true};
+                  [](const std::vector<Tensor>& v) { return v[0].to(DType::F32); },
+                  false,
+                  1,
+                  false});
+    Case round_trip{"float -> f32 -> float (gradient passes through)",
+                    {plain(kReal({4, 5}, 155))},
+                    [](const std::vector<Tensor>& v) { return v[0].to(DType::F32).to(v[0].dtype()) * 2.0; },
+                    true};
     round_trip.finite_differences = false;
     cs.push_back(round_trip);
-    cs.push_back({"float -> u8", {plain(ints({4, 5}, 0, 9, 154).to(DType::F64), false)},
+    cs.push_back({"float -> u8",
+                  {plain(ints({4, 5}, 0, 9, 154).to(DType::F64), false)},
                   [](const std::vector<Tensor>& v) { return v[0].to(DType::U8); }});
   }
   return cs;
@@ -297,24 +337,39 @@ std::vector<Case> fused_cases(const std::string& name) {
       const std::string tag = ls > 0 ? " label smoothing 0.1" : "";
       cs.push_back({"[6, 5]" + tag, {plain(Gen{-3, 3}({6, 5}, 160)), plain(target)}, call, true, 4});
       cs.push_back({"transposed [6, 5]" + tag,
-                    {viewed(Gen{-3, 3}({5, 6}, 161), [](const Tensor& t) { return t.t(); }), plain(target)}, call,
-                    true, 4});
+                    {viewed(Gen{-3, 3}({5, 6}, 161), [](const Tensor& t) { return t.t(); }), plain(target)},
+                    call,
+                    true,
+                    4});
     }
     nn::CrossEntropyOptions ig;
     ig.ignore_index = 2;
-    cs.push_back({"[6, 5] ignore_index 2", {plain(Gen{-3, 3}({6, 5}, 162)), plain(target)},
-                  [ig](const std::vector<Tensor>& v) { return nn::cross_entropy(v[0], v[1], ig); }, true, 4});
-    cs.push_back({"[5] one row", {plain(Gen{-3, 3}({5}, 163)), plain(scalar(3, DType::I64))},
-                  [](const std::vector<Tensor>& v) { return nn::cross_entropy(v[0], v[1]); }, true, 4});
+    cs.push_back({"[6, 5] ignore_index 2",
+                  {plain(Gen{-3, 3}({6, 5}, 162)), plain(target)},
+                  [ig](const std::vector<Tensor>& v) { return nn::cross_entropy(v[0], v[1], ig); },
+                  true,
+                  4});
+    cs.push_back({"[5] one row",
+                  {plain(Gen{-3, 3}({5}, 163)), plain(scalar(3, DType::I64))},
+                  [](const std::vector<Tensor>& v) { return nn::cross_entropy(v[0], v[1]); },
+                  true,
+                  4});
   } else if (name == "conv2d") {
     namespace F = nn::functional;
     cs.push_back({"[2, 3, 6, 6] * [4, 3, 3, 3] padding 1",
                   {plain(kReal({2, 3, 6, 6}, 170)), plain(kReal({4, 3, 3, 3}, 171)), plain(kReal({4}, 172))},
-                  [](const std::vector<Tensor>& v) { return F::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1}); }, true, 20});
+                  [](const std::vector<Tensor>& v) {
+                    return F::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1});
+                  },
+                  true,
+                  20});
     cs.push_back({"stride 2, dilation 2, groups 2",
                   {plain(kReal({1, 4, 9, 8}, 173)), plain(kReal({2, 2, 2, 3}, 174))},
-                  [](const std::vector<Tensor>& v) { return F::conv2d(v[0], v[1], {}, {2, 2}, {0, 1}, {2, 2}, 2); },
-                  true, 20});
+                  [](const std::vector<Tensor>& v) {
+                    return F::conv2d(v[0], v[1], {}, {2, 2}, {0, 1}, {2, 2}, 2);
+                  },
+                  true,
+                  20});
   }
   return cs;
 }

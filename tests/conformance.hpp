@@ -36,9 +36,9 @@ struct Case {
   std::string name;
   std::vector<Input> inputs;
   std::function<Tensor(const std::vector<Tensor>&)> call;
-  bool grad = false;      // compare gradients (and gradcheck on the CPU in f64)
-  double tol = 1;         // tolerance multiplier (reductions and products accumulate)
-  bool cast_floats = true;  // float inputs take the case's dtype (false: they keep theirs)
+  bool grad = false;               // compare gradients (and gradcheck on the CPU in f64)
+  double tol = 1;                  // tolerance multiplier (reductions and products accumulate)
+  bool cast_floats = true;         // float inputs take the case's dtype (false: they keep theirs)
   bool finite_differences = true;  // gradcheck it on the CPU (false: through an f32 rounding, meaningless)
 };
 

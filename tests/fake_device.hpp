@@ -26,8 +26,8 @@ class HostMemoryDevice final : public d::Backend {
   const char* name() const override { return "host-memory test device"; }
   void* allocate(size_t n) override {
     void* p = n > (size_t{1} << 40) ? nullptr : std::malloc(n == 0 ? 1 : n);  // refuse absurd sizes outright
-    OXM_CHECK(p != nullptr, OutOfMemory, "host-memory test device: out of memory allocating ", n,
-              " bytes (allocated ", allocated_.load(), ", reserved ", allocated_.load(), ")");
+    OXM_CHECK(p != nullptr, OutOfMemory, "host-memory test device: out of memory allocating ", n, " bytes (allocated ",
+              allocated_.load(), ", reserved ", allocated_.load(), ")");
     allocated_ += static_cast<int64_t>(n);
     ++allocations_;
     return p;
@@ -185,7 +185,7 @@ class HostMemoryDevice final : public d::Backend {
     for (int64_t b = 0; b < c.count; ++b) {
       const d::SpdPivot p =
           d::spd_logdet_inverse(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
-                                 c.logdet->ptr<float>() + b, c.inverse ? c.inverse->ptr<float>() + b * n * n : nullptr);
+                                c.logdet->ptr<float>() + b, c.inverse ? c.inverse->ptr<float>() + b * n * n : nullptr);
       if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
     }
   }
@@ -197,7 +197,7 @@ class HostMemoryDevice final : public d::Backend {
     c.fail = {};
     for (int64_t b = 0; b < c.count; ++b) {
       const d::SpdPivot p = d::spd_cholesky(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
-                                              c.L->ptr<float>() + b * n * n);
+                                            c.L->ptr<float>() + b * n * n);
       if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
     }
   }
@@ -210,7 +210,7 @@ class HostMemoryDevice final : public d::Backend {
     for (int64_t b = 0; b < c.count; ++b)
       for (int64_t col = 0; col < k; ++col) {
         const int row = d::tri_solve_column(c.t->ptr<float>() + b * n * n, static_cast<int>(n),
-                                             c.x->ptr<float>() + b * n * k + col, k, c.upper, work.data());
+                                            c.x->ptr<float>() + b * n * k + col, k, c.upper, work.data());
         if (row >= 0 && c.fail.batch < 0) c.fail = {b, row, 0.0};
       }
   }
@@ -233,7 +233,5 @@ inline HostMemoryDevice* register_host_memory_device() {
   }();
   return registered;
 }
-
-
 
 }  // namespace oxt_fake

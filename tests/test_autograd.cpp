@@ -28,10 +28,13 @@ TEST(Gradcheck, EveryDifferentiableUnaryOp) {
     const std::string name = op.name;
     const auto id = static_cast<ops::UnaryOp>(op.id);
     // Positive domains as they are; others kept clear of the relu/abs/sign kinks at 0.
-    Tensor x = op.lo[0] > 0 ? uniform_leaf({3, 4}, std::max(op.lo[0], 0.3), std::min(op.hi[0], 2.0), 11)
-                            : (uniform_leaf({3, 4}, 0.2, 2.0, 12) * from_vector<double>({1, -1, 1, -1}, {4})).detach().requires_grad_();
+    Tensor x =
+        op.lo[0] > 0
+            ? uniform_leaf({3, 4}, std::max(op.lo[0], 0.3), std::min(op.hi[0], 2.0), 11)
+            : (uniform_leaf({3, 4}, 0.2, 2.0, 12) * from_vector<double>({1, -1, 1, -1}, {4})).detach().requires_grad_();
     expect_gradcheck([&](const std::vector<Tensor>& v) { return ops::unary(id, v[0]); }, {x}, name);
-    expect_gradcheck([&](const std::vector<Tensor>& v) { return ops::unary(id, v[0].t()); }, {x}, name + " (transposed)");
+    expect_gradcheck([&](const std::vector<Tensor>& v) { return ops::unary(id, v[0].t()); }, {x},
+                     name + " (transposed)");
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int>(ops::unary_ops().size()));  // every unary op is differentiable today
@@ -39,7 +42,8 @@ TEST(Gradcheck, EveryDifferentiableUnaryOp) {
 
 TEST(Gradcheck, EveryDifferentiableBinaryOpWithBroadcasting) {
   int checked = 0;
-  const std::vector<std::pair<Shape, Shape>> shapes = {{{3, 4}, {3, 4}}, {{3, 1, 4}, {2, 4}}, {{4}, {}}, {{2, 1}, {1, 3}}};
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{3, 4}, {3, 4}}, {{3, 1, 4}, {2, 4}}, {{4}, {}}, {{2, 1}, {1, 3}}};
   for (const ops::OpInfo& op : ops::binary_ops()) {
     if (!op.differentiable) continue;
     const std::string name = op.name;
@@ -98,8 +102,7 @@ TEST(Gradcheck, ReductionsSoftmaxMatmul) {
 
 TEST(Gradcheck, ViewsWhereCasts) {
   Tensor x = uniform_leaf({3, 4}, -1, 1, 51);
-  auto check = [&](const std::string& what, std::function<Tensor(const Tensor&)> f,
-                   const GradcheckOptions& opt = {}) {
+  auto check = [&](const std::string& what, std::function<Tensor(const Tensor&)> f, const GradcheckOptions& opt = {}) {
     expect_gradcheck([&](const std::vector<Tensor>& v) { return f(v[0]); }, {x}, what, opt);
   };
   check("reshape", [](const Tensor& t) { return t.reshape({2, 6}) * from_vector<double>({1, 2, 3, 4, 5, 6}, {6}); });
@@ -115,7 +118,8 @@ TEST(Gradcheck, ViewsWhereCasts) {
   GradcheckOptions coarse;
   coarse.eps = 1e-3;
   coarse.rtol = 1e-3;
-  check("cast f32 round trip", [](const Tensor& t) { return t.to(DType::F32).to(DType::F64) * 2.0; }, coarse);
+  check(
+      "cast f32 round trip", [](const Tensor& t) { return t.to(DType::F32).to(DType::F64) * 2.0; }, coarse);
   check("where", [](const Tensor& t) { return where(t.gt(zeros_like(t)), t.square(), t.exp()); });
   check("clamp", [](const Tensor& t) { return t.clamp(-0.5, 0.5); });
   // At the bounds the gradient passes (torch's rule); pow with exponent 0 has gradient 0 even at x = 0.

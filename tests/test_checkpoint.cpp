@@ -1,9 +1,9 @@
 // nn::save / nn::load and save_checkpoint / load_checkpoint: round trips, all-or-nothing load errors,
 // bit-identical resume of training, and kill -9 during repeated checkpoint saves.
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -81,12 +81,11 @@ Snapshot module_snapshot(const nn::Module& m) {
 }
 // Compact comparison: names the first tensor that differs instead of printing every value.
 ::testing::AssertionResult Same(const Snapshot& got, const Snapshot& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << got.size() << " tensors, want " << want.size();
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << got.size() << " tensors, want " << want.size();
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i].first != want[i].first)
-      return ::testing::AssertionFailure() << "tensor " << i << " is '" << got[i].first << "', want '" << want[i].first
-                                           << "'";
+      return ::testing::AssertionFailure()
+             << "tensor " << i << " is '" << got[i].first << "', want '" << want[i].first << "'";
     if (got[i].second != want[i].second) {
       size_t j = 0;
       while (j < got[i].second.size() && j < want[i].second.size() && got[i].second[j] == want[i].second[j]) ++j;
@@ -340,25 +339,26 @@ TEST_P(CheckpointResume, ResumeIsBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, CheckpointResume,
-    ::testing::Values(
-        ResumeCase{"Adam",
-                   [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-                     return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-2, .amsgrad = true});
-                   }},
-        ResumeCase{"AdamW",
-                   [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-                     return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = 1e-2});
-                   }},
-        ResumeCase{"SGD",
-                   [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-                     return std::make_unique<optim::SGD>(std::move(p),
-                                                         optim::SGDOptions{.lr = 1e-2, .momentum = 0.9, .nesterov = true});
-                   }},
-        ResumeCase{"RMSprop",
-                   [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-                     return std::make_unique<optim::RMSprop>(
-                         std::move(p), optim::RMSpropOptions{.lr = 1e-3, .momentum = 0.5, .centered = true});
-                   }}),
+    ::testing::Values(ResumeCase{"Adam",
+                                 [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+                                   return std::make_unique<optim::Adam>(
+                                       std::move(p), optim::AdamOptions{.lr = 1e-2, .amsgrad = true});
+                                 }},
+                      ResumeCase{"AdamW",
+                                 [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+                                   return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = 1e-2});
+                                 }},
+                      ResumeCase{"SGD",
+                                 [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+                                   return std::make_unique<optim::SGD>(
+                                       std::move(p), optim::SGDOptions{.lr = 1e-2, .momentum = 0.9, .nesterov = true});
+                                 }},
+                      ResumeCase{"RMSprop",
+                                 [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+                                   return std::make_unique<optim::RMSprop>(
+                                       std::move(p),
+                                       optim::RMSpropOptions{.lr = 1e-3, .momentum = 0.5, .centered = true});
+                                 }}),
     [](const ::testing::TestParamInfo<ResumeCase>& info) { return std::string(info.param.name); });
 
 // A child process saves a ~15 MB checkpoint over and over (alternating two models, step = save count) and is
@@ -416,7 +416,8 @@ TEST_F(Checkpoint, KillDuringRepeatedSavesLeavesALoadableCheckpoint) {
     const int ready = ::poll(&pfd, 1, 60000);
     char c = 0;
     const bool saved = ready == 1 && ::read(fds[0], &c, 1) == 1;
-    if (saved) std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 150000)(rng)));
+    if (saved)
+      std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 150000)(rng)));
     ::kill(pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);

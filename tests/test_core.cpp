@@ -96,9 +96,11 @@ TEST(Devices, ParseAcceptsNamesAndIndices) {
 }
 
 TEST(Devices, ParseRejectsEverythingElseNamingTheString) {
-  for (const char* bad : {"", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda:x", "cuda: 1", " cuda", "cuda ",
-                          "CUDA", "cuda0", "cuda::1", "cuda:1:2", "gpu", "cudax", "metal:", "cpu:", "cpux",
-                          "cuda:2147483648", "cuda:99999999999999999999"}) {
+  for (const char* bad : {"",         "cuda:",  "cuda:-1",         "cuda:+1",
+                          "cuda:1x",  "cuda:x", "cuda: 1",         " cuda",
+                          "cuda ",    "CUDA",   "cuda0",           "cuda::1",
+                          "cuda:1:2", "gpu",    "cudax",           "metal:",
+                          "cpu:",     "cpux",   "cuda:2147483648", "cuda:99999999999999999999"}) {
     try {
       (void)Device::parse(bad);
       ADD_FAILURE() << "no error from Device::parse(\"" << bad << "\")";

@@ -1,14 +1,15 @@
 // The CUDA backend against the CPU backend: the conformance suite over every op of the registry (an
-// instantiation of tests/conformance.cpp), every one-pass backward kernel called directly (host-scalar operands), reductions, softmax, arg-reductions, index ops, where,
-// matmul (strided and pointer-array batches), conv (im2col/col2im), autograd end to end, optimizers, logdet
-// on the device, the allocator (reuse, OOM), an 8-thread stress, the demo training and a short
-// research-workload run. Without a usable GPU every test reports itself skipped with the reason.
+// instantiation of tests/conformance.cpp), every one-pass backward kernel called directly (host-scalar operands),
+// reductions, softmax, arg-reductions, index ops, where, matmul (strided and pointer-array batches), conv
+// (im2col/col2im), autograd end to end, optimizers, logdet on the device, the allocator (reuse, OOM), an 8-thread
+// stress, the demo training and a short research-workload run. Without a usable GPU every test reports itself skipped
+// with the reason.
 #include <atomic>
 #include <thread>
 
+#include "conformance.hpp"
 #include "ops/op_defs.hpp"
 #include "ops/ops_internal.hpp"
-#include "conformance.hpp"
 #include "research.hpp"
 #include "test_util.hpp"
 
@@ -18,18 +19,18 @@ namespace {
 
 const Device kGpu = Device::cuda();
 
-#define NEED_GPU()                                                                                 \
-  do {                                                                                             \
-    init();                                                                                        \
-    if (!device_available(kGpu)) {                                                                 \
-      std::string why;                                                                             \
-      try {                                                                                        \
-        (void)empty({1}, DType::F32, kGpu);                                                        \
-      } catch (const Error& e) {                                                                   \
-        why = e.what();                                                                            \
-      }                                                                                            \
-      GTEST_SKIP() << "no usable CUDA device: " << why;                                            \
-    }                                                                                              \
+#define NEED_GPU()                                      \
+  do {                                                  \
+    init();                                             \
+    if (!device_available(kGpu)) {                      \
+      std::string why;                                  \
+      try {                                             \
+        (void)empty({1}, DType::F32, kGpu);             \
+      } catch (const Error& e) {                        \
+        why = e.what();                                 \
+      }                                                 \
+      GTEST_SKIP() << "no usable CUDA device: " << why; \
+    }                                                   \
   } while (0)
 
 Tensor uni(const Shape& s, double lo, double hi, uint64_t seed) { return rand(s, seed) * (hi - lo) + lo; }
@@ -133,7 +134,14 @@ TEST(Cuda, NaNPropagationWhereAndCasts) {
   expect_match(zc, host(z).contiguous(), "strided copy");
   Tensor f = gpu(zeros({3, 4}));
   f.slice(1, 0, 4, 2).fill_(2.5);
-  expect_match(f, [] { Tensor c = zeros({3, 4}); c.slice(1, 0, 4, 2).fill_(2.5); return c; }(), "strided fill");
+  expect_match(
+      f,
+      [] {
+        Tensor c = zeros({3, 4});
+        c.slice(1, 0, 4, 2).fill_(2.5);
+        return c;
+      }(),
+      "strided fill");
 }
 
 TEST(Cuda, ReductionsOverDimSets) {
@@ -327,7 +335,8 @@ TEST(Cuda, OptimizersOverTenSteps) {
   auto run = [](Device dev, int which) {
     Tensor p = uni({257}, -1, 1, 101).to(dev).requires_grad_();
     std::unique_ptr<optim::Optimizer> opt;
-    if (which == 0) opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{0.1, 0.9, 0, 0.01, true});
+    if (which == 0)
+      opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{0.1, 0.9, 0, 0.01, true});
     if (which == 1) {
       optim::AdamOptions o;
       o.weight_decay = 0.01;
@@ -349,7 +358,8 @@ TEST(Cuda, OptimizersOverTenSteps) {
     }
     return p.detach();
   };
-  for (int which = 0; which < 4; ++which) expect_match(run(kGpu, which), run(Device::cpu(), which), "optimizer " + std::to_string(which), 1e-4, 1e-5);
+  for (int which = 0; which < 4; ++which)
+    expect_match(run(kGpu, which), run(Device::cpu(), which), "optimizer " + std::to_string(which), 1e-4, 1e-5);
 }
 
 // optimizer_steps: one launch per 24 parameters (chunks of 4096 elements per block). 30 parameters of sizes

@@ -38,13 +38,13 @@ const std::vector<Case>& table() {
       {"iij->ij", {{3, 3, 4}}, ""},
       {"iii->i", {{3, 3, 3}}, ""},
       {"ijj,jk->ik", {{2, 3, 3}, {3, 4}}, ""},
-      {"ij,kj->ik", {{3, 4}, {5, 4}}, ""},          // B transposed
-      {"ji,jk->ik", {{4, 3}, {4, 5}}, ""},          // A transposed
-      {"ij,jk->ki", {{3, 4}, {4, 5}}, ""},          // permuted output
+      {"ij,kj->ik", {{3, 4}, {5, 4}}, ""},               // B transposed
+      {"ji,jk->ik", {{4, 3}, {4, 5}}, ""},               // A transposed
+      {"ij,jk->ki", {{3, 4}, {4, 5}}, ""},               // permuted output
       {"abcd,cbe->ade", {{2, 3, 4, 5}, {4, 3, 6}}, ""},  // two contracted letters in mixed order
       {"bhqd,bhkd->bhqk", {{2, 3, 4, 5}, {2, 3, 6, 5}}, ""},
       // broadcasting of size-1 dims
-      {"ij,jk->ik", {{3, 1}, {4, 5}}, ""},          // contracted letter broadcast
+      {"ij,jk->ik", {{3, 1}, {4, 5}}, ""},           // contracted letter broadcast
       {"bij,bjk->bik", {{1, 3, 4}, {2, 4, 5}}, ""},  // batch letter broadcast
       {"ij,ij->ij", {{3, 1}, {1, 4}}, ""},
       {"i,i->i", {{1}, {4}}, ""},
@@ -94,8 +94,10 @@ Ref reference(const std::string& spec_in, const std::vector<Tensor>& ops) {
   const std::string lhs = spec.substr(0, arrow);
   std::vector<std::string> terms(1);
   for (char c : lhs) {
-    if (c == ',') terms.emplace_back();
-    else terms.back() += c;
+    if (c == ',')
+      terms.emplace_back();
+    else
+      terms.back() += c;
   }
   std::map<char, int64_t> size;
   std::map<char, int> count;
@@ -259,10 +261,10 @@ TEST(Einsum, TapeOfBenchmarkSpecIsMatmulThenView) {
 TEST(Einsum, NoCopiesForTransposedOrBroadcastOperands) {
   NoGradGuard ng;
   Tensor a = randn({8, 16}, 1), b = randn({32, 16}, 2), c = randn({5, 8, 16}, 3), w = randn({16, 4}, 4);
-  EXPECT_EQ(allocations([&] { (void)einsum("ij,kj->ik", {a, b}); }), 1);     // B^T as a column-major view
+  EXPECT_EQ(allocations([&] { (void)einsum("ij,kj->ik", {a, b}); }), 1);  // B^T as a column-major view
   Tensor b2 = randn({32, 4}, 9);
-  EXPECT_EQ(allocations([&] { (void)einsum("ji,jk->ik", {b, b2}); }), 1);  // A^T likewise
-  EXPECT_EQ(allocations([&] { (void)einsum("bij,jk->bik", {c, w}); }), 1);   // b folds into m
+  EXPECT_EQ(allocations([&] { (void)einsum("ji,jk->ik", {b, b2}); }), 1);   // A^T likewise
+  EXPECT_EQ(allocations([&] { (void)einsum("bij,jk->bik", {c, w}); }), 1);  // b folds into m
   Tensor c1 = randn({1, 8, 16}, 5), d = randn({6, 16, 4}, 6);
   Tensor out;
   EXPECT_EQ(allocations([&] { out = einsum("bij,bjk->bik", {c1, d}); }), 1);  // broadcast batch: stride 0

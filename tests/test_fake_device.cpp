@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <map>
 
+#include "demo_training.hpp"
 #include "fake_device.hpp"
 #include "research.hpp"
 #include "test_util.hpp"
-#include "demo_training.hpp"
 
 using namespace oxt;
 namespace la = oxmera::linalg;
@@ -27,8 +27,8 @@ bool use_fake_device() {
   return g_device != nullptr;
 }
 
-#define NEED_FAKE_DEVICE()                                                                        \
-  do {                                                                                            \
+#define NEED_FAKE_DEVICE()                                                                           \
+  do {                                                                                               \
     if (!use_fake_device()) GTEST_SKIP() << "a real CUDA backend is registered (see test_cuda.cpp)"; \
   } while (0)
 

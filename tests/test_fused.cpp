@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "demo_training.hpp"
 #include "fake_device.hpp"
 #include "ops/fused.hpp"
 #include "test_util.hpp"
-#include "demo_training.hpp"
 
 using namespace oxt;
 namespace ops = oxmera::ops;

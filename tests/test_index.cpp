@@ -113,7 +113,11 @@ TEST(OneHot, ValuesAndErrors) {
 TEST(IndexGradcheck, AllIndexOps) {
   Tensor x = u64({4, 3}, 1), y = u64({2, 3}, 2), z = u64({4, 2}, 3);
   expect_gc([](const std::vector<Tensor>& v) { return v[0].index_select(0, idx({3, 1, 3})); }, {x}, "index_select 0");
-  expect_gc([](const std::vector<Tensor>& v) { return v[0].t().index_select(1, idx({0, 0, 2})); }, {x}, "index_select t");
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return v[0].t().index_select(1, idx({0, 0, 2}));
+      },
+      {x}, "index_select t");
   expect_gc([](const std::vector<Tensor>& v) { return v[0].index_add(0, idx({1, 1}), v[1]); }, {x, y}, "index_add");
   Tensor gi = from_vector<int64_t>({2, 0, 1, 1, 0, 0, 2, 2}, {4, 2});
   expect_gc([&](const std::vector<Tensor>& v) { return v[0].gather(1, gi); }, {x}, "gather");
@@ -129,6 +133,9 @@ TEST(IndexGradcheck, AllIndexOps) {
   expect_gc([](const std::vector<Tensor>& v) { return v[0].narrow(0, 1, 2).exp(); }, {x}, "narrow");
   // The research workload's shape: logdet-free part — principal submatrices selected twice.
   Tensor k = u64({5, 5}, 4);
-  expect_gc([](const std::vector<Tensor>& v) { return v[0].index_select(0, idx({4, 1, 2})).index_select(1, idx({4, 1, 2})); },
-            {k}, "principal submatrix");
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return v[0].index_select(0, idx({4, 1, 2})).index_select(1, idx({4, 1, 2}));
+      },
+      {k}, "principal submatrix");
 }

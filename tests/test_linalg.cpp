@@ -210,7 +210,8 @@ TEST(LinalgGradcheck, EveryDifferentiableFunction) {
   Tensor b = randn({2, 4, 3}, 52, DType::F64).requires_grad_();
   expect_gc([&](const std::vector<Tensor>& v) { return la::solve(make_spd(v[0]), v[1]); }, {x, b}, "solve");
   Tensor bv = randn({4}, 53, DType::F64).requires_grad_();
-  expect_gc([&](const std::vector<Tensor>& v) { return la::solve(make_spd(v[0]), v[1]); }, {x, bv}, "solve vector/bcast");
+  expect_gc([&](const std::vector<Tensor>& v) { return la::solve(make_spd(v[0]), v[1]); }, {x, bv},
+            "solve vector/bcast");
   Tensor Lraw = (randn({4, 4}, 54, DType::F64) * 0.3 + eye(4, DType::F64) * 2.0).requires_grad_();
   Tensor rhs = randn({4, 2}, 55, DType::F64).requires_grad_();
   expect_gc([](const std::vector<Tensor>& v) { return la::solve_triangular(v[0], v[1], false); }, {Lraw, rhs},

@@ -196,8 +196,8 @@ TEST(Loss, CrossEntropyMatchesReference) {
       auto logp = log_softmax_ref(values(x), L);
       for (Reduction red : kReductions) {
         o.reduction = red;
-        std::string what = "cross_entropy " + c.shape.str() + " " + rname(red) + " ignore " +
-                           std::to_string(c.ignore) + (c.weighted ? " weighted" : "") + " ls " + std::to_string(c.ls);
+        std::string what = "cross_entropy " + c.shape.str() + " " + rname(red) + " ignore " + std::to_string(c.ignore) +
+                           (c.weighted ? " weighted" : "") + " ls " + std::to_string(c.ls);
         if (red == Reduction::Mean && std::all_of(tv.begin(), tv.end(), [&](int64_t v) { return v == c.ignore; })) {
           EXPECT_OXM_ERROR(nn::cross_entropy(x, t, o), EmptyReduction, "cross_entropy");
           continue;
@@ -378,10 +378,12 @@ TEST(Loss, BceWithLogitsGradcheck) {
     std::vector<double> xv = {0.0, 1.5, -2.0, 0.3, -0.7, 3.0};
     Tensor x = from_vector(xv, {2, 3}).requires_grad_(), t = rand({2, 3}, 71, DType::F64).requires_grad_();
     Tensor w = from_vector<double>({0.5, 2.0}, {2, 1}), pw = from_vector<double>({0.5, 1.0, 4.0}, {3});
-    expect_gc([&](const std::vector<Tensor>& v) { return nn::binary_cross_entropy_with_logits(v[0], v[1], w, pw, red); },
-              {x, t}, std::string("bce ") + rname(red));
-    expect_gc([&](const std::vector<Tensor>& v) { return nn::binary_cross_entropy_with_logits(v[0], v[1], {}, {}, red); },
-              {x, t}, std::string("bce plain ") + rname(red));
+    expect_gc(
+        [&](const std::vector<Tensor>& v) { return nn::binary_cross_entropy_with_logits(v[0], v[1], w, pw, red); },
+        {x, t}, std::string("bce ") + rname(red));
+    expect_gc(
+        [&](const std::vector<Tensor>& v) { return nn::binary_cross_entropy_with_logits(v[0], v[1], {}, {}, red); },
+        {x, t}, std::string("bce plain ") + rname(red));
   }
 }
 
@@ -424,14 +426,13 @@ TEST(Loss, Errors) {
   EXPECT_OXM_ERROR(nn::cross_entropy(x, randn({3, 4}, 1, DType::F64)), DTypeMismatch, "f64");
   EXPECT_OXM_ERROR(nn::mse_loss(x, x.to(DType::F64)), DTypeMismatch, "mse_loss: target has dtype f64");
   EXPECT_OXM_ERROR(nn::nll_loss(x, t, ones({4}, DType::F64)), DTypeMismatch, "nll_loss: weight has dtype f64");
-  EXPECT_OXM_ERROR(nn::binary_cross_entropy_with_logits(x, x, {}, ones({4}, DType::F64)), DTypeMismatch,
-                   "pos_weight");
+  EXPECT_OXM_ERROR(nn::binary_cross_entropy_with_logits(x, x, {}, ones({4}, DType::F64)), DTypeMismatch, "pos_weight");
   // class indices
   EXPECT_OXM_ERROR(nn::cross_entropy(x, from_vector<int64_t>({0, 4, 1}, {3})), IndexOutOfBounds,
                    "cross_entropy: target 4 (at flat position 1");
   EXPECT_OXM_ERROR(nn::nll_loss(x, from_vector<int64_t>({0, 1, -1}, {3})), IndexOutOfBounds, "target -1");
-  EXPECT_OXM_ERROR(nn::nll_loss(x, from_vector<int64_t>({0, 1, -100}, {3}), {}, Reduction::Mean, 3),
-                   IndexOutOfBounds, "target -100");
+  EXPECT_OXM_ERROR(nn::nll_loss(x, from_vector<int64_t>({0, 1, -100}, {3}), {}, Reduction::Mean, 3), IndexOutOfBounds,
+                   "target -100");
   // shapes
   EXPECT_OXM_ERROR(nn::cross_entropy(x, from_vector<int64_t>({0, 1}, {2})), ShapeMismatch, "target shape [2]");
   EXPECT_OXM_ERROR(nn::nll_loss(randn({2, 4, 3}, 1), zeros({2, 4}, DType::I64)), ShapeMismatch, "[2, 3]");

@@ -23,7 +23,8 @@ std::vector<double> conv_ref(const Tensor& x, const Tensor& w, const Tensor& b, 
                              Shape* out_shape) {
   const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
   const int64_t O = w.shape()[0], Cg = w.shape()[1], KH = w.shape()[2], KW = w.shape()[3];
-  const int64_t OH = (H + 2 * p[0] - d[0] * (KH - 1) - 1) / s[0] + 1, OW = (W + 2 * p[1] - d[1] * (KW - 1) - 1) / s[1] + 1;
+  const int64_t OH = (H + 2 * p[0] - d[0] * (KH - 1) - 1) / s[0] + 1,
+                OW = (W + 2 * p[1] - d[1] * (KW - 1) - 1) / s[1] + 1;
   *out_shape = {N, O, OH, OW};
   auto xv = values(x), wv = values(w);
   std::vector<double> bv = b.defined() ? values(b) : std::vector<double>(O, 0.0);
@@ -55,10 +56,11 @@ TEST(Conv2d, AgainstDirectLoopWithStridePaddingDilationGroups) {
     Pair s, p, d;
     int64_t g;
   };
-  const std::vector<Case> cases = {
-      {{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1}, {{1, 2, 8, 8}, {3, 2, 3, 2}, {2, 1}, {1, 2}, {1, 1}, 1},
-      {{2, 4, 9, 9}, {6, 2, 3, 3}, {1, 2}, {2, 1}, {2, 1}, 2},  {{1, 4, 5, 5}, {4, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 4},
-      {{3, 1, 4, 4}, {2, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
+  const std::vector<Case> cases = {{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+                                   {{1, 2, 8, 8}, {3, 2, 3, 2}, {2, 1}, {1, 2}, {1, 1}, 1},
+                                   {{2, 4, 9, 9}, {6, 2, 3, 3}, {1, 2}, {2, 1}, {2, 1}, 2},
+                                   {{1, 4, 5, 5}, {4, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 4},
+                                   {{3, 1, 4, 4}, {2, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
   uint64_t seed = 1;
   for (const auto& c : cases) {
     Tensor x = u64(c.x, ++seed, false), w = u64(c.w, ++seed, false), b = u64({c.w[0]}, ++seed, false);
@@ -72,8 +74,11 @@ TEST(Conv2d, AgainstDirectLoopWithStridePaddingDilationGroups) {
     expect_close(values(y32), want, 1e-5, 1e-5, "conv2d f32");
   }
   Tensor x = u64({1, 2, 5, 5}, 40), w = u64({4, 1, 3, 3}, 41), b = u64({4}, 42);
-  expect_gc([](const std::vector<Tensor>& v) { return F::conv2d(v[0], v[1], v[2], {2, 1}, {1, 1}, {1, 2}, 2); }, {x, w, b},
-            "conv2d groups/stride/dilation");
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return F::conv2d(v[0], v[1], v[2], {2, 1}, {1, 1}, {1, 2}, 2);
+      },
+      {x, w, b}, "conv2d groups/stride/dilation");
   EXPECT_OXM_ERROR(F::conv2d(x, u64({4, 3, 3, 3}, 1, false)), ShapeMismatch, "channels");
   EXPECT_OXM_ERROR(F::conv2d(x, u64({3, 1, 3, 3}, 1, false), {}, {1, 1}, {0, 0}, {1, 1}, 2), InvalidArgument,
                    "divisible");
@@ -86,11 +91,13 @@ TEST(Unfold, MatchesTorchLayout) {
   Tensor cols = F::unfold(x, {2, 2}, {1, 1}, {0, 0}, {2, 2});
   EXPECT_EQ(cols.shape(), Shape({1, 4, 4}));
   // Row (i, j) of the kernel, column = window position.
-  EXPECT_EQ(cols.to_vector<double>(),
-            std::vector<double>({0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15}));
+  EXPECT_EQ(cols.to_vector<double>(), std::vector<double>({0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15}));
   Tensor t = u64({2, 3, 5, 4}, 3);
-  expect_gc([](const std::vector<Tensor>& v) { return F::unfold(v[0].transpose(2, 3), {2, 3}, {1, 1}, {1, 0}, {1, 2}); },
-            {t}, "unfold (strided input)");
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return F::unfold(v[0].transpose(2, 3), {2, 3}, {1, 1}, {1, 0}, {1, 2});
+      },
+      {t}, "unfold (strided input)");
 }
 
 TEST(Pooling, MaxAndAvgAgainstLoops) {
@@ -126,9 +133,16 @@ TEST(Pooling, MaxAndAvgAgainstLoops) {
       }
   }
   Tensor g = u64({1, 2, 4, 5}, 8);
-  expect_gc([](const std::vector<Tensor>& v) { return F::max_pool2d(v[0], {2, 2}, {1, 2}, {1, 1}); }, {g}, "max_pool2d");
-  expect_gc([](const std::vector<Tensor>& v) { return F::avg_pool2d(v[0], {2, 3}, {2, 1}, {1, 1}, false); }, {g},
-            "avg_pool2d");
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return F::max_pool2d(v[0], {2, 2}, {1, 2}, {1, 1});
+      },
+      {g}, "max_pool2d");
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return F::avg_pool2d(v[0], {2, 3}, {2, 1}, {1, 1}, false);
+      },
+      {g}, "avg_pool2d");
   EXPECT_OXM_ERROR(F::max_pool2d(x, {2, 2}, {0, 0}, {2, 2}), InvalidArgument, "half the kernel");
 }
 
@@ -141,10 +155,15 @@ TEST(Norms, LayerNormAndBatchNorm) {
     double m = 0, v = 0;
     for (int k = 0; k < 5; ++k) m += xv[r * 5 + k] / 5;
     for (int k = 0; k < 5; ++k) v += (xv[r * 5 + k] - m) * (xv[r * 5 + k] - m) / 5;
-    for (int k = 0; k < 5; ++k) EXPECT_NEAR(yv[r * 5 + k], (xv[r * 5 + k] - m) / std::sqrt(v + 1e-5) * wv[k] + bv[k], 1e-12);
+    for (int k = 0; k < 5; ++k)
+      EXPECT_NEAR(yv[r * 5 + k], (xv[r * 5 + k] - m) / std::sqrt(v + 1e-5) * wv[k] + bv[k], 1e-12);
   }
   Tensor xg = u64({3, 2, 4}, 14), wg = u64({2, 4}, 15), bg = u64({2, 4}, 16);
-  expect_gc([](const std::vector<Tensor>& v) { return F::layer_norm(v[0], {2, 4}, v[1], v[2]); }, {xg, wg, bg}, "layer_norm");
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return F::layer_norm(v[0], {2, 4}, v[1], v[2]);
+      },
+      {xg, wg, bg}, "layer_norm");
 
   Tensor bx = u64({4, 2, 3, 3}, 17);
   Tensor rm = zeros({2}, DType::F64), rv = ones({2}, DType::F64);
@@ -171,9 +190,9 @@ TEST(Norms, LayerNormAndBatchNorm) {
 
 TEST(Modules, LinearParametersNamesAndDTypes) {
   Generator gen(3);
-  auto net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-      std::make_shared<nn::Linear>(4, 8, true, gen), std::make_shared<nn::Tanh>(),
-      std::make_shared<nn::Linear>(8, 2, false, gen)});
+  auto net = std::make_shared<nn::Sequential>(
+      std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(4, 8, true, gen), std::make_shared<nn::Tanh>(),
+                                           std::make_shared<nn::Linear>(8, 2, false, gen)});
   auto named = net->named_parameters();
   ASSERT_EQ(named.size(), 3u);
   EXPECT_EQ(named[0].first, "0.weight");

@@ -19,7 +19,8 @@ struct UnaryRef {
 // The registry's independent f64 references (its `ref` column) and domains, keyed by name.
 const std::map<std::string, UnaryRef>& unary_refs() {
   static const std::map<std::string, UnaryRef> m = {
-#define OXM_X(id, name, api, dtypes, grad, cost, lo, hi, ref, ...) {#name, {[](double x) -> double { return ref; }, lo, hi}},
+#define OXM_X(id, name, api, dtypes, grad, cost, lo, hi, ref, ...) \
+  {#name, {[](double x) -> double { return ref; }, lo, hi}},
       OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
   };
@@ -44,7 +45,8 @@ struct OpEntry {
 };
 std::vector<OpEntry> entries(std::span<const ops::OpInfo> table) {
   std::vector<OpEntry> v;
-  for (const ops::OpInfo& e : table) v.push_back({e.name, e.ints, e.differentiable, {e.lo[0], e.lo[1]}, {e.hi[0], e.hi[1]}});
+  for (const ops::OpInfo& e : table)
+    v.push_back({e.name, e.ints, e.differentiable, {e.lo[0], e.lo[1]}, {e.hi[0], e.hi[1]}});
   return v;
 }
 std::vector<OpEntry> unary_table() { return entries(ops::unary_ops()); }
@@ -134,8 +136,9 @@ TEST(UnaryOps, SpecialValues) {
 }
 
 TEST(BinaryOps, AgainstF64ReferenceWithBroadcasting) {
-  const std::vector<std::pair<Shape, Shape>> pairs = {
-      {{5, 7}, {5, 7}}, {{3, 1, 4}, {2, 4}}, {{4}, {}}, {{}, {2, 3}}, {{0, 3}, {1, 3}}, {{2, 1}, {1, 3}}, {{6000}, {6000}}};
+  const std::vector<std::pair<Shape, Shape>> pairs = {{{5, 7}, {5, 7}}, {{3, 1, 4}, {2, 4}}, {{4}, {}},
+                                                      {{}, {2, 3}},     {{0, 3}, {1, 3}},    {{2, 1}, {1, 3}},
+                                                      {{6000}, {6000}}};
   uint64_t seed = 100;
   for (const auto& op : binary_table()) {
     const auto& ref = binary_refs().at(op.name);
@@ -173,7 +176,8 @@ TEST(BinaryOps, AgainstF64ReferenceWithBroadcasting) {
       Tensor a = from_vector<int64_t>({-3, 5, 7}, {3}), b = from_vector<int64_t>({2, 5, -1}, {3});
       auto got = call_binary(op.name, a, b).to_vector<int64_t>();
       for (int i = 0; i < 3; ++i)
-        EXPECT_EQ(got[i], static_cast<int64_t>(ref(double(a.to_vector<int64_t>()[i]), double(b.to_vector<int64_t>()[i]))))
+        EXPECT_EQ(got[i],
+                  static_cast<int64_t>(ref(double(a.to_vector<int64_t>()[i]), double(b.to_vector<int64_t>()[i]))))
             << op.name;
     }
     EXPECT_OXM_ERROR(call_binary(op.name, ones({2}), ones({2}, DType::F64)), DTypeMismatch, "f32 and f64");
@@ -433,9 +437,9 @@ std::vector<double> ref_matmul(const Tensor& a, const Tensor& b, Shape* out_shap
 
 TEST(Matmul, BatchBroadcastingAndLayouts) {
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {{3, 4}, {4, 5}},       {{2, 1, 3, 4}, {5, 4, 6}}, {{3, 4}, {2, 4, 5}}, {{2, 3, 4}, {4, 5}},
-      {{1, 1}, {1, 1}},       {{0, 4}, {4, 3}},          {{3, 0}, {0, 2}},    {{2, 5, 3}, {2, 3, 0}},
-      {{64, 70}, {70, 33}},   {{192, 4, 4}, {192, 4, 4}}, {{7, 1, 16}, {16, 9}}, {{3, 200}, {200, 1}}};
+      {{3, 4}, {4, 5}},     {{2, 1, 3, 4}, {5, 4, 6}},  {{3, 4}, {2, 4, 5}},   {{2, 3, 4}, {4, 5}},
+      {{1, 1}, {1, 1}},     {{0, 4}, {4, 3}},           {{3, 0}, {0, 2}},      {{2, 5, 3}, {2, 3, 0}},
+      {{64, 70}, {70, 33}}, {{192, 4, 4}, {192, 4, 4}}, {{7, 1, 16}, {16, 9}}, {{3, 200}, {200, 1}}};
   uint64_t seed = 900;
   for (DType dt : {DType::F32, DType::F64}) {
     for (const auto& [sa, sb] : cases) {

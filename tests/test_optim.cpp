@@ -67,8 +67,10 @@ void ref_adam(Ref& r, const std::vector<double>& g, const O& o, bool decoupled) 
   const double bc1 = 1 - std::pow(b1, r.step), bc2 = 1 - std::pow(b2, r.step);
   for (size_t i = 0; i < r.p.size(); ++i) {
     double grad = o.maximize ? -g[i] : g[i];
-    if (decoupled) r.p[i] *= 1 - o.lr * o.weight_decay;
-    else if (o.weight_decay != 0) grad += o.weight_decay * r.p[i];
+    if (decoupled)
+      r.p[i] *= 1 - o.lr * o.weight_decay;
+    else if (o.weight_decay != 0)
+      grad += o.weight_decay * r.p[i];
     r.b0[i] = b1 * r.b0[i] + (1 - b1) * grad;         // exp_avg
     r.b1[i] = b2 * r.b1[i] + (1 - b2) * grad * grad;  // exp_avg_sq
     double v = r.b1[i];
@@ -101,8 +103,8 @@ void ref_rmsprop(Ref& r, const std::vector<double>& g, const RMSpropOptions& o) 
 }
 
 // Runs `steps` steps of opt on one f64 parameter and the reference alongside, comparing after each.
-void run_against(Optimizer& opt, Tensor& p, const std::function<void(Ref&, const std::vector<double>&)>& ref,
-                 int steps, const std::string& what) {
+void run_against(Optimizer& opt, Tensor& p, const std::function<void(Ref&, const std::vector<double>&)>& ref, int steps,
+                 const std::string& what) {
   Ref r(values(p));
   for (int t = 1; t <= steps; ++t) {
     auto g = grad_at(t, r.p.size());
@@ -157,8 +159,9 @@ TEST(OptimSGD, OptionsMatchFormulas) {
   for (size_t c = 0; c < cfgs.size(); ++c) {
     Tensor p = param(kInit);
     SGD opt({p}, cfgs[c]);
-    run_against(opt, p, [&](Ref& r, const std::vector<double>& g) { ref_sgd(r, g, cfgs[c]); }, 6,
-                "sgd cfg " + std::to_string(c));
+    run_against(
+        opt, p, [&](Ref& r, const std::vector<double>& g) { ref_sgd(r, g, cfgs[c]); }, 6,
+        "sgd cfg " + std::to_string(c));
   }
 }
 
@@ -174,8 +177,9 @@ TEST(OptimAdam, OptionsMatchFormulas) {
   for (size_t c = 0; c < cfgs.size(); ++c) {
     Tensor p = param(kInit);
     Adam opt({p}, cfgs[c]);
-    run_against(opt, p, [&](Ref& r, const std::vector<double>& g) { ref_adam(r, g, cfgs[c], false); }, 7,
-                "adam cfg " + std::to_string(c));
+    run_against(
+        opt, p, [&](Ref& r, const std::vector<double>& g) { ref_adam(r, g, cfgs[c], false); }, 7,
+        "adam cfg " + std::to_string(c));
   }
 }
 
@@ -190,8 +194,9 @@ TEST(OptimAdamW, OptionsMatchFormulas) {
   for (size_t c = 0; c < cfgs.size(); ++c) {
     Tensor p = param(kInit);
     AdamW opt({p}, cfgs[c]);
-    run_against(opt, p, [&](Ref& r, const std::vector<double>& g) { ref_adam(r, g, cfgs[c], true); }, 7,
-                "adamw cfg " + std::to_string(c));
+    run_against(
+        opt, p, [&](Ref& r, const std::vector<double>& g) { ref_adam(r, g, cfgs[c], true); }, 7,
+        "adamw cfg " + std::to_string(c));
   }
 }
 
@@ -216,8 +221,9 @@ TEST(OptimRMSprop, OptionsMatchFormulas) {
   for (size_t c = 0; c < cfgs.size(); ++c) {
     Tensor p = param(kInit);
     RMSprop opt({p}, cfgs[c]);
-    run_against(opt, p, [&](Ref& r, const std::vector<double>& g) { ref_rmsprop(r, g, cfgs[c]); }, 7,
-                "rmsprop cfg " + std::to_string(c));
+    run_against(
+        opt, p, [&](Ref& r, const std::vector<double>& g) { ref_rmsprop(r, g, cfgs[c]); }, 7,
+        "rmsprop cfg " + std::to_string(c));
   }
 }
 
@@ -393,9 +399,9 @@ void check_state_round_trip(const O& options, const std::vector<std::string>& ex
 }
 
 TEST(OptimState, RoundTripContinuesBitIdentically) {
-  check_state_round_trip<SGD>(SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true},
-                              {"group0.param0.step", "group0.param0.momentum_buffer", "group0.param1.step",
-                               "group0.param1.momentum_buffer"});
+  check_state_round_trip<SGD>(
+      SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true},
+      {"group0.param0.step", "group0.param0.momentum_buffer", "group0.param1.step", "group0.param1.momentum_buffer"});
   check_state_round_trip<Adam>(
       AdamOptions{.lr = 0.01, .amsgrad = true},
       {"group0.param0.step", "group0.param0.exp_avg", "group0.param0.exp_avg_sq", "group0.param0.max_exp_avg_sq",
@@ -418,8 +424,10 @@ TEST(OptimState, BadLoadsAreTypedAndChangeNothing) {
   auto before = values(good[1].second);
   auto with = [&](size_t i, std::string name, Tensor t) {
     auto e = good;
-    if (i < e.size()) e[i] = {std::move(name), std::move(t)};
-    else e.emplace_back(std::move(name), std::move(t));
+    if (i < e.size())
+      e[i] = {std::move(name), std::move(t)};
+    else
+      e.emplace_back(std::move(name), std::move(t));
     return e;
   };
   EXPECT_OXM_ERROR(opt.load_state_tensors(with(1, "group0.param0.exp_avg", zeros({3}, DType::F64))), ShapeMismatch,

@@ -68,8 +68,8 @@ TEST_F(Safetensors, RoundTripEveryDtypeWithMetadata) {
   std::map<std::string, Tensor> t;
   t["f32"] = from_vector<float>({1.5f, -0.0f, 1e-40f, inf, -inf, nan}, Shape{2, 3});
   t["f64"] = from_vector<double>({0.1, -1e308, 5e-324, std::numeric_limits<double>::quiet_NaN()}, Shape{2, 2});
-  t["i64"] = from_vector<int64_t>({std::numeric_limits<int64_t>::min(), 0, std::numeric_limits<int64_t>::max()},
-                                  Shape{3, 1});
+  t["i64"] =
+      from_vector<int64_t>({std::numeric_limits<int64_t>::min(), 0, std::numeric_limits<int64_t>::max()}, Shape{3, 1});
   t["u8"] = from_vector<uint8_t>({0, 127, 255}, Shape{3});
   t["scalar_f32"] = scalar(2.5);
   t["scalar_i64"] = scalar(-7, DType::I64);
@@ -91,10 +91,18 @@ TEST_F(Safetensors, RoundTripEveryDtypeWithMetadata) {
     EXPECT_EQ(got.shape(), want.shape());
     EXPECT_TRUE(got.is_contiguous());
     switch (want.dtype()) {
-      case DType::F32: EXPECT_TRUE(same_bits(got.to_vector<float>(), want.to_vector<float>())); break;
-      case DType::F64: EXPECT_TRUE(same_bits(got.to_vector<double>(), want.to_vector<double>())); break;
-      case DType::I64: EXPECT_EQ(got.to_vector<int64_t>(), want.to_vector<int64_t>()); break;
-      case DType::U8: EXPECT_EQ(got.to_vector<uint8_t>(), want.to_vector<uint8_t>()); break;
+      case DType::F32:
+        EXPECT_TRUE(same_bits(got.to_vector<float>(), want.to_vector<float>()));
+        break;
+      case DType::F64:
+        EXPECT_TRUE(same_bits(got.to_vector<double>(), want.to_vector<double>()));
+        break;
+      case DType::I64:
+        EXPECT_EQ(got.to_vector<int64_t>(), want.to_vector<int64_t>());
+        break;
+      case DType::U8:
+        EXPECT_EQ(got.to_vector<uint8_t>(), want.to_vector<uint8_t>());
+        break;
     }
   }
   // load_safetensors gives the same tensors without the metadata
@@ -156,9 +164,12 @@ TEST_F(Safetensors, OutputIsByteIdenticalToTheReferenceImplementation) {
 }
 
 TEST_F(Safetensors, MapOverloadUsesReferenceOrderVectorOverloadKeepsOrder) {
-  std::map<std::string, Tensor> t{{"a_u8", zeros(Shape{3}, DType::U8)},  {"b_f32", zeros(Shape{1})},
-                                  {"a_f32", zeros(Shape{1})},             {"z_i64", zeros(Shape{1}, DType::I64)},
-                                  {"c_f64", zeros(Shape{1}, DType::F64)}, {"a_i64", zeros(Shape{1}, DType::I64)}};
+  std::map<std::string, Tensor> t{{"a_u8", zeros(Shape{3}, DType::U8)},
+                                  {"b_f32", zeros(Shape{1})},
+                                  {"a_f32", zeros(Shape{1})},
+                                  {"z_i64", zeros(Shape{1}, DType::I64)},
+                                  {"c_f64", zeros(Shape{1}, DType::F64)},
+                                  {"a_i64", zeros(Shape{1}, DType::I64)}};
   save_safetensors(path("m.safetensors"), t);
   const std::string bytes = read_bytes(path("m.safetensors"));
   std::vector<size_t> pos;
@@ -168,8 +179,8 @@ TEST_F(Safetensors, MapOverloadUsesReferenceOrderVectorOverloadKeepsOrder) {
   // data offsets follow the header order: the 8-byte tensors come first, so the U8 one ends the file
   EXPECT_NE(bytes.find(R"("a_u8":{"dtype":"U8","shape":[3],"data_offsets":[32,35]})"), std::string::npos);
 
-  std::vector<std::pair<std::string, Tensor>> ordered{
-      {"z", from_vector<uint8_t>({9}, Shape{1})}, {"a", from_vector<double>({1.0}, Shape{1})}};
+  std::vector<std::pair<std::string, Tensor>> ordered{{"z", from_vector<uint8_t>({9}, Shape{1})},
+                                                      {"a", from_vector<double>({1.0}, Shape{1})}};
   save_safetensors(path("v.safetensors"), ordered);
   const std::string vb = read_bytes(path("v.safetensors"));
   EXPECT_LT(vb.find("\"z\""), vb.find("\"a\""));
@@ -199,15 +210,15 @@ TEST_F(Safetensors, ReferenceSampleFilesLoad) {
   };
   auto as_i64 = [](std::vector<int64_t> v) { return std::vector<double>(v.begin(), v.end()); };
   const std::map<std::string, Want> want{
-      {"B", {DType::U8, {253, 254, 255, 0, 1, 2}}},          // U8
-      {"b", {DType::I64, as_i64(signed_vals)}},              // I8 widened
-      {"H", {DType::I64, {65533, 65534, 65535, 0, 1, 2}}},   // U16 widened
-      {"h", {DType::I64, as_i64(signed_vals)}},              // I16 widened
+      {"B", {DType::U8, {253, 254, 255, 0, 1, 2}}},                              // U8
+      {"b", {DType::I64, as_i64(signed_vals)}},                                  // I8 widened
+      {"H", {DType::I64, {65533, 65534, 65535, 0, 1, 2}}},                       // U16 widened
+      {"h", {DType::I64, as_i64(signed_vals)}},                                  // I16 widened
       {"I", {DType::I64, {4294967293.0, 4294967294.0, 4294967295.0, 0, 1, 2}}},  // U32 widened
-      {"i", {DType::I64, as_i64(signed_vals)}},              // I32 widened
-      {"e", {DType::F32, as_i64(signed_vals)}},              // F16 converted
-      {"f", {DType::F32, as_i64(signed_vals)}},              // F32
-      {"d", {DType::F64, as_i64(signed_vals)}},              // F64
+      {"i", {DType::I64, as_i64(signed_vals)}},                                  // I32 widened
+      {"e", {DType::F32, as_i64(signed_vals)}},                                  // F16 converted
+      {"f", {DType::F32, as_i64(signed_vals)}},                                  // F32
+      {"d", {DType::F64, as_i64(signed_vals)}},                                  // F64
   };
   auto check = [&](const std::string& name, const Tensor& t) {
     SCOPED_TRACE(name);
@@ -254,9 +265,9 @@ TEST_F(Safetensors, F16AndBF16ConvertExactlyForEveryBitPattern) {
   const auto b = t.at("b").to_vector<float>();
   for (uint32_t i = 0; i < 65536; ++i) {
     const uint32_t sign = i >> 15, exp = (i >> 10) & 0x1f, man = i & 0x3ff;
-    const double mag = exp == 0    ? std::ldexp(static_cast<double>(man), -24)
+    const double mag = exp == 0   ? std::ldexp(static_cast<double>(man), -24)
                        : exp < 31 ? std::ldexp(1.0 + man / 1024.0, static_cast<int>(exp) - 15)
-                                   : 0.0;
+                                  : 0.0;
     if (exp == 31) {  // inf / NaN keep sign and payload
       EXPECT_EQ(f32_bits(h[i]), (sign << 31) | 0x7f800000u | (man << 13)) << i;
     } else {
@@ -282,7 +293,8 @@ TEST_F(Safetensors, NarrowIntegersAndBoolWidenExactly) {
       R"({"i8":{"dtype":"I8","shape":[3],"data_offsets":[0,3]},"i16":{"dtype":"I16","shape":[2],"data_offsets":[3,7]},)"
       R"("i32":{"dtype":"I32","shape":[2],"data_offsets":[7,15]},"u16":{"dtype":"U16","shape":[2],"data_offsets":[15,19]},)"
       R"("u32":{"dtype":"U32","shape":[2],"data_offsets":[19,27]},"m":{"dtype":"BOOL","shape":[2,2],"data_offsets":[27,31]}})";
-  write_bytes(path("ints.safetensors"), st_file(header, raw(i8) + raw(i16) + raw(i32) + raw(u16) + raw(u32) + raw(bools)));
+  write_bytes(path("ints.safetensors"),
+              st_file(header, raw(i8) + raw(i16) + raw(i32) + raw(u16) + raw(u32) + raw(bools)));
   auto t = load_safetensors(path("ints.safetensors"));
   EXPECT_EQ(t.at("i8").to_vector<int64_t>(), (std::vector<int64_t>{-128, 127, -1}));
   EXPECT_EQ(t.at("i16").to_vector<int64_t>(), (std::vector<int64_t>{-32768, 32767}));
@@ -298,8 +310,7 @@ TEST_F(Safetensors, UnsupportedDtypesAreTypedErrorsNamingTensorAndDtype) {
   for (const char* dt : {"U64", "F8_E4M3", "F8_E5M2", "F128", "f32", ""}) {
     SCOPED_TRACE(dt);
     const auto p = path("dt.safetensors");
-    write_bytes(p, st_file(std::string(R"({"weights":{"dtype":")") + dt +
-                               R"(","shape":[2],"data_offsets":[0,16]}})",
+    write_bytes(p, st_file(std::string(R"({"weights":{"dtype":")") + dt + R"(","shape":[2],"data_offsets":[0,16]}})",
                            std::string(16, '\0')));
     EXPECT_OXM_ERROR(load_safetensors(p), Io, std::string("tensor 'weights'"));
     EXPECT_OXM_ERROR(load_safetensors(p), Io, std::string("dtype ") + dt);
@@ -363,8 +374,8 @@ TEST_F(Safetensors, CorruptedHeadersAreIoErrorsNamingFileTensorAndProblem) {
        "tensor 'x': missing field 'dtype'"},
       {"missing offsets", st_file("{\"x\":{\"dtype\":\"F32\",\"shape\":[1]}}", std::string(4, '\0')),
        "tensor 'x': missing field 'data_offsets'"},
-      {"extra field", st_file("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"y\":1}}",
-                              std::string(4, '\0')),
+      {"extra field",
+       st_file("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"y\":1}}", std::string(4, '\0')),
        "tensor 'x': unexpected field 'y'"},
       {"dtype not string", st_file("{\"x\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", std::string(4, '\0')),
        "tensor 'x': dtype must be a string"},
@@ -383,7 +394,8 @@ TEST_F(Safetensors, CorruptedHeadersAreIoErrorsNamingFileTensorAndProblem) {
        "negative or non-integer"},
       {"offsets out of range", st_file("{" + entry("x", "F32", "[4]", "[16,32]") + "}", d16),
        "outside the data section"},
-      {"huge offsets", st_file("{" + entry("x", "U8", "[16]", "[18446744073709551599,18446744073709551615]") + "}", d16),
+      {"huge offsets",
+       st_file("{" + entry("x", "U8", "[16]", "[18446744073709551599,18446744073709551615]") + "}", d16),
        "outside the data section"},
       {"offsets reversed", st_file("{" + entry("x", "F32", "[0]", "[16,0]") + "}", d16), "end before they begin"},
       {"three offsets", st_file("{" + entry("x", "F32", "[4]", "[0,16,16]") + "}", d16), "[begin, end]"},
@@ -398,8 +410,8 @@ TEST_F(Safetensors, CorruptedHeadersAreIoErrorsNamingFileTensorAndProblem) {
       {"not covered", st_file("{" + entry("x", "F32", "[2]", "[0,8]") + "}", d16), "8 trailing bytes"},
       {"data but no tensors", st_file("{}", d16), "16 trailing bytes"},
       {"duplicate tensor", st_file("{" + x4 + "," + x4 + "}", d16), "duplicate tensor name 'x'"},
-      {"duplicate field", st_file("{\"x\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
-                                  d16),
+      {"duplicate field",
+       st_file("{\"x\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", d16),
        "duplicate key 'dtype'"},
       {"duplicate metadata key", st_file("{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"}," + x4 + "}", d16),
        "duplicate key 'a'"},
@@ -419,9 +431,10 @@ TEST_F(Safetensors, CorruptedHeadersAreIoErrorsNamingFileTensorAndProblem) {
 TEST_F(Safetensors, LyingHeadersDoNotAllocateTheClaimedSize) {
   // Claims 4 GiB (and then 2^80 elements) in a file of a few bytes: must fail before allocating anything.
   const int64_t claimed = int64_t{1} << 32;
-  const std::string lie = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1073741824],\"data_offsets\":[0," +
-                          std::to_string(claimed) + "]}}";
-  const std::string lie2 = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,16]}}";
+  const std::string lie =
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[1073741824],\"data_offsets\":[0," + std::to_string(claimed) + "]}}";
+  const std::string lie2 =
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,16]}}";
   const auto p = path("lie.safetensors");
   rusage ru0{};
   getrusage(RUSAGE_SELF, &ru0);

@@ -96,16 +96,16 @@ ErrorKind error_kind_of(F&& f) {
 }
 
 // Asserts that f throws an oxmera::Error of `kind` whose message contains `needle`.
-#define EXPECT_OXM_ERROR(stmt, kind_, needle)                                                \
-  do {                                                                                       \
-    try {                                                                                    \
-      (void)(stmt);                                                                          \
-      ADD_FAILURE() << "no error from: " #stmt;                                              \
-    } catch (const ::oxmera::Error& e) {                                                     \
-      EXPECT_EQ(e.kind(), ::oxmera::ErrorKind::kind_) << e.what();                           \
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                       \
-          << "message lacks '" << needle << "': " << e.what();                               \
-    }                                                                                        \
+#define EXPECT_OXM_ERROR(stmt, kind_, needle)                          \
+  do {                                                                 \
+    try {                                                              \
+      (void)(stmt);                                                    \
+      ADD_FAILURE() << "no error from: " #stmt;                        \
+    } catch (const ::oxmera::Error& e) {                               \
+      EXPECT_EQ(e.kind(), ::oxmera::ErrorKind::kind_) << e.what();     \
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) \
+          << "message lacks '" << needle << "': " << e.what();         \
+    }                                                                  \
   } while (0)
 
 }  // namespace oxt

@@ -24,8 +24,8 @@ class NoGradGuard {
 };
 
 struct GradcheckOptions {
-  double eps = 1e-6;    // central-difference step
-  double atol = 1e-5;   // |analytic - numeric| <= atol + rtol * |numeric|
+  double eps = 1e-6;   // central-difference step
+  double atol = 1e-5;  // |analytic - numeric| <= atol + rtol * |numeric|
   double rtol = 1e-3;
   int projections = 2;  // random output projections checked (vector-Jacobian products)
   uint64_t seed = 1234;
@@ -43,7 +43,7 @@ struct GradcheckResult {
 
 // Compares the tape's gradient of f against central finite differences. Inputs should be F64 leaves; the
 // ones that require grad are checked. f must be a pure function of its inputs.
-GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                          const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
+                          const GradcheckOptions& options = {});
 
 }  // namespace oxmera

@@ -11,10 +11,14 @@ inline constexpr int kNumDTypes = 4;
 
 constexpr size_t itemsize(DType d) noexcept {
   switch (d) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::I64:
+      return 8;
+    case DType::U8:
+      return 1;
   }
   return 1;
 }
@@ -25,13 +29,21 @@ std::ostream& operator<<(std::ostream& os, DType d);
 template <class T>
 struct dtype_of;
 template <>
-struct dtype_of<float> { static constexpr DType value = DType::F32; };
+struct dtype_of<float> {
+  static constexpr DType value = DType::F32;
+};
 template <>
-struct dtype_of<double> { static constexpr DType value = DType::F64; };
+struct dtype_of<double> {
+  static constexpr DType value = DType::F64;
+};
 template <>
-struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::I64;
+};
 template <>
-struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::U8;
+};
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 

@@ -54,11 +54,10 @@ std::string concat(const Args&... args) {
 }  // namespace oxmera
 
 // Throws oxmera::Error(kind, concat(args...)) when cond is false. The message is built only on failure.
-#define OXM_CHECK(cond, kind, ...)                                                        \
-  do {                                                                                    \
-    if (!(cond)) [[unlikely]]                                                             \
-      ::oxmera::detail::throw_error(::oxmera::ErrorKind::kind,                            \
-                                    ::oxmera::detail::concat(__VA_ARGS__));               \
+#define OXM_CHECK(cond, kind, ...)                                                                     \
+  do {                                                                                                 \
+    if (!(cond)) [[unlikely]]                                                                          \
+      ::oxmera::detail::throw_error(::oxmera::ErrorKind::kind, ::oxmera::detail::concat(__VA_ARGS__)); \
   } while (0)
 #define OXM_FAIL(kind, ...) \
   ::oxmera::detail::throw_error(::oxmera::ErrorKind::kind, ::oxmera::detail::concat(__VA_ARGS__))

@@ -29,8 +29,8 @@ struct EighResult {
   Tensor eigenvalues;   // [..., n], ascending
   Tensor eigenvectors;  // [..., n, n], eigenvectors as columns
 };
-// Symmetric eigendecomposition (Householder tridiagonalisation + implicit QL, f64). Reads the lower triangle after the symmetry check
-// (NotSymmetric names the batch index and the worst pair). Eigenvalues are differentiable always; the
+// Symmetric eigendecomposition (Householder tridiagonalisation + implicit QL, f64). Reads the lower triangle after the
+// symmetry check (NotSymmetric names the batch index and the worst pair). Eigenvalues are differentiable always; the
 // eigenvectors' gradient is defined only for distinct eigenvalues: backward through eigenvectors of a
 // matrix with (numerically) repeated eigenvalues is InvalidArgument.
 EighResult eigh(const Tensor& a);

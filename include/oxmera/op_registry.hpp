@@ -39,10 +39,10 @@
   X(Relu, relu, Public, FloatInt, Grad, Cheap, -3, 3, x > 0 ? x : 0.0, "torch.relu(x)", "max(x, 0); NaN propagates") \
   X(Gelu, gelu, Public, Float, Grad, Costly, -3, 3,                                                                  \
     0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))),                                     \
-    "torch.nn.functional.gelu(x, approximate='tanh')", "GELU, tanh approximation")                                  \
+    "torch.nn.functional.gelu(x, approximate='tanh')", "GELU, tanh approximation")                                   \
   X(Sigmoid, sigmoid, Public, Float, Grad, Costly, -6, 6, 1 / (1 + std::exp(-x)), "torch.sigmoid(x)",                \
-    "logistic function 1 / (1 + e^-x), stable for large |x|")                                                       \
-  X(Square, square, Public, FloatInt, Grad, Cheap, -3, 3, x * x, "torch.square(x)", "x * x")                         \
+    "logistic function 1 / (1 + e^-x), stable for large |x|")                                                        \
+  X(Square, square, Public, FloatInt, Grad, Cheap, -3, 3, x* x, "torch.square(x)", "x * x")                          \
   X(Reciprocal, reciprocal, Public, Float, Grad, Costly, 0.2, 5, 1 / x, "torch.reciprocal(x)", "1 / x")              \
   X(Log1p, log1p, Public, Float, Grad, Costly, -0.5, 3, std::log1p(x), "torch.log1p(x)", "log(1 + x), exact near 0") \
   X(Expm1, expm1, Public, Float, Grad, Costly, -3, 3, std::expm1(x), "torch.expm1(x)", "e^x - 1, exact near 0")      \
@@ -50,28 +50,28 @@
     "-1, 0 or 1 (NaN propagates); its gradient is 0, as in torch")
 
 // X(Id, name, api, dtypes, grad, cost, alo, ahi, blo, bhi, ref, torch, doc)
-#define OXMERA_BINARY_OPS(X)                                                                                        \
-  X(Add, add, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2, a + b, "a + b", "a + b (also operator+)")                \
-  X(Sub, sub, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2, a - b, "a - b", "a - b (also operator-)")                \
-  X(Mul, mul, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2, a * b, "a * b", "a * b (also operator*)")                \
-  X(Div, div, Public, Float, Grad, Cheap, -2, 2, 0.5, 2, a / b, "a / b", "a / b (also operator/)")                  \
-  X(Pow, pow, Public, Float, Grad, Costly, 0.5, 2, -1.5, 2, std::pow(a, b), "torch.pow(a, b)",                      \
-    "a^b; the gradients are 0 where b == 0 (for a) and where a == 0 (for b), as in torch")                         \
-  X(Maximum, maximum, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2,                                                  \
-    std::isnan(a) || std::isnan(b) ? NAN : (a > b ? a : b), "torch.maximum(a, b)",                                  \
-    "elementwise maximum; NaN propagates; ties split the gradient evenly")                                          \
-  X(Minimum, minimum, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2,                                                  \
-    std::isnan(a) || std::isnan(b) ? NAN : (a < b ? a : b), "torch.minimum(a, b)",                                  \
-    "elementwise minimum; NaN propagates; ties split the gradient evenly")                                          \
-  X(BceLogits, bce_with_logits, Internal, Float, Grad, Costly, -4, 4, 0, 1,                                         \
-    (1 - b) * a + std::log1p(std::exp(-std::fabs(a))) + (a < 0 ? -a : 0.0),                                         \
-    "torch.nn.functional.binary_cross_entropy_with_logits(*torch.broadcast_tensors(a, b), reduction='none')",                                 \
-    "binary cross entropy of logit a against target b, per element (nn::binary_cross_entropy_with_logits)")         \
-  X(Eq, eq, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a == b), "torch.eq(a, b)", "a == b as 0/1")       \
-  X(Ne, ne, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a != b), "torch.ne(a, b)", "a != b as 0/1")       \
-  X(Lt, lt, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a < b), "torch.lt(a, b)", "a < b as 0/1")         \
-  X(Le, le, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a <= b), "torch.le(a, b)", "a <= b as 0/1")       \
-  X(Gt, gt, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a > b), "torch.gt(a, b)", "a > b as 0/1")         \
+#define OXMERA_BINARY_OPS(X)                                                                                  \
+  X(Add, add, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2, a + b, "a + b", "a + b (also operator+)")          \
+  X(Sub, sub, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2, a - b, "a - b", "a - b (also operator-)")          \
+  X(Mul, mul, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2, a* b, "a * b", "a * b (also operator*)")           \
+  X(Div, div, Public, Float, Grad, Cheap, -2, 2, 0.5, 2, a / b, "a / b", "a / b (also operator/)")            \
+  X(Pow, pow, Public, Float, Grad, Costly, 0.5, 2, -1.5, 2, std::pow(a, b), "torch.pow(a, b)",                \
+    "a^b; the gradients are 0 where b == 0 (for a) and where a == 0 (for b), as in torch")                    \
+  X(Maximum, maximum, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2,                                            \
+    std::isnan(a) || std::isnan(b) ? NAN : (a > b ? a : b), "torch.maximum(a, b)",                            \
+    "elementwise maximum; NaN propagates; ties split the gradient evenly")                                    \
+  X(Minimum, minimum, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2,                                            \
+    std::isnan(a) || std::isnan(b) ? NAN : (a < b ? a : b), "torch.minimum(a, b)",                            \
+    "elementwise minimum; NaN propagates; ties split the gradient evenly")                                    \
+  X(BceLogits, bce_with_logits, Internal, Float, Grad, Costly, -4, 4, 0, 1,                                   \
+    (1 - b) * a + std::log1p(std::exp(-std::fabs(a))) + (a < 0 ? -a : 0.0),                                   \
+    "torch.nn.functional.binary_cross_entropy_with_logits(*torch.broadcast_tensors(a, b), reduction='none')", \
+    "binary cross entropy of logit a against target b, per element (nn::binary_cross_entropy_with_logits)")   \
+  X(Eq, eq, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a == b), "torch.eq(a, b)", "a == b as 0/1") \
+  X(Ne, ne, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a != b), "torch.ne(a, b)", "a != b as 0/1") \
+  X(Lt, lt, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a < b), "torch.lt(a, b)", "a < b as 0/1")   \
+  X(Le, le, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a <= b), "torch.le(a, b)", "a <= b as 0/1") \
+  X(Gt, gt, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a > b), "torch.gt(a, b)", "a > b as 0/1")   \
   X(Ge, ge, Public, FloatInt, NoGrad, Cheap, -2, 2, -2, 2, double(a >= b), "torch.ge(a, b)", "a >= b as 0/1")
 
 // Ops with their own front end. X(Id, name, kind, dtypes, grad, torch, doc); kind: Reduction | Index | Matmul |
@@ -127,12 +127,12 @@ enum class OpKind : uint8_t { Unary, Binary, Reduction, Index, Matmul, Layout, F
 struct OpInfo {
   const char* name;
   OpKind kind;
-  uint8_t id;         // the UnaryOp / BinaryOp / StructuredOp value
-  bool is_public;     // has a Tensor method (and, binary ops, a free function) of this name
-  bool ints;          // accepts i64 as well as f32 / f64
+  uint8_t id;      // the UnaryOp / BinaryOp / StructuredOp value
+  bool is_public;  // has a Tensor method (and, binary ops, a free function) of this name
+  bool ints;       // accepts i64 as well as f32 / f64
   bool differentiable;
-  bool costly;        // transcendental (elementwise ops)
-  double lo[2], hi[2];  // the input domain tests draw from, per operand (elementwise ops)
+  bool costly;            // transcendental (elementwise ops)
+  double lo[2], hi[2];    // the input domain tests draw from, per operand (elementwise ops)
   const char* reference;  // the f64 reference expression (elementwise ops), as written in the registry
   const char* torch;      // the PyTorch expression (elementwise) or function (others)
   const char* doc;
@@ -145,28 +145,52 @@ inline constexpr bool kGrad_Grad = true, kGrad_NoGrad = false;
 inline constexpr bool kCostly_Costly = true, kCostly_Cheap = false;
 }  // namespace registry_detail
 
-#define OXM_REGISTRY_FACTS(api, dtypes, grad)                                                            \
+#define OXM_REGISTRY_FACTS(api, dtypes, grad)                                                \
   oxmera::ops::registry_detail::kPublic_##api, oxmera::ops::registry_detail::kInts_##dtypes, \
       oxmera::ops::registry_detail::kGrad_##grad
 
 inline constexpr OpInfo kUnaryOps[] = {
-#define OXM_X(id, name, api, dtypes, grad, cost, lo, hi, ref, torch, doc)                                   \
-  {#name, OpKind::Unary, static_cast<uint8_t>(UnaryOp::id), OXM_REGISTRY_FACTS(api, dtypes, grad),          \
-   registry_detail::kCostly_##cost, {lo, lo}, {hi, hi}, #ref, torch, doc},
+#define OXM_X(id, name, api, dtypes, grad, cost, lo, hi, ref, torch, doc) \
+  {#name,                                                                 \
+   OpKind::Unary,                                                         \
+   static_cast<uint8_t>(UnaryOp::id),                                     \
+   OXM_REGISTRY_FACTS(api, dtypes, grad),                                 \
+   registry_detail::kCostly_##cost,                                       \
+   {lo, lo},                                                              \
+   {hi, hi},                                                              \
+   #ref,                                                                  \
+   torch,                                                                 \
+   doc},
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
 };
 inline constexpr OpInfo kBinaryOps[] = {
-#define OXM_X(id, name, api, dtypes, grad, cost, alo, ahi, blo, bhi, ref, torch, doc)                       \
-  {#name, OpKind::Binary, static_cast<uint8_t>(BinaryOp::id), OXM_REGISTRY_FACTS(api, dtypes, grad),        \
-   registry_detail::kCostly_##cost, {alo, blo}, {ahi, bhi}, #ref, torch, doc},
+#define OXM_X(id, name, api, dtypes, grad, cost, alo, ahi, blo, bhi, ref, torch, doc) \
+  {#name,                                                                             \
+   OpKind::Binary,                                                                    \
+   static_cast<uint8_t>(BinaryOp::id),                                                \
+   OXM_REGISTRY_FACTS(api, dtypes, grad),                                             \
+   registry_detail::kCostly_##cost,                                                   \
+   {alo, blo},                                                                        \
+   {ahi, bhi},                                                                        \
+   #ref,                                                                              \
+   torch,                                                                             \
+   doc},
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
 };
 inline constexpr OpInfo kStructuredOps[] = {
-#define OXM_X(id, name, kind, dtypes, grad, torch, doc)                                                      \
-  {#name, OpKind::kind, static_cast<uint8_t>(StructuredOp::id), OXM_REGISTRY_FACTS(Public, dtypes, grad), \
-   false, {0, 0}, {0, 0}, "", torch, doc},
+#define OXM_X(id, name, kind, dtypes, grad, torch, doc) \
+  {#name,                                               \
+   OpKind::kind,                                        \
+   static_cast<uint8_t>(StructuredOp::id),              \
+   OXM_REGISTRY_FACTS(Public, dtypes, grad),            \
+   false,                                               \
+   {0, 0},                                              \
+   {0, 0},                                              \
+   "",                                                  \
+   torch,                                               \
+   doc},
     OXMERA_STRUCTURED_OPS(OXM_X)
 #undef OXM_X
 };

@@ -51,8 +51,7 @@ void SavedTensor::save(const Tensor& t, bool is_output) {
 }
 
 Tensor SavedTensor::get(const char* op) const {
-  OXM_CHECK(!tensor_.defined() || tensor_.impl()->storage->version == version_, InvalidArgument,
-            "backward of ", op,
+  OXM_CHECK(!tensor_.defined() || tensor_.impl()->storage->version == version_, InvalidArgument, "backward of ", op,
             ": a tensor saved for the gradient was modified in place after it was used; clone it before "
             "modifying it, or modify it before the forward pass");
   return tensor_;
@@ -98,8 +97,8 @@ void accumulate_leaf(const Tensor& leaf, Tensor g) {
     // Own the gradient: an alias of a buffer used elsewhere (a seed, or the same gradient handed to two
     // leaves by add) must not be shared, since optimizers update .grad in place.
     const TensorImpl& G = *g.impl();
-    bool exclusive = G.refcount.load() == 1 && G.storage->refcount.load() == 1 && G.contiguous &&
-                     G.offset == 0 && !G.grad_fn;
+    bool exclusive =
+        G.refcount.load() == 1 && G.storage->refcount.load() == 1 && G.contiguous && G.offset == 0 && !G.grad_fn;
     L.grad = exclusive ? g : g.clone();
   } else {
     L.grad = L.grad + g;
@@ -221,8 +220,8 @@ void Tensor::set_grad(const Tensor& g) {
   detail::check_defined(*this, "set_grad");
   if (g.defined()) {
     OXM_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), InvalidArgument,
-              "set_grad: gradient ", g.shape(), " ", g.dtype(), " on ", g.device(), " does not match tensor ",
-              shape(), " ", dtype(), " on ", device());
+              "set_grad: gradient ", g.shape(), " ", g.dtype(), " on ", g.device(), " does not match tensor ", shape(),
+              " ", dtype(), " on ", device());
   }
   impl_->grad = g;
 }
@@ -230,9 +229,7 @@ void Tensor::zero_grad() {
   detail::check_defined(*this, "zero_grad");
   impl_->grad = Tensor();
 }
-std::string Tensor::grad_fn_name() const {
-  return defined() && impl_->grad_fn ? impl_->grad_fn->name() : "";
-}
+std::string Tensor::grad_fn_name() const { return defined() && impl_->grad_fn ? impl_->grad_fn->name() : ""; }
 
 void Tensor::backward() const {
   detail::check_defined(*this, "backward");
@@ -251,8 +248,8 @@ void Tensor::backward(const Tensor& seed) const {
             " differs from the tensor's shape ", shape());
   OXM_CHECK(seed.dtype() == dtype(), DTypeMismatch, "backward: seed dtype ", seed.dtype(),
             " differs from the tensor's dtype ", dtype());
-  OXM_CHECK(seed.device() == device(), DeviceMismatch, "backward: seed is on ", seed.device(),
-            " but the tensor is on ", device());
+  OXM_CHECK(seed.device() == device(), DeviceMismatch, "backward: seed is on ", seed.device(), " but the tensor is on ",
+            device());
   detail::run_backward(*this, seed);
 }
 

@@ -9,8 +9,8 @@
 
 namespace oxmera {
 
-GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                          const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
+                          const GradcheckOptions& opt) {
   GradcheckResult res;
   Generator gen(opt.seed);
   std::vector<Tensor> xs;
@@ -35,12 +35,13 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     };
     for (auto& x : xs) x.zero_grad();
     Tensor y = f(xs);
-    OXM_CHECK(y.requires_grad(), InvalidArgument, "gradcheck: f's output does not depend on any input that requires grad");
+    OXM_CHECK(y.requires_grad(), InvalidArgument,
+              "gradcheck: f's output does not depend on any input that requires grad");
     y.backward(v);
     for (size_t i = 0; i < xs.size(); ++i) {
       if (!xs[i].requires_grad()) continue;
-      OXM_CHECK(xs[i].dtype() == DType::F64, UnsupportedDType,
-                "gradcheck: input ", i, " has dtype ", xs[i].dtype(), "; finite differences need f64 inputs");
+      OXM_CHECK(xs[i].dtype() == DType::F64, UnsupportedDType, "gradcheck: input ", i, " has dtype ", xs[i].dtype(),
+                "; finite differences need f64 inputs");
       Tensor g = xs[i].grad();
       std::vector<double> analytic = g.defined() ? g.to(DType::F64).contiguous().to_vector<double>()
                                                  : std::vector<double>(static_cast<size_t>(xs[i].numel()), 0.0);

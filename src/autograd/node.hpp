@@ -12,8 +12,8 @@
 namespace oxmera::detail {
 
 struct Edge {
-  Ref<Node> node;        // producer node, or null
-  Tensor leaf;           // leaf that accumulates, when node is null
+  Ref<Node> node;          // producer node, or null
+  Tensor leaf;             // leaf that accumulates, when node is null
   uint32_t output_nr = 0;  // which output of `node`
   bool active() const { return node || leaf.defined(); }
 };

@@ -38,15 +38,13 @@ void register_backend(Backend* backend) {
 
 Backend& backend_for(Device device, const char* op) {
   if (device.kind() == DeviceKind::CPU) [[likely]] {
-    OXM_CHECK(device.index() == 0, BackendUnavailable, op, ": device ", device,
-              " does not exist; the CPU is cpu:0");
+    OXM_CHECK(device.index() == 0, BackendUnavailable, op, ": device ", device, " does not exist; the CPU is cpu:0");
     return cpu_backend();
   }
   Backend* be = g_backends[static_cast<int>(device.kind())].load(std::memory_order_acquire);
   OXM_CHECK(device.index() == 0, BackendUnavailable, op, ": device ", device,
             " is not supported; only index 0 of a GPU kind is (no multi-GPU yet)");
-  if (be == nullptr && device.is_cuda() && build_info().cuda_compiled &&
-      g_cuda_probed.load(std::memory_order_acquire))
+  if (be == nullptr && device.is_cuda() && build_info().cuda_compiled && g_cuda_probed.load(std::memory_order_acquire))
     OXM_FAIL(BackendUnavailable, op, ": no backend for ", device,
              ": this build has CUDA support but no usable device was found (", g_cuda_why,
              "); check the driver and `oxmera doctor`");

@@ -13,21 +13,36 @@ namespace oxmera {
 
 const char* error_kind_name(ErrorKind kind) noexcept {
   switch (kind) {
-    case ErrorKind::ShapeMismatch: return "ShapeMismatch";
-    case ErrorKind::BroadcastIncompatible: return "BroadcastIncompatible";
-    case ErrorKind::DTypeMismatch: return "DTypeMismatch";
-    case ErrorKind::UnsupportedDType: return "UnsupportedDType";
-    case ErrorKind::DeviceMismatch: return "DeviceMismatch";
-    case ErrorKind::IndexOutOfBounds: return "IndexOutOfBounds";
-    case ErrorKind::InvalidArgument: return "InvalidArgument";
-    case ErrorKind::EmptyReduction: return "EmptyReduction";
-    case ErrorKind::NotPositiveDefinite: return "NotPositiveDefinite";
-    case ErrorKind::NotSymmetric: return "NotSymmetric";
-    case ErrorKind::BackendUnavailable: return "BackendUnavailable";
-    case ErrorKind::NotImplemented: return "NotImplemented";
-    case ErrorKind::OutOfMemory: return "OutOfMemory";
-    case ErrorKind::Io: return "Io";
-    case ErrorKind::Backend: return "Backend";
+    case ErrorKind::ShapeMismatch:
+      return "ShapeMismatch";
+    case ErrorKind::BroadcastIncompatible:
+      return "BroadcastIncompatible";
+    case ErrorKind::DTypeMismatch:
+      return "DTypeMismatch";
+    case ErrorKind::UnsupportedDType:
+      return "UnsupportedDType";
+    case ErrorKind::DeviceMismatch:
+      return "DeviceMismatch";
+    case ErrorKind::IndexOutOfBounds:
+      return "IndexOutOfBounds";
+    case ErrorKind::InvalidArgument:
+      return "InvalidArgument";
+    case ErrorKind::EmptyReduction:
+      return "EmptyReduction";
+    case ErrorKind::NotPositiveDefinite:
+      return "NotPositiveDefinite";
+    case ErrorKind::NotSymmetric:
+      return "NotSymmetric";
+    case ErrorKind::BackendUnavailable:
+      return "BackendUnavailable";
+    case ErrorKind::NotImplemented:
+      return "NotImplemented";
+    case ErrorKind::OutOfMemory:
+      return "OutOfMemory";
+    case ErrorKind::Io:
+      return "Io";
+    case ErrorKind::Backend:
+      return "Backend";
   }
   return "Unknown";
 }
@@ -41,10 +56,14 @@ void throw_error(ErrorKind kind, std::string message) { throw Error(kind, std::m
 
 const char* dtype_name(DType d) noexcept {
   switch (d) {
-    case DType::F32: return "f32";
-    case DType::F64: return "f64";
-    case DType::I64: return "i64";
-    case DType::U8: return "u8";
+    case DType::F32:
+      return "f32";
+    case DType::F64:
+      return "f64";
+    case DType::I64:
+      return "i64";
+    case DType::U8:
+      return "u8";
   }
   return "?";
 }
@@ -52,9 +71,12 @@ std::ostream& operator<<(std::ostream& os, DType d) { return os << dtype_name(d)
 
 std::string Device::str() const {
   switch (kind_) {
-    case DeviceKind::CPU: return index_ == 0 ? "cpu" : "cpu:" + std::to_string(index_);
-    case DeviceKind::CUDA: return "cuda:" + std::to_string(index_);
-    case DeviceKind::Metal: return "metal:" + std::to_string(index_);
+    case DeviceKind::CPU:
+      return index_ == 0 ? "cpu" : "cpu:" + std::to_string(index_);
+    case DeviceKind::CUDA:
+      return "cuda:" + std::to_string(index_);
+    case DeviceKind::Metal:
+      return "metal:" + std::to_string(index_);
   }
   return "?";
 }
@@ -94,8 +116,7 @@ std::ostream& operator<<(std::ostream& os, const SmallDims& s) { return os << s.
 int64_t checked_numel(const Shape& shape, const char* op, size_t itemsize) {
   int64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    OXM_CHECK(shape[i] >= 0, InvalidArgument, op, ": negative size ", shape[i], " at dim ", i, " in shape ",
-              shape);
+    OXM_CHECK(shape[i] >= 0, InvalidArgument, op, ": negative size ", shape[i], " at dim ", i, " in shape ", shape);
   }
   bool overflow = false;
   for (int64_t v : shape) overflow |= __builtin_mul_overflow(n, v, &n);
@@ -133,8 +154,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 
 int64_t normalize_dim(int64_t dim, int64_t rank, const char* op) {
   int64_t r = rank == 0 ? 1 : rank;  // a 0-d tensor accepts dim 0 / -1, like torch
-  OXM_CHECK(dim >= -r && dim < r, IndexOutOfBounds, op, ": dim ", dim, " is out of range for a tensor of rank ",
-            rank, " (valid: ", -r, "..", r - 1, ")");
+  OXM_CHECK(dim >= -r && dim < r, IndexOutOfBounds, op, ": dim ", dim, " is out of range for a tensor of rank ", rank,
+            " (valid: ", -r, "..", r - 1, ")");
   return dim < 0 ? dim + r : dim;
 }
 

@@ -49,14 +49,13 @@ std::vector<PendingCopy> plan_module_load(const nn::Module& m, const std::map<st
     wanted_keys.insert(key);
     if (!file.count(key)) missing.push_back(key);
   }
-  OXM_CHECK(missing.empty(), Io, ctx, ": the file lacks ", missing.size(), " tensor(s) the module needs: ",
-            name_list(missing));
+  OXM_CHECK(missing.empty(), Io, ctx, ": the file lacks ", missing.size(),
+            " tensor(s) the module needs: ", name_list(missing));
   if (strict) {
     for (const auto& [key, t] : file)
       if (starts_with(key, prefix) && !wanted_keys.count(key)) unexpected.push_back(key);
     OXM_CHECK(unexpected.empty(), Io, ctx, ": the file holds ", unexpected.size(),
-              " tensor(s) the module does not have: ", name_list(unexpected),
-              " (pass strict = false to ignore them)");
+              " tensor(s) the module does not have: ", name_list(unexpected), " (pass strict = false to ignore them)");
   }
   std::vector<PendingCopy> out;
   out.reserve(wanted.size());
@@ -101,8 +100,7 @@ Tensor encode_generator(const Generator& g) {
 }
 
 Generator::State decode_generator(const Tensor& t, const std::string& key, const std::string& ctx) {
-  OXM_CHECK(t.dtype() == DType::I64, DTypeMismatch, ctx, ": generator state '", key, "' must be i64, got ",
-            t.dtype());
+  OXM_CHECK(t.dtype() == DType::I64, DTypeMismatch, ctx, ": generator state '", key, "' must be i64, got ", t.dtype());
   OXM_CHECK(t.shape() == Shape{6}, ShapeMismatch, ctx, ": generator state '", key, "' must have shape [6], got ",
             t.shape());
   const auto v = t.to(Device::cpu()).to_vector<int64_t>();
@@ -183,8 +181,8 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
     auto it = f.metadata.find(kFormatKey);
     OXM_CHECK(it != f.metadata.end(), Io, ctx, ": not an oxmera checkpoint (no '", kFormatKey,
               "' metadata; files written by nn::save load with nn::load)");
-    OXM_CHECK(it->second == kFormat, Io, ctx, ": unsupported checkpoint format '", it->second, "' (expected '",
-              kFormat, "')");
+    OXM_CHECK(it->second == kFormat, Io, ctx, ": unsupported checkpoint format '", it->second, "' (expected '", kFormat,
+              "')");
     it = f.metadata.find(kOptimizerKey);
     OXM_CHECK(it != f.metadata.end(), Io, ctx, ": the '", kOptimizerKey, "' metadata is missing");
     OXM_CHECK(it->second == opt.name(), Io, ctx, ": the checkpoint holds ", it->second,
@@ -217,8 +215,7 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
 
   // Step.
   OXM_CHECK(step_tensor != nullptr, Io, ctx, ": the tensor 'step' is missing");
-  OXM_CHECK(step_tensor->dtype() == DType::I64, DTypeMismatch, ctx, ": 'step' must be i64, got ",
-            step_tensor->dtype());
+  OXM_CHECK(step_tensor->dtype() == DType::I64, DTypeMismatch, ctx, ": 'step' must be i64, got ", step_tensor->dtype());
   OXM_CHECK(step_tensor->numel() == 1, ShapeMismatch, ctx, ": 'step' must hold one element, got shape ",
             step_tensor->shape());
   const int64_t step = step_tensor->to(Device::cpu()).reshape(Shape{}).item<int64_t>();
@@ -232,8 +229,8 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
     bool dense = true;
     size_t expect = 0;
     for (const auto& [i, e] : rng_entries) dense = dense && i == expect++;
-    OXM_CHECK(dense && rng_entries.size() == generators.size(), Io, ctx, ": the checkpoint holds ",
-              rng_entries.size(), " generator state(s) but ", generators.size(),
+    OXM_CHECK(dense && rng_entries.size() == generators.size(), Io, ctx, ": the checkpoint holds ", rng_entries.size(),
+              " generator state(s) but ", generators.size(),
               " generator(s) were passed (the list must match the one given to save_checkpoint)");
     for (const auto& [i, e] : rng_entries) gen_states.push_back(decode_generator(e.second, e.first, ctx));
   }
@@ -252,8 +249,8 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
     OXM_CHECK(missing.empty(), Io, ctx, ": the file lacks the Dropout generator state(s) ", name_list(missing));
     for (const auto& [key, t] : dropout_entries)
       if (!known.count(key)) unexpected.push_back(key);
-    OXM_CHECK(unexpected.empty(), Io, ctx, ": the file holds Dropout generator state(s) the model does not have: ",
-              name_list(unexpected));
+    OXM_CHECK(unexpected.empty(), Io, ctx,
+              ": the file holds Dropout generator state(s) the model does not have: ", name_list(unexpected));
     for (const auto& [key, d] : dropouts) dropout_states.push_back(decode_generator(dropout_entries.at(key), key, ctx));
   }
 

@@ -34,9 +34,9 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
-constexpr size_t kMaxJsonDepth = 3;                 // header object > tensor entry > shape array
-constexpr size_t kMaxArrayLength = 64;              // longest array a header may hold (shape rank)
-constexpr size_t kChunkBytes = size_t{1} << 20;     // conversion / write buffer
+constexpr size_t kMaxJsonDepth = 3;                // header object > tensor entry > shape array
+constexpr size_t kMaxArrayLength = 64;             // longest array a header may hold (shape rank)
+constexpr size_t kChunkBytes = size_t{1} << 20;    // conversion / write buffer
 
 std::string sys_error(int err) { return std::strerror(err); }
 
@@ -98,33 +98,41 @@ struct FileTypeInfo {
   DType target;
 };
 constexpr FileTypeInfo kLoadable[] = {
-    {"F32", FileType::F32, 4, DType::F32},   {"F64", FileType::F64, 8, DType::F64},
-    {"I64", FileType::I64, 8, DType::I64},   {"U8", FileType::U8, 1, DType::U8},
-    {"F16", FileType::F16, 2, DType::F32},   {"BF16", FileType::BF16, 2, DType::F32},
-    {"I8", FileType::I8, 1, DType::I64},     {"I16", FileType::I16, 2, DType::I64},
-    {"I32", FileType::I32, 4, DType::I64},   {"U16", FileType::U16, 2, DType::I64},
-    {"U32", FileType::U32, 4, DType::I64},   {"BOOL", FileType::BOOL, 1, DType::U8},
+    {"F32", FileType::F32, 4, DType::F32}, {"F64", FileType::F64, 8, DType::F64},
+    {"I64", FileType::I64, 8, DType::I64}, {"U8", FileType::U8, 1, DType::U8},
+    {"F16", FileType::F16, 2, DType::F32}, {"BF16", FileType::BF16, 2, DType::F32},
+    {"I8", FileType::I8, 1, DType::I64},   {"I16", FileType::I16, 2, DType::I64},
+    {"I32", FileType::I32, 4, DType::I64}, {"U16", FileType::U16, 2, DType::I64},
+    {"U32", FileType::U32, 4, DType::I64}, {"BOOL", FileType::BOOL, 1, DType::U8},
 };
 // Dtypes of the format that oxmera does not load (not exactly representable, or sub-byte / fp8 formats).
-constexpr const char* kKnownUnsupported[] = {"U64",      "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3",
+constexpr const char* kKnownUnsupported[] = {"U64",     "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3",
                                              "F6_E3M2", "F4",      "C64",     "E8M0"};
 
 const char* file_dtype_name(DType d) {
   switch (d) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::I64: return "I64";
-    case DType::U8: return "U8";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::I64:
+      return "I64";
+    case DType::U8:
+      return "U8";
   }
   return "?";
 }
 // Position of the dtype in the reference implementation's Dtype enum (it sorts by it, descending).
 int reference_rank(DType d) {
   switch (d) {
-    case DType::U8: return 0;
-    case DType::F32: return 1;
-    case DType::F64: return 2;
-    case DType::I64: return 3;
+    case DType::U8:
+      return 0;
+    case DType::F32:
+      return 1;
+    case DType::F64:
+      return 2;
+    case DType::I64:
+      return 3;
   }
   return 0;
 }
@@ -166,21 +174,32 @@ void convert(FileType type, const char* src, void* dst, size_t n) {
       }
       return;
     }
-    case FileType::I8: return widen<int8_t>(src, static_cast<int64_t*>(dst), n);
-    case FileType::I16: return widen<int16_t>(src, static_cast<int64_t*>(dst), n);
-    case FileType::I32: return widen<int32_t>(src, static_cast<int64_t*>(dst), n);
-    case FileType::U16: return widen<uint16_t>(src, static_cast<int64_t*>(dst), n);
-    case FileType::U32: return widen<uint32_t>(src, static_cast<int64_t*>(dst), n);
-    default: std::memcpy(dst, src, n * 1); return;  // not reached: same-layout types are read directly
+    case FileType::I8:
+      return widen<int8_t>(src, static_cast<int64_t*>(dst), n);
+    case FileType::I16:
+      return widen<int16_t>(src, static_cast<int64_t*>(dst), n);
+    case FileType::I32:
+      return widen<int32_t>(src, static_cast<int64_t*>(dst), n);
+    case FileType::U16:
+      return widen<uint16_t>(src, static_cast<int64_t*>(dst), n);
+    case FileType::U32:
+      return widen<uint32_t>(src, static_cast<int64_t*>(dst), n);
+    default:
+      std::memcpy(dst, src, n * 1);
+      return;  // not reached: same-layout types are read directly
   }
 }
 
 void* raw_ptr(const Tensor& t) {
   switch (t.dtype()) {
-    case DType::F32: return t.data_ptr<float>();
-    case DType::F64: return t.data_ptr<double>();
-    case DType::I64: return t.data_ptr<int64_t>();
-    case DType::U8: return t.data_ptr<uint8_t>();
+    case DType::F32:
+      return t.data_ptr<float>();
+    case DType::F64:
+      return t.data_ptr<double>();
+    case DType::I64:
+      return t.data_ptr<int64_t>();
+    case DType::U8:
+      return t.data_ptr<uint8_t>();
   }
   return nullptr;
 }
@@ -236,7 +255,9 @@ json parse_header(const char* data, size_t n, const std::string& path) {
         stack.push_back(Level{ev == json::parse_event_t::array_start, 0, {}});
         break;
       case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end: stack.pop_back(); break;
+      case json::parse_event_t::array_end:
+        stack.pop_back();
+        break;
       case json::parse_event_t::key: {
         const auto& k = parsed.get_ref<const std::string&>();
         if (!stack.back().keys.insert(k).second)
@@ -244,7 +265,9 @@ json parse_header(const char* data, size_t n, const std::string& path) {
                                               : detail::concat("duplicate key '", k, "' in the header")};
         break;
       }
-      case json::parse_event_t::value: count_element(); break;
+      case json::parse_event_t::value:
+        count_element();
+        break;
     }
     return true;
   };
@@ -291,11 +314,10 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t data_len, con
   for (const auto& d : sh) {
     OXM_CHECK(d.is_number_integer() || d.is_number_float(), Io, fail_prefix(),
               "shape must hold non-negative integers, got ", sh.dump());
-    OXM_CHECK(d.is_number_unsigned(), Io, fail_prefix(), "shape ", sh.dump(),
-              " holds a negative or non-integer size");
+    OXM_CHECK(d.is_number_unsigned(), Io, fail_prefix(), "shape ", sh.dump(), " holds a negative or non-integer size");
     const uint64_t u = d.get<uint64_t>();
-    OXM_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), Io, fail_prefix(), "shape ",
-              sh.dump(), " holds a size too large for int64");
+    OXM_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), Io, fail_prefix(), "shape ", sh.dump(),
+              " holds a size too large for int64");
     e.shape.push_back(static_cast<int64_t>(u));
   }
   try {
@@ -311,8 +333,8 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t data_len, con
   e.begin = as_offset(off[0], path, name);
   e.end = as_offset(off[1], path, name);
   OXM_CHECK(e.begin <= e.end, Io, fail_prefix(), "data_offsets ", off.dump(), " end before they begin");
-  OXM_CHECK(e.end <= data_len, Io, fail_prefix(), "data_offsets ", off.dump(),
-            " lie outside the data section of ", data_len, " bytes");
+  OXM_CHECK(e.end <= data_len, Io, fail_prefix(), "data_offsets ", off.dump(), " lie outside the data section of ",
+            data_len, " bytes");
   const uint64_t want = static_cast<uint64_t>(e.numel) * e.type->itemsize;
   OXM_CHECK(e.end - e.begin == want, Io, fail_prefix(), "data_offsets ", off.dump(), " span ", e.end - e.begin,
             " bytes but dtype ", e.type->name, " and shape ", sh.dump(), " need ", want);
@@ -333,8 +355,8 @@ SafetensorsFile load_impl(const std::string& path) {
   pread_all(fd.get(), len_bytes, 8, 0, path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  OXM_CHECK(n <= kMaxHeaderBytes, Io, "load_safetensors: ", path, ": header length ", n,
-            " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  OXM_CHECK(n <= kMaxHeaderBytes, Io, "load_safetensors: ", path, ": header length ", n, " exceeds the limit of ",
+            kMaxHeaderBytes, " bytes");
   OXM_CHECK(n <= file_size - 8, Io, "load_safetensors: ", path, ": header length ", n,
             " is larger than the rest of the file (", file_size - 8, " bytes)");
   const uint64_t data_len = file_size - 8 - n;
@@ -378,9 +400,9 @@ SafetensorsFile load_impl(const std::string& path) {
   uint64_t covered = 0;
   const Entry* prev = nullptr;
   for (const Entry* e : order) {
-    OXM_CHECK(e->begin >= covered, Io, "load_safetensors: ", path, ": tensor '", e->name, "' (bytes [", e->begin,
-              ", ", e->end, ")) overlaps tensor '", prev ? prev->name : "", "' (bytes [", prev ? prev->begin : 0,
-              ", ", prev ? prev->end : 0, "))");
+    OXM_CHECK(e->begin >= covered, Io, "load_safetensors: ", path, ": tensor '", e->name, "' (bytes [", e->begin, ", ",
+              e->end, ")) overlaps tensor '", prev ? prev->name : "", "' (bytes [", prev ? prev->begin : 0, ", ",
+              prev ? prev->end : 0, "))");
     OXM_CHECK(e->begin == covered, Io, "load_safetensors: ", path, ": gap of ", e->begin - covered,
               " bytes in the data section before tensor '", e->name, "' (bytes [", covered, ", ", e->begin,
               ") belong to no tensor)");
@@ -388,8 +410,7 @@ SafetensorsFile load_impl(const std::string& path) {
     prev = e;
   }
   OXM_CHECK(covered == data_len, Io, "load_safetensors: ", path, ": the data section has ", data_len - covered,
-            " trailing bytes that belong to no tensor (it is ", data_len, " bytes, the tensors cover ", covered,
-            ")");
+            " trailing bytes that belong to no tensor (it is ", data_len, " bytes, the tensors cover ", covered, ")");
 
   // Everything is valid: allocate and read.
   const uint64_t data_start = 8 + n;
@@ -444,8 +465,8 @@ void save_impl(const std::string& path, std::vector<SaveItem> items, bool refere
     for (const auto& it : items) {
       OXM_CHECK(*it.name != "__metadata__", InvalidArgument,
                 "save_safetensors: the tensor name '__metadata__' is reserved by the format");
-      OXM_CHECK(seen.insert(*it.name).second, InvalidArgument, "save_safetensors: duplicate tensor name '",
-                *it.name, "'");
+      OXM_CHECK(seen.insert(*it.name).second, InvalidArgument, "save_safetensors: duplicate tensor name '", *it.name,
+                "'");
       OXM_CHECK(it.tensor->defined(), InvalidArgument, "save_safetensors: tensor '", *it.name, "' is undefined");
     }
   }
@@ -482,8 +503,7 @@ void save_impl(const std::string& path, std::vector<SaveItem> items, bool refere
   try {
     text = header.dump();
   } catch (const ordered_json::exception& e) {
-    OXM_FAIL(InvalidArgument, "save_safetensors: a tensor name or metadata string is not valid UTF-8: ",
-             e.what());
+    OXM_FAIL(InvalidArgument, "save_safetensors: a tensor name or metadata string is not valid UTF-8: ", e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');
 
@@ -522,8 +542,8 @@ void save_impl(const std::string& path, std::vector<SaveItem> items, bool refere
     write_all(fd.get(), buf.data(), buf.size(), path);
     OXM_CHECK(::fsync(fd.get()) == 0, Io, "save_safetensors: ", path, ": fsync failed: ", sys_error(errno));
     OXM_CHECK(::close(fd.release()) == 0, Io, "save_safetensors: ", path, ": close failed: ", sys_error(errno));
-    OXM_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, Io, "save_safetensors: cannot rename ", tmp, " to ", path,
-              ": ", sys_error(errno));
+    OXM_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, Io, "save_safetensors: cannot rename ", tmp, " to ", path, ": ",
+              sys_error(errno));
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
@@ -532,8 +552,8 @@ void save_impl(const std::string& path, std::vector<SaveItem> items, bool refere
   std::string dir = target.parent_path().string();
   if (dir.empty()) dir = ".";
   Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  OXM_CHECK(dfd.get() >= 0, Io, "save_safetensors: ", path, ": cannot open the directory to fsync it: ",
-            sys_error(errno));
+  OXM_CHECK(dfd.get() >= 0, Io, "save_safetensors: ", path,
+            ": cannot open the directory to fsync it: ", sys_error(errno));
   OXM_CHECK(::fsync(dfd.get()) == 0 || errno == EINVAL, Io, "save_safetensors: ", path,
             ": fsync of the directory failed: ", sys_error(errno));
 }

@@ -57,8 +57,8 @@ void check_square(const Tensor& a, const char* op) {
   detail::check_defined(a, op);
   OXM_CHECK(a.dim() >= 2, InvalidArgument, op, ": needs a matrix or a batch of matrices [..., n, n], got shape ",
             a.shape());
-  OXM_CHECK(a.shape()[a.dim() - 1] == a.shape()[a.dim() - 2], ShapeMismatch, op,
-            ": needs square matrices, got shape ", a.shape());
+  OXM_CHECK(a.shape()[a.dim() - 1] == a.shape()[a.dim() - 2], ShapeMismatch, op, ": needs square matrices, got shape ",
+            a.shape());
   OXM_CHECK(is_floating(a.dtype()), UnsupportedDType, op, ": dtype ", a.dtype(), " is not supported (f32, f64)");
 }
 
@@ -508,8 +508,7 @@ Tensor cholesky(const Tensor& a) {
   });
   for (int64_t b = 0; b < count; ++b)
     OXM_CHECK(fail[b] < 0, NotPositiveDefinite, "cholesky: the matrix at batch index ", batch_index_str(b, a.shape()),
-              " of shape ", a.shape(), " is not positive definite: pivot ", fail[b], " is ", bad[b],
-              " (must be > 0)");
+              " of shape ", a.shape(), " is not positive definite: pivot ", fail[b], " is ", bad[b], " (must be > 0)");
   Tensor L64 = empty(a.shape(), DType::F64);
   double* lp = L64.impl()->ptr<double>();
   for (int64_t b = 0; b < count; ++b) {
@@ -772,10 +771,10 @@ EighResult eigh(const Tensor& a) {
           wj = j;
         }
       }
-    OXM_CHECK(!(worst > EIGH_SYMMETRY_TOL * amax) && !std::isnan(worst), NotSymmetric, "eigh: the matrix at batch index ",
-              batch_index_str(b, a.shape()), " is not symmetric: |a[", wi, "][", wj, "] - a[", wj, "][", wi, "]| = ",
-              worst, " exceeds EIGH_SYMMETRY_TOL (", EIGH_SYMMETRY_TOL, ") x max|a| (", amax,
-              "); symmetrise it explicitly if that is intended");
+    OXM_CHECK(!(worst > EIGH_SYMMETRY_TOL * amax) && !std::isnan(worst), NotSymmetric,
+              "eigh: the matrix at batch index ", batch_index_str(b, a.shape()), " is not symmetric: |a[", wi, "][", wj,
+              "] - a[", wj, "][", wi, "]| = ", worst, " exceeds EIGH_SYMMETRY_TOL (", EIGH_SYMMETRY_TOL, ") x max|a| (",
+              amax, "); symmetrise it explicitly if that is intended");
   }
   Shape ws(a.shape().data(), a.dim() - 1);
   Tensor w = zeros(ws, DType::F64), V = zeros(a.shape(), DType::F64);

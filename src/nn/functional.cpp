@@ -127,8 +127,7 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, bool 
   auto g = geometry(x, kernel, {1, 1}, padding, stride, op);
   const int64_t N = x.shape()[0], C = x.shape()[1];
   Tensor cols = unfold_impl(x, g, 0.0, op).view({N, C, g.kh * g.kw, g.oh * g.ow});
-  if (count_include_pad || (padding[0] == 0 && padding[1] == 0))
-    return cols.mean({2}).view({N, C, g.oh, g.ow});
+  if (count_include_pad || (padding[0] == 0 && padding[1] == 0)) return cols.mean({2}).view({N, C, g.oh, g.ow});
   // Divide by the number of in-image elements of each window.
   Tensor ones_img = ones({1, 1, x.shape()[2], x.shape()[3]}, x.dtype()).to(x.device());
   Tensor counts;

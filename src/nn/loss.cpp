@@ -27,17 +27,19 @@ void check_float_input(const Tensor& x, const char* op, const char* what) {
 void check_like(const Tensor& x, const Tensor& t, const char* op, const char* xname, const char* what) {
   check_defined(t, op, what);
   OXM_CHECK(t.dtype() == x.dtype(), DTypeMismatch, op, ": ", what, " has dtype ", t.dtype(), " (shape ", t.shape(),
-            ") but ", xname, " has dtype ", x.dtype(), " (shape ", x.shape(), "); cast with .to(DType::",
-            x.dtype() == DType::F64 ? "F64" : "F32", ")");
-  OXM_CHECK(t.device() == x.device(), DeviceMismatch, op, ": ", what, " is on ", t.device(), " but ", xname,
-            " is on ", x.device());
+            ") but ", xname, " has dtype ", x.dtype(), " (shape ", x.shape(),
+            "); cast with .to(DType::", x.dtype() == DType::F64 ? "F64" : "F32", ")");
+  OXM_CHECK(t.device() == x.device(), DeviceMismatch, op, ": ", what, " is on ", t.device(), " but ", xname, " is on ",
+            x.device());
 }
 
 // Applies the reduction; Mean over no elements is EmptyReduction (torch returns NaN).
 Tensor reduce(const Tensor& loss, Reduction r, const char* op, const Shape& input_shape) {
   switch (r) {
-    case Reduction::None: return loss;
-    case Reduction::Sum: return loss.sum();
+    case Reduction::None:
+      return loss;
+    case Reduction::Sum:
+      return loss.sum();
     case Reduction::Mean:
       OXM_CHECK(loss.numel() > 0, EmptyReduction, op, ": reduction 'mean' over zero elements (input shape ",
                 input_shape, ") is undefined (torch returns NaN); use Reduction::Sum or skip empty batches");
@@ -195,22 +197,22 @@ Tensor weight_view(const Tensor& weight, int64_t rank, int64_t class_dim) {
 
 // Mean denominator of nll/cross_entropy: the total weight of the kept targets (their count without weight).
 // Zero is EmptyReduction (torch returns NaN).
-Tensor class_mean_denominator(const ClassTargets& ct, const Tensor& picked_weight, const Tensor& zero,
-                              const char* op, const Shape& xs) {
+Tensor class_mean_denominator(const ClassTargets& ct, const Tensor& picked_weight, const Tensor& zero, const char* op,
+                              const Shape& xs) {
   if (ct.kept == 0) fail_empty_mean(op, xs, ct.safe.numel());
   if (!picked_weight.defined()) return scalar(static_cast<double>(ct.kept), zero.dtype()).to(zero.device());
   Tensor denom = where(ct.keep, picked_weight, zero).sum();
   OXM_CHECK(denom.to(DType::F64).item<double>() != 0.0, EmptyReduction, op,
-            ": reduction 'mean' divides by the total class weight of the targets, which is 0 (input shape ", xs,
-            ", ", ct.kept, " non-ignored targets); torch returns NaN here; use Reduction::Sum or nonzero weights");
+            ": reduction 'mean' divides by the total class weight of the targets, which is 0 (input shape ", xs, ", ",
+            ct.kept, " non-ignored targets); torch returns NaN here; use Reduction::Sum or nonzero weights");
   return denom;
 }
 
 // Shared body of nll_loss and cross_entropy on class targets; `logp` are log-probabilities.
 Tensor nll_core(const Tensor& logp, const ClassTargets& ct, const Tensor& weight, Reduction r, double label_smoothing,
                 const char* op, const Shape& xs) {
-  OXM_CHECK(ct.num_classes > 0 || ct.safe.numel() == 0, ShapeMismatch, op, ": input shape ", xs,
-            " has 0 classes but ", ct.safe.numel(), " targets");
+  OXM_CHECK(ct.num_classes > 0 || ct.safe.numel() == 0, ShapeMismatch, op, ": input shape ", xs, " has 0 classes but ",
+            ct.safe.numel(), " targets");
   const int64_t cd = ct.class_dim;
   Tensor zero = scalar(0.0, logp.dtype()).to(logp.device());
   Tensor picked_weight;  // weight[t] per target (where not ignored)
@@ -235,8 +237,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   const char* op = "mse_loss";
   check_float_input(input, op, "input");
   check_like(input, target, op, "input", "target");
-  OXM_CHECK(input.shape() == target.shape(), ShapeMismatch, op, ": input shape ", input.shape(),
-            " and target shape ", target.shape(), " differ (torch would broadcast with a warning); reshape or "
+  OXM_CHECK(input.shape() == target.shape(), ShapeMismatch, op, ": input shape ", input.shape(), " and target shape ",
+            target.shape(),
+            " differ (torch would broadcast with a warning); reshape or "
             "broadcast_to explicitly");
   return reduce((input - target).square(), reduction, op, input.shape());
 }
@@ -257,8 +260,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   const Shape& xs = logits.shape();
   OXM_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, InvalidArgument, op,
             ": label_smoothing must be in [0, 1], got ", o.label_smoothing);
-  OXM_CHECK(logits.dim() >= 1, ShapeMismatch, op, ": logits must have shape [N, C], [N, C, d1, ...] or [C], got ",
-            xs);
+  OXM_CHECK(logits.dim() >= 1, ShapeMismatch, op, ": logits must have shape [N, C], [N, C, d1, ...] or [C], got ", xs);
   const int64_t cd = logits.dim() == 1 ? 0 : 1;
   const int64_t num_classes = xs[cd];
   if (o.weight.defined()) check_class_weight(logits, o.weight, num_classes, op, "logits");
@@ -275,11 +277,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     Tensor prod = logp * p;
     if (o.weight.defined()) prod = prod * weight_view(o.weight, logits.dim(), cd);
     switch (o.reduction) {
-      case Reduction::None: return -prod.sum({cd});
-      case Reduction::Sum: return -prod.sum();
+      case Reduction::None:
+        return -prod.sum({cd});
+      case Reduction::Sum:
+        return -prod.sum();
       case Reduction::Mean:
-        OXM_CHECK(logits.numel() > 0, EmptyReduction, op, ": reduction 'mean' over zero elements (logits shape ",
-                  xs, ") is undefined (torch returns NaN); use Reduction::Sum or skip empty batches");
+        OXM_CHECK(logits.numel() > 0, EmptyReduction, op, ": reduction 'mean' over zero elements (logits shape ", xs,
+                  ") is undefined (torch returns NaN); use Reduction::Sum or skip empty batches");
         return -prod.sum() / static_cast<double>(logits.numel() / num_classes);
     }
     OXM_FAIL(InvalidArgument, op, ": unknown reduction");

@@ -16,11 +16,11 @@ constexpr int kEll = 256;
 using Labels = std::vector<int>;
 
 struct Term {
-  Labels labels;             // letters as written ("..." not expanded)
-  std::vector<size_t> pos;   // spec position of each letter
-  int ellipsis_at = -1;      // index in `labels` where "..." stands, -1 when absent
-  size_t ellipsis_pos = 0;   // spec position of "..."
-  size_t begin = 0, end = 0; // the term's text in spec
+  Labels labels;              // letters as written ("..." not expanded)
+  std::vector<size_t> pos;    // spec position of each letter
+  int ellipsis_at = -1;       // index in `labels` where "..." stands, -1 when absent
+  size_t ellipsis_pos = 0;    // spec position of "..."
+  size_t begin = 0, end = 0;  // the term's text in spec
 };
 
 struct Parsed {
@@ -115,8 +115,10 @@ void sum_out(Tensor& t, Labels& labels, Pred pred) {
   Dims dims;
   Labels rest;
   for (size_t d = 0; d < labels.size(); ++d) {
-    if (pred(labels[d])) dims.push_back(static_cast<int64_t>(d));
-    else rest.push_back(labels[d]);
+    if (pred(labels[d]))
+      dims.push_back(static_cast<int64_t>(d));
+    else
+      rest.push_back(labels[d]);
   }
   if (dims.empty()) return;
   t = t.sum(dims, false);
@@ -231,9 +233,12 @@ std::pair<Tensor, Labels> contract(Tensor a, Labels la, Tensor b, Labels lb, con
   }
   Labels batch, k, m, n;
   for (int l : la) {
-    if (!contains(lb, l)) m.push_back(l);
-    else if (keep[l]) batch.push_back(l);
-    else k.push_back(l);
+    if (!contains(lb, l))
+      m.push_back(l);
+    else if (keep[l])
+      batch.push_back(l);
+    else
+      k.push_back(l);
   }
   for (int l : lb)
     if (!contains(la, l)) n.push_back(l);
@@ -344,9 +349,10 @@ Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands) {
       const int l = labels[i][d];
       const int64_t s = operands[i].size(static_cast<int64_t>(d));
       for (size_t q = 0; q < d; ++q)
-        OXM_CHECK(labels[i][q] != l || operands[i].size(static_cast<int64_t>(q)) == s, InvalidArgument, "einsum: ",
-                  label_name(l), " is repeated in operand ", i, " with sizes ", operands[i].size(static_cast<int64_t>(q)),
-                  " and ", s, " (shape ", operands[i].shape(), "); a diagonal needs equal sizes");
+        OXM_CHECK(labels[i][q] != l || operands[i].size(static_cast<int64_t>(q)) == s, InvalidArgument,
+                  "einsum: ", label_name(l), " is repeated in operand ", i, " with sizes ",
+                  operands[i].size(static_cast<int64_t>(q)), " and ", s, " (shape ", operands[i].shape(),
+                  "); a diagonal needs equal sizes");
       if (s == 1) continue;
       if (size_from[l] < 0) {
         size[l] = s;

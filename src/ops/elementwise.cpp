@@ -63,8 +63,8 @@ template <class Def>
 Tensor unary_impl(const Tensor& x) {
   detail::check_defined(x, Def::name);
   const auto& xi = *x.impl();
-  OXM_CHECK(is_floating(xi.dtype) || (Def::ints && xi.dtype == DType::I64), UnsupportedDType, Def::name,
-            ": dtype ", xi.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)",
+  OXM_CHECK(is_floating(xi.dtype) || (Def::ints && xi.dtype == DType::I64), UnsupportedDType, Def::name, ": dtype ",
+            xi.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)",
             "; cast with .to(DType::F32)");
   Tensor out = detail::make_empty(xi.shape, xi.dtype, xi.device(), Def::name);
   detail::backend_for(xi.device(), Def::name).unary(Def::id, xi, *out.impl());
@@ -214,19 +214,23 @@ Tensor binary_impl(const Tensor& a, const Tensor& b) {
 Tensor unary(UnaryOp op, const Tensor& x) {
   switch (op) {
 #define OXM_X(id, ...) \
-  case UnaryOp::id: return unary_impl<defs::id>(x);
+  case UnaryOp::id:    \
+    return unary_impl<defs::id>(x);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
-    default: OXM_FAIL(InvalidArgument, "unary: unknown op");
+    default:
+      OXM_FAIL(InvalidArgument, "unary: unknown op");
   }
 }
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   switch (op) {
 #define OXM_X(id, ...) \
-  case BinaryOp::id: return binary_impl<defs::id>(a, b);
+  case BinaryOp::id:   \
+    return binary_impl<defs::id>(a, b);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
-    default: OXM_FAIL(InvalidArgument, "binary: unknown op");
+    default:
+      OXM_FAIL(InvalidArgument, "binary: unknown op");
   }
 }
 
@@ -285,9 +289,10 @@ using ops::UnaryOp;
   Tensor Tensor::name() const { return ops::unary(UnaryOp::id, *this); }
 OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
-#define OXM_X(id, name, api, ...)                                                                    \
-  OXM_IF_PUBLIC(api, Tensor Tensor::name(const Tensor& o) const { return ops::binary(BinaryOp::id, *this, o); } \
-                Tensor name(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::id, a, b); })
+#define OXM_X(id, name, api, ...)                                                                                  \
+  OXM_IF_PUBLIC(                                                                                                   \
+      api, Tensor Tensor::name(const Tensor& o) const { return ops::binary(BinaryOp::id, *this, o); } Tensor name( \
+               const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::id, a, b); })
 OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
 
@@ -332,8 +337,7 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
             a.device());
   Shape shape = broadcast_shapes(mi.shape, ab, "where");
   Tensor out = detail::make_empty(shape, a.dtype(), a.device(), "where");
-  Tensor mv = ops::broadcast_view(mask, shape), av = ops::broadcast_view(a, shape),
-         bv = ops::broadcast_view(b, shape);
+  Tensor mv = ops::broadcast_view(mask, shape), av = ops::broadcast_view(a, shape), bv = ops::broadcast_view(b, shape);
   detail::backend_for(a.device(), "where").where(*mv.impl(), *av.impl(), *bv.impl(), *out.impl());
   if (detail::needs_tape(a, b)) {
     auto* n = new ops::WhereNode();

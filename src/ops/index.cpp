@@ -146,8 +146,8 @@ Tensor Tensor::index_add(int64_t dim, const Tensor& index, const Tensor& src) co
   OXM_CHECK(index.dim() <= 1, InvalidArgument, op, ": index must be 1-d or 0-d, got shape ", index.shape());
   Shape want = x.shape;
   want[d] = index.numel();
-  OXM_CHECK(src.shape() == want, ShapeMismatch, op, ": src has shape ", src.shape(), " but self ", x.shape,
-            " with ", index.numel(), " indices along dim ", dim, " needs ", want);
+  OXM_CHECK(src.shape() == want, ShapeMismatch, op, ": src has shape ", src.shape(), " but self ", x.shape, " with ",
+            index.numel(), " indices along dim ", dim, " needs ", want);
   const CheckedIndex ci = checked_index(index, x.shape[d], op, dim, x.shape, x.device());
   const Tensor& idx = ci.on_device;
   Tensor out;

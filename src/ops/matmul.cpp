@@ -73,8 +73,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   }
   OXM_CHECK(is_floating(ai.dtype), UnsupportedDType, "matmul: dtype ", ai.dtype, " is not supported (f32, f64)");
   const int64_t m = ai.shape[ra - 2], k = ai.shape[ra - 1], k2 = bi.shape[rb - 2], n = bi.shape[rb - 1];
-  OXM_CHECK(k == k2, ShapeMismatch, "matmul: inner dimensions differ: ", ai.shape, " x ", bi.shape, " (", k,
-            " vs ", k2, ")");
+  OXM_CHECK(k == k2, ShapeMismatch, "matmul: inner dimensions differ: ", ai.shape, " x ", bi.shape, " (", k, " vs ", k2,
+            ")");
   OXM_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, NotImplemented, "matmul: matrix dims above 2^31-1 (",
             ai.shape, " x ", bi.shape, ") are not supported");
   Shape batch = broadcast_shapes(Shape(ai.shape.data(), ra - 2), Shape(bi.shape.data(), rb - 2), "matmul");

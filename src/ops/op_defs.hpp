@@ -46,11 +46,14 @@ OXM_HD inline bool is_nan(T v) {
 
 // ---------------------------------------------------------------- unary
 // Each def: saves (what its backward reads), fwd(x), and grad(g, x, y): the input's gradient element from the
-// output's gradient g, the input x and the output y (the ones `saves` names; the others are unspecified). Both run in every backend's kernels, so a unary backward is one pass (one launch).
+// output's gradient g, the input x and the output y (the ones `saves` names; the others are unspecified). Both run in
+// every backend's kernels, so a unary backward is one pass (one launch).
 struct Neg : UnaryEntry<UnaryOp::Neg> {
   static constexpr Saves saves = Saves::None;
   template <class T>
-  OXM_HD static T fwd(T x) { return -x; }
+  OXM_HD static T fwd(T x) {
+    return -x;
+  }
   template <class T>
   OXM_HD static T grad(T g, T, T) {
     return -g;
@@ -59,7 +62,9 @@ struct Neg : UnaryEntry<UnaryOp::Neg> {
 struct Exp : UnaryEntry<UnaryOp::Exp> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
-  OXM_HD static T fwd(T x) { return std::exp(x); }
+  OXM_HD static T fwd(T x) {
+    return std::exp(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T, T y) {
     return g * y;
@@ -68,7 +73,9 @@ struct Exp : UnaryEntry<UnaryOp::Exp> {
 struct Log : UnaryEntry<UnaryOp::Log> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
-  OXM_HD static T fwd(T x) { return std::log(x); }
+  OXM_HD static T fwd(T x) {
+    return std::log(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T x, T) {
     return g / x;
@@ -77,14 +84,18 @@ struct Log : UnaryEntry<UnaryOp::Log> {
 struct Abs : UnaryEntry<UnaryOp::Abs> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
-  OXM_HD static T fwd(T x) { return x < T(0) ? -x : x; }
+  OXM_HD static T fwd(T x) {
+    return x < T(0) ? -x : x;
+  }
   template <class T>
   OXM_HD static T grad(T g, T x, T);  // g * sign(x), defined after Sign
 };
 struct Sqrt : UnaryEntry<UnaryOp::Sqrt> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
-  OXM_HD static T fwd(T x) { return std::sqrt(x); }
+  OXM_HD static T fwd(T x) {
+    return std::sqrt(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T, T y) {
     return g / (T(2) * y);
@@ -93,7 +104,9 @@ struct Sqrt : UnaryEntry<UnaryOp::Sqrt> {
 struct Rsqrt : UnaryEntry<UnaryOp::Rsqrt> {
   static constexpr Saves saves = Saves::Both;
   template <class T>
-  OXM_HD static T fwd(T x) { return T(1) / std::sqrt(x); }
+  OXM_HD static T fwd(T x) {
+    return T(1) / std::sqrt(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T x, T y) {
     return g * T(-0.5) * y / x;
@@ -102,7 +115,9 @@ struct Rsqrt : UnaryEntry<UnaryOp::Rsqrt> {
 struct Sin : UnaryEntry<UnaryOp::Sin> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
-  OXM_HD static T fwd(T x) { return std::sin(x); }
+  OXM_HD static T fwd(T x) {
+    return std::sin(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T x, T) {
     return g * std::cos(x);
@@ -111,7 +126,9 @@ struct Sin : UnaryEntry<UnaryOp::Sin> {
 struct Cos : UnaryEntry<UnaryOp::Cos> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
-  OXM_HD static T fwd(T x) { return std::cos(x); }
+  OXM_HD static T fwd(T x) {
+    return std::cos(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T x, T) {
     return -(g * std::sin(x));
@@ -120,7 +137,9 @@ struct Cos : UnaryEntry<UnaryOp::Cos> {
 struct Tanh : UnaryEntry<UnaryOp::Tanh> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
-  OXM_HD static T fwd(T x) { return std::tanh(x); }
+  OXM_HD static T fwd(T x) {
+    return std::tanh(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T, T y) {
     return g * (T(1) - y * y);
@@ -130,7 +149,9 @@ struct Relu : UnaryEntry<UnaryOp::Relu> {
   static constexpr Saves saves = Saves::Output;
   // NaN propagates (x > 0 is false for NaN, so keep x explicitly).
   template <class T>
-  OXM_HD static T fwd(T x) { return (x > T(0) || is_nan(x)) ? x : T(0); }
+  OXM_HD static T fwd(T x) {
+    return (x > T(0) || is_nan(x)) ? x : T(0);
+  }
   // relu'(0) = 0: the mask y > 0.
   template <class T>
   OXM_HD static T grad(T g, T, T y) {
@@ -170,7 +191,9 @@ struct Sigmoid : UnaryEntry<UnaryOp::Sigmoid> {
 struct Square : UnaryEntry<UnaryOp::Square> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
-  OXM_HD static T fwd(T x) { return x * x; }
+  OXM_HD static T fwd(T x) {
+    return x * x;
+  }
   template <class T>
   OXM_HD static T grad(T g, T x, T) {
     return g * (T(2) * x);
@@ -179,7 +202,9 @@ struct Square : UnaryEntry<UnaryOp::Square> {
 struct Reciprocal : UnaryEntry<UnaryOp::Reciprocal> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
-  OXM_HD static T fwd(T x) { return T(1) / x; }
+  OXM_HD static T fwd(T x) {
+    return T(1) / x;
+  }
   template <class T>
   OXM_HD static T grad(T g, T, T y) {
     return -(g * y * y);
@@ -188,7 +213,9 @@ struct Reciprocal : UnaryEntry<UnaryOp::Reciprocal> {
 struct Log1p : UnaryEntry<UnaryOp::Log1p> {
   static constexpr Saves saves = Saves::Input;
   template <class T>
-  OXM_HD static T fwd(T x) { return std::log1p(x); }
+  OXM_HD static T fwd(T x) {
+    return std::log1p(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T x, T) {
     return g / (T(1) + x);
@@ -197,7 +224,9 @@ struct Log1p : UnaryEntry<UnaryOp::Log1p> {
 struct Expm1 : UnaryEntry<UnaryOp::Expm1> {
   static constexpr Saves saves = Saves::Output;
   template <class T>
-  OXM_HD static T fwd(T x) { return std::expm1(x); }
+  OXM_HD static T fwd(T x) {
+    return std::expm1(x);
+  }
   template <class T>
   OXM_HD static T grad(T g, T, T y) {
     return g * (y + T(1));
@@ -232,7 +261,9 @@ struct Add : BinaryEntry<BinaryOp::Add> {
   static constexpr bool saves_inputs = false, grad_a_is_g = true, grad_b_is_g = true;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = 0;
   template <class T>
-  OXM_HD static T fwd(T a, T b) { return a + b; }
+  OXM_HD static T fwd(T a, T b) {
+    return a + b;
+  }
   template <class T>
   OXM_HD static T grad_a(T g, T, T) {
     return g;
@@ -246,7 +277,9 @@ struct Sub : BinaryEntry<BinaryOp::Sub> {
   static constexpr bool saves_inputs = false, grad_a_is_g = true, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = 0;
   template <class T>
-  OXM_HD static T fwd(T a, T b) { return a - b; }
+  OXM_HD static T fwd(T a, T b) {
+    return a - b;
+  }
   template <class T>
   OXM_HD static T grad_a(T g, T, T) {
     return g;
@@ -260,7 +293,9 @@ struct Mul : BinaryEntry<BinaryOp::Mul> {
   static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsB, grad_b_reads = kReadsA;
   template <class T>
-  OXM_HD static T fwd(T a, T b) { return a * b; }
+  OXM_HD static T fwd(T a, T b) {
+    return a * b;
+  }
   template <class T>
   OXM_HD static T grad_a(T g, T, T b) {
     return g * b;
@@ -274,7 +309,9 @@ struct Div : BinaryEntry<BinaryOp::Div> {
   static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
-  OXM_HD static T fwd(T a, T b) { return a / b; }
+  OXM_HD static T fwd(T a, T b) {
+    return a / b;
+  }
   template <class T>
   OXM_HD static T grad_a(T g, T, T b) {
     return g / b;
@@ -288,7 +325,9 @@ struct Pow : BinaryEntry<BinaryOp::Pow> {
   static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
   template <class T>
-  OXM_HD static T fwd(T a, T b) { return std::pow(a, b); }
+  OXM_HD static T fwd(T a, T b) {
+    return std::pow(a, b);
+  }
   // d/da a^b = b a^(b-1); defined as 0 where b == 0 (else 0 * inf = NaN at a == 0), as torch does.
   template <class T>
   OXM_HD static T grad_a(T g, T a, T b) {
@@ -350,21 +389,21 @@ struct BceLogits : BinaryEntry<BinaryOp::BceLogits> {
     return -(g * x);
   }
 };
-#define OXM_COMPARISON(Name, expr)                                                                                   \
-  struct Name : BinaryEntry<BinaryOp::Name> {                                                                        \
-    static constexpr bool saves_inputs = false, grad_a_is_g = false, grad_b_is_g = false;                            \
-    template <class T>                                                                                               \
-    OXM_HD static T fwd(T a, T b) {                                                                                  \
-      return (expr) ? T(1) : T(0);                                                                                   \
-    }                                                                                                                \
-    template <class T>                                                                                               \
-    OXM_HD static T grad_a(T, T, T) {                                                                                \
-      return T(0);                                                                                                   \
-    }                                                                                                                \
-    template <class T>                                                                                               \
-    OXM_HD static T grad_b(T, T, T) {                                                                                \
-      return T(0);                                                                                                   \
-    }                                                                                                                \
+#define OXM_COMPARISON(Name, expr)                                                        \
+  struct Name : BinaryEntry<BinaryOp::Name> {                                             \
+    static constexpr bool saves_inputs = false, grad_a_is_g = false, grad_b_is_g = false; \
+    template <class T>                                                                    \
+    OXM_HD static T fwd(T a, T b) {                                                       \
+      return (expr) ? T(1) : T(0);                                                        \
+    }                                                                                     \
+    template <class T>                                                                    \
+    OXM_HD static T grad_a(T, T, T) {                                                     \
+      return T(0);                                                                        \
+    }                                                                                     \
+    template <class T>                                                                    \
+    OXM_HD static T grad_b(T, T, T) {                                                     \
+      return T(0);                                                                        \
+    }                                                                                     \
   };
 OXM_COMPARISON(Eq, a == b)
 OXM_COMPARISON(Ne, a != b)
@@ -389,11 +428,7 @@ OXMERA_BINARY_OPS(OXM_X)
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 enum class ArgReduceOp : uint8_t { Argmax, Argmin };
 
-constexpr const char* unary_name(UnaryOp op) noexcept {
-  return op < UnaryOp::Count ? info(op).name : "?";
-}
-constexpr const char* binary_name(BinaryOp op) noexcept {
-  return op < BinaryOp::Count ? info(op).name : "?";
-}
+constexpr const char* unary_name(UnaryOp op) noexcept { return op < UnaryOp::Count ? info(op).name : "?"; }
+constexpr const char* binary_name(BinaryOp op) noexcept { return op < BinaryOp::Count ? info(op).name : "?"; }
 
 }  // namespace oxmera::ops

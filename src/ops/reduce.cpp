@@ -29,10 +29,14 @@ enum class RKind { Sum, Mean, Max, Min };
 
 const char* rkind_name(RKind k) {
   switch (k) {
-    case RKind::Sum: return "sum";
-    case RKind::Mean: return "mean";
-    case RKind::Max: return "max";
-    case RKind::Min: return "min";
+    case RKind::Sum:
+      return "sum";
+    case RKind::Mean:
+      return "mean";
+    case RKind::Max:
+      return "max";
+    case RKind::Min:
+      return "min";
   }
   return "?";
 }
@@ -47,8 +51,12 @@ struct ReduceNode final : detail::Node {
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor g = gout[0].reshape(keep_shape);
     switch (kind) {
-      case RKind::Sum: gin[0] = g.broadcast_to(in_shape); break;
-      case RKind::Mean: gin[0] = (g * inv_count).broadcast_to(in_shape); break;
+      case RKind::Sum:
+        gin[0] = g.broadcast_to(in_shape);
+        break;
+      case RKind::Mean:
+        gin[0] = (g * inv_count).broadcast_to(in_shape);
+        break;
       case RKind::Max:
       case RKind::Min: {
         // Ties split the gradient evenly.
@@ -69,8 +77,8 @@ Tensor reduce_impl(RKind kind, const Tensor& x, const Dims& dims, bool keepdim) 
   const char* op = rkind_name(kind);
   detail::check_defined(x, op);
   const auto& xi = *x.impl();
-  OXM_CHECK(is_floating(xi.dtype) || (xi.dtype == DType::I64 && kind != RKind::Mean), UnsupportedDType, op,
-            ": dtype ", xi.dtype, " is not supported", kind == RKind::Mean ? " (f32, f64)" : " (f32, f64, i64)");
+  OXM_CHECK(is_floating(xi.dtype) || (xi.dtype == DType::I64 && kind != RKind::Mean), UnsupportedDType, op, ": dtype ",
+            xi.dtype, " is not supported", kind == RKind::Mean ? " (f32, f64)" : " (f32, f64, i64)");
   const int64_t rank = static_cast<int64_t>(xi.shape.size());
   const uint64_t mask = reduce_mask(dims, rank, op);
   Shape keep = xi.shape, squeezed;
@@ -85,9 +93,8 @@ Tensor reduce_impl(RKind kind, const Tensor& x, const Dims& dims, bool keepdim) 
   }
   const int64_t out_numel = keep.product();
   if (count == 0 && out_numel > 0) {
-    OXM_CHECK(kind != RKind::Mean, EmptyReduction, "mean: reducing dims ", dims.empty() ? Dims{} : dims,
-              " of shape ", xi.shape,
-              " covers zero elements; the mean of nothing is undefined (use sum, or check for empty input)");
+    OXM_CHECK(kind != RKind::Mean, EmptyReduction, "mean: reducing dims ", dims.empty() ? Dims{} : dims, " of shape ",
+              xi.shape, " covers zero elements; the mean of nothing is undefined (use sum, or check for empty input)");
     OXM_CHECK(kind == RKind::Sum || is_floating(xi.dtype), EmptyReduction, op, ": reducing an empty extent of ",
               "shape ", xi.shape, " has no identity for dtype i64");
   }
@@ -176,12 +183,24 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 }  // namespace
 }  // namespace ops
 
-Tensor Tensor::sum(const Dims& dims, bool keepdim) const { return ops::reduce_impl(ops::RKind::Sum, *this, dims, keepdim); }
-Tensor Tensor::mean(const Dims& dims, bool keepdim) const { return ops::reduce_impl(ops::RKind::Mean, *this, dims, keepdim); }
-Tensor Tensor::max(const Dims& dims, bool keepdim) const { return ops::reduce_impl(ops::RKind::Max, *this, dims, keepdim); }
-Tensor Tensor::min(const Dims& dims, bool keepdim) const { return ops::reduce_impl(ops::RKind::Min, *this, dims, keepdim); }
-Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return ops::arg_impl(ops::ArgReduceOp::Argmax, *this, dim, keepdim); }
-Tensor Tensor::argmin(int64_t dim, bool keepdim) const { return ops::arg_impl(ops::ArgReduceOp::Argmin, *this, dim, keepdim); }
+Tensor Tensor::sum(const Dims& dims, bool keepdim) const {
+  return ops::reduce_impl(ops::RKind::Sum, *this, dims, keepdim);
+}
+Tensor Tensor::mean(const Dims& dims, bool keepdim) const {
+  return ops::reduce_impl(ops::RKind::Mean, *this, dims, keepdim);
+}
+Tensor Tensor::max(const Dims& dims, bool keepdim) const {
+  return ops::reduce_impl(ops::RKind::Max, *this, dims, keepdim);
+}
+Tensor Tensor::min(const Dims& dims, bool keepdim) const {
+  return ops::reduce_impl(ops::RKind::Min, *this, dims, keepdim);
+}
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const {
+  return ops::arg_impl(ops::ArgReduceOp::Argmax, *this, dim, keepdim);
+}
+Tensor Tensor::argmin(int64_t dim, bool keepdim) const {
+  return ops::arg_impl(ops::ArgReduceOp::Argmin, *this, dim, keepdim);
+}
 Tensor Tensor::softmax(int64_t dim) const { return ops::softmax_impl(*this, dim, false); }
 Tensor Tensor::log_softmax(int64_t dim) const { return ops::softmax_impl(*this, dim, true); }
 

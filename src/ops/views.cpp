@@ -156,8 +156,8 @@ Tensor slice_impl(const Tensor& self, int64_t dim, int64_t start, int64_t end, i
   Strides strides = t.strides;
   int64_t offset = t.offset;
   if (select) {
-    OXM_CHECK(start >= -size && start < size, IndexOutOfBounds, op, ": index ", start, " is out of range for dim ",
-              dim, " of size ", size, " (shape ", t.shape, ")");
+    OXM_CHECK(start >= -size && start < size, IndexOutOfBounds, op, ": index ", start, " is out of range for dim ", dim,
+              " of size ", size, " (shape ", t.shape, ")");
     if (start < 0) start += size;
     offset += start * t.strides[d];
     shape.erase(d);
@@ -439,8 +439,8 @@ Tensor& Tensor::fill_(double value) {
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
   detail::check_defined(src, "copy_", "source");
-  OXM_CHECK(src.device() == device(), DeviceMismatch, "copy_: source is on ", src.device(), " but the destination is on ",
-            device(), "; move it with .to(Device) first");
+  OXM_CHECK(src.device() == device(), DeviceMismatch, "copy_: source is on ", src.device(),
+            " but the destination is on ", device(), "; move it with .to(Device) first");
   Tensor s = src.broadcast_to(shape());
   if (impl_->numel) detail::backend_for(device(), "copy_").copy(*s.impl(), *impl_);
   ++impl_->storage->version;

@@ -124,7 +124,7 @@ ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, PlateauOptions options) : o
   OXM_CHECK(o_.patience >= 0 && o_.cooldown >= 0 && o_.min_lr >= 0 && o_.threshold >= 0, InvalidArgument,
             "ReduceLROnPlateau: patience, cooldown, min_lr and threshold must be >= 0");
   best_ = o_.mode == PlateauOptions::Mode::Min ? std::numeric_limits<double>::infinity()
-                                                : -std::numeric_limits<double>::infinity();
+                                               : -std::numeric_limits<double>::infinity();
   for (size_t g = 0; g < opt.num_param_groups(); ++g) last_lr_.push_back(opt.lr(g));
 }
 
@@ -207,8 +207,10 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
       acc += s.to(DType::F64).item<double>();
     }
   }
-  const double total = inf ? acc : (norm_type == 1.0 ? acc : norm_type == 2.0 ? std::sqrt(acc)
-                                                                              : std::pow(acc, 1.0 / norm_type));
+  const double total = inf ? acc
+                           : (norm_type == 1.0   ? acc
+                              : norm_type == 2.0 ? std::sqrt(acc)
+                                                 : std::pow(acc, 1.0 / norm_type));
   const double coef = std::min(max_norm / (total + 1e-6), 1.0);
   // torch multiplies unconditionally; by 1 is the identity, so skip that.
   if (!(coef == 1.0))

@@ -128,12 +128,12 @@ void Optimizer::step() {
                 " is undefined or not contiguous");
       const Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      OXM_CHECK(grad.dtype() == p.dtype(), DTypeMismatch, name_, ".step: group ", g, " parameter ", i,
-                " has dtype ", p.dtype(), " but its grad has dtype ", grad.dtype());
-      OXM_CHECK(grad.shape() == p.shape(), ShapeMismatch, name_, ".step: group ", g, " parameter ", i,
-                " has shape ", p.shape(), " but its grad has shape ", grad.shape());
-      OXM_CHECK(grad.device() == p.device(), DeviceMismatch, name_, ".step: group ", g, " parameter ", i,
-                " is on ", p.device(), " but its grad is on ", grad.device());
+      OXM_CHECK(grad.dtype() == p.dtype(), DTypeMismatch, name_, ".step: group ", g, " parameter ", i, " has dtype ",
+                p.dtype(), " but its grad has dtype ", grad.dtype());
+      OXM_CHECK(grad.shape() == p.shape(), ShapeMismatch, name_, ".step: group ", g, " parameter ", i, " has shape ",
+                p.shape(), " but its grad has shape ", grad.shape());
+      OXM_CHECK(grad.device() == p.device(), DeviceMismatch, name_, ".step: group ", g, " parameter ", i, " is on ",
+                p.device(), " but its grad is on ", grad.device());
     }
   }
   PendingUpdates pending;
@@ -241,8 +241,8 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
     std::string rest;
     OXM_CHECK(parse_state_name(key, g, i, rest), InvalidArgument, name_, ".load_state_tensors: bad name '", key,
               "' (expected group{g}.param{i}.{buffer})");
-    OXM_CHECK(g < num_param_groups() && i < params(g).size(), IndexOutOfBounds, name_, ".load_state_tensors: '",
-              key, "' names a parameter that does not exist (", num_param_groups(), " groups)");
+    OXM_CHECK(g < num_param_groups() && i < params(g).size(), IndexOutOfBounds, name_, ".load_state_tensors: '", key,
+              "' names a parameter that does not exist (", num_param_groups(), " groups)");
     OXM_CHECK(t.defined(), InvalidArgument, name_, ".load_state_tensors: '", key, "' is an undefined tensor");
     const Tensor& p = params(g)[i];
     Pending& pe = pending[{g, i}];
@@ -253,8 +253,7 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
       OXM_CHECK(t.numel() == 1, ShapeMismatch, name_, ".load_state_tensors: '", key,
                 "' must hold one element, got shape ", t.shape());
       pe.step = t.to(Device::cpu()).reshape(Shape{}).item<int64_t>();
-      OXM_CHECK(pe.step >= 0, InvalidArgument, name_, ".load_state_tensors: '", key, "' is negative (", pe.step,
-                ")");
+      OXM_CHECK(pe.step >= 0, InvalidArgument, name_, ".load_state_tensors: '", key, "' is negative (", pe.step, ")");
       pe.has_step = true;
       continue;
     }
@@ -263,10 +262,10 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
     OXM_CHECK(b < 3 && !rest.empty(), InvalidArgument, name_, ".load_state_tensors: '", key, "': ", name_,
               " has no state buffer '", rest, "'");
     OXM_CHECK(!pe.buf[b].defined(), InvalidArgument, name_, ".load_state_tensors: duplicate '", key, "'");
-    OXM_CHECK(t.dtype() == p.dtype(), DTypeMismatch, name_, ".load_state_tensors: '", key, "' has dtype ",
-              t.dtype(), " but the parameter has dtype ", p.dtype());
-    OXM_CHECK(t.shape() == p.shape(), ShapeMismatch, name_, ".load_state_tensors: '", key, "' has shape ",
-              t.shape(), " but the parameter has shape ", p.shape());
+    OXM_CHECK(t.dtype() == p.dtype(), DTypeMismatch, name_, ".load_state_tensors: '", key, "' has dtype ", t.dtype(),
+              " but the parameter has dtype ", p.dtype());
+    OXM_CHECK(t.shape() == p.shape(), ShapeMismatch, name_, ".load_state_tensors: '", key, "' has shape ", t.shape(),
+              " but the parameter has shape ", p.shape());
     pe.buf[b] = t;
   }
   for (const auto& [gi, pe] : pending) {

@@ -76,10 +76,14 @@ Tensor generate(const Shape& shape, DType dtype, const char* op, F&& f) {
 template <class F>
 Tensor generate_any(const Shape& shape, DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::F32: return generate<float>(shape, dtype, op, [&](int64_t i) { return static_cast<float>(f(i)); });
-    case DType::F64: return generate<double>(shape, dtype, op, f);
-    case DType::I64: return generate<int64_t>(shape, dtype, op, [&](int64_t i) { return static_cast<int64_t>(f(i)); });
-    case DType::U8: return generate<uint8_t>(shape, dtype, op, [&](int64_t i) { return static_cast<uint8_t>(f(i)); });
+    case DType::F32:
+      return generate<float>(shape, dtype, op, [&](int64_t i) { return static_cast<float>(f(i)); });
+    case DType::F64:
+      return generate<double>(shape, dtype, op, f);
+    case DType::I64:
+      return generate<int64_t>(shape, dtype, op, [&](int64_t i) { return static_cast<int64_t>(f(i)); });
+    case DType::U8:
+      return generate<uint8_t>(shape, dtype, op, [&](int64_t i) { return static_cast<uint8_t>(f(i)); });
   }
   return {};
 }
@@ -99,7 +103,9 @@ template Tensor from_vector<double>(const std::vector<double>&, const Shape&);
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&);
 template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&);
 
-Tensor empty(const Shape& shape, DType dtype, Device device) { return detail::make_empty(shape, dtype, device, "empty"); }
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  return detail::make_empty(shape, dtype, device, "empty");
+}
 Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
 Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 Tensor scalar(double value, DType dtype) { return full(Shape{}, value, dtype); }

@@ -112,8 +112,8 @@ T Tensor::item() const {
   return to_vector<T>()[0];
 }
 
-#define OXM_INSTANTIATE(T)                             \
-  template T* Tensor::data_ptr<T>() const;             \
+#define OXM_INSTANTIATE(T)                              \
+  template T* Tensor::data_ptr<T>() const;              \
   template std::vector<T> Tensor::to_vector<T>() const; \
   template T Tensor::item<T>() const;
 OXM_INSTANTIATE(float)
@@ -161,10 +161,18 @@ std::string Tensor::str() const {
   Tensor c = to(Device::cpu()).contiguous();
   os << std::setprecision(6);
   switch (dtype()) {
-    case DType::F32: print_values(os, c.to_vector<float>(), shape()); break;
-    case DType::F64: print_values(os, c.to_vector<double>(), shape()); break;
-    case DType::I64: print_values(os, c.to_vector<int64_t>(), shape()); break;
-    case DType::U8: print_values(os, c.to_vector<uint8_t>(), shape()); break;
+    case DType::F32:
+      print_values(os, c.to_vector<float>(), shape());
+      break;
+    case DType::F64:
+      print_values(os, c.to_vector<double>(), shape());
+      break;
+    case DType::I64:
+      print_values(os, c.to_vector<int64_t>(), shape());
+      break;
+    case DType::U8:
+      print_values(os, c.to_vector<uint8_t>(), shape());
+      break;
   }
   os << ", shape=" << shape() << ", dtype=" << dtype();
   if (!device().is_cpu()) os << ", device=" << device();

@@ -41,9 +41,7 @@ struct TensorImpl {
   Tensor grad;
 
   Device device() const { return storage->device; }
-  char* byte_ptr() const {
-    return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(itemsize(dtype));
-  }
+  char* byte_ptr() const { return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(itemsize(dtype)); }
   template <class T>
   T* ptr() const {
     return reinterpret_cast<T*>(byte_ptr());

@@ -110,11 +110,16 @@ std::string run_case(const std::string& line) {
     nt.t = read_tensor(in, parse_dtype(dt));
     nt.rg = rg != 0;
     if (nt.rg) nt.t.requires_grad_();
-    if (nt.name == "input") input = nt.t;
-    else if (nt.name == "target") target = nt.t;
-    else if (nt.name == "weight") weight = nt.t;
-    else if (nt.name == "pos_weight") pos_weight = nt.t;
-    else throw std::runtime_error("bad tensor name " + nt.name);
+    if (nt.name == "input")
+      input = nt.t;
+    else if (nt.name == "target")
+      target = nt.t;
+    else if (nt.name == "weight")
+      weight = nt.t;
+    else if (nt.name == "pos_weight")
+      pos_weight = nt.t;
+    else
+      throw std::runtime_error("bad tensor name " + nt.name);
     ts.push_back(nt);
   }
   int64_t nseed = 0;

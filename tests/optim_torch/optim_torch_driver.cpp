@@ -24,9 +24,10 @@ bool has_grad(int k, int t) { return !(k == 1 && t % 7 == 3); }  // param 1 skip
 
 template <class G>
 std::unique_ptr<optim::Optimizer> make(const std::vector<Tensor>& ps, const G& o, double group2_lr) {
-  using Opt = std::conditional_t<std::is_same_v<G, optim::SGDOptions>, optim::SGD,
-              std::conditional_t<std::is_same_v<G, optim::AdamOptions>, optim::Adam,
-              std::conditional_t<std::is_same_v<G, optim::AdamWOptions>, optim::AdamW, optim::RMSprop>>>;
+  using Opt = std::conditional_t<
+      std::is_same_v<G, optim::SGDOptions>, optim::SGD,
+      std::conditional_t<std::is_same_v<G, optim::AdamOptions>, optim::Adam,
+                         std::conditional_t<std::is_same_v<G, optim::AdamWOptions>, optim::AdamW, optim::RMSprop>>>;
   if (group2_lr < 0) return std::make_unique<Opt>(ps, o);
   G o2 = o;
   o2.lr = group2_lr;
@@ -63,17 +64,33 @@ int main(int argc, char** argv) try {
   const double g2 = num("group2_lr", -1);
   std::unique_ptr<optim::Optimizer> opt;
   if (kind == "SGD") {
-    opt = make(ps, optim::SGDOptions{num("lr", 0.1), num("momentum", 0), num("dampening", 0), num("weight_decay", 0),
-                                     flag("nesterov"), flag("maximize")}, g2);
+    opt = make(ps,
+               optim::SGDOptions{num("lr", 0.1), num("momentum", 0), num("dampening", 0), num("weight_decay", 0),
+                                 flag("nesterov"), flag("maximize")},
+               g2);
   } else if (kind == "Adam") {
-    opt = make(ps, optim::AdamOptions{num("lr", 1e-3), {num("beta1", 0.9), num("beta2", 0.999)}, num("eps", 1e-8),
-                                      num("weight_decay", 0), flag("amsgrad"), flag("maximize")}, g2);
+    opt = make(ps,
+               optim::AdamOptions{num("lr", 1e-3),
+                                  {num("beta1", 0.9), num("beta2", 0.999)},
+                                  num("eps", 1e-8),
+                                  num("weight_decay", 0),
+                                  flag("amsgrad"),
+                                  flag("maximize")},
+               g2);
   } else if (kind == "AdamW") {
-    opt = make(ps, optim::AdamWOptions{num("lr", 1e-3), {num("beta1", 0.9), num("beta2", 0.999)}, num("eps", 1e-8),
-                                       num("weight_decay", 1e-2), flag("amsgrad"), flag("maximize")}, g2);
+    opt = make(ps,
+               optim::AdamWOptions{num("lr", 1e-3),
+                                   {num("beta1", 0.9), num("beta2", 0.999)},
+                                   num("eps", 1e-8),
+                                   num("weight_decay", 1e-2),
+                                   flag("amsgrad"),
+                                   flag("maximize")},
+               g2);
   } else if (kind == "RMSprop") {
-    opt = make(ps, optim::RMSpropOptions{num("lr", 1e-2), num("alpha", 0.99), num("eps", 1e-8), num("weight_decay", 0),
-                                         num("momentum", 0), flag("centered"), flag("maximize")}, g2);
+    opt = make(ps,
+               optim::RMSpropOptions{num("lr", 1e-2), num("alpha", 0.99), num("eps", 1e-8), num("weight_decay", 0),
+                                     num("momentum", 0), flag("centered"), flag("maximize")},
+               g2);
   } else {
     throw std::runtime_error("unknown optimizer " + kind);
   }

@@ -132,10 +132,14 @@ Tensor read_values(Tokens& tok, DType dt, const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   switch (dt) {
-    case DType::F32: return make_tensor<float>(tok, shape, n);
-    case DType::F64: return make_tensor<double>(tok, shape, n);
-    case DType::I64: return make_tensor<int64_t>(tok, shape, n);
-    case DType::U8: return make_tensor<uint8_t>(tok, shape, n);
+    case DType::F32:
+      return make_tensor<float>(tok, shape, n);
+    case DType::F64:
+      return make_tensor<double>(tok, shape, n);
+    case DType::I64:
+      return make_tensor<int64_t>(tok, shape, n);
+    case DType::U8:
+      return make_tensor<uint8_t>(tok, shape, n);
   }
   throw ProtocolError("bad dtype");
 }
@@ -198,44 +202,146 @@ Tensor apply(const std::string& op, const Params& p, const std::vector<Tensor>& 
     need(1);
     return (in[0].*(it->second))();
   }
-  if (op == "matmul") { need(2); return in[0].matmul(in[1]); }
-  if (op == "where") { need(3); return where(in[0], in[1], in[2]); }
+  if (op == "matmul") {
+    need(2);
+    return in[0].matmul(in[1]);
+  }
+  if (op == "where") {
+    need(3);
+    return where(in[0], in[1], in[2]);
+  }
   // tensor-scalar
-  if (op == "add_s") { need(1); return in[0] + p.d("s"); }
-  if (op == "sub_s") { need(1); return in[0] - p.d("s"); }
-  if (op == "mul_s") { need(1); return in[0] * p.d("s"); }
-  if (op == "div_s") { need(1); return in[0] / p.d("s"); }
-  if (op == "rsub_s") { need(1); return p.d("s") - in[0]; }
-  if (op == "rdiv_s") { need(1); return p.d("s") / in[0]; }
-  if (op == "pow_s") { need(1); return in[0].pow(p.d("s")); }
-  if (op == "clamp") { need(1); return in[0].clamp(p.d("lo"), p.d("hi")); }
+  if (op == "add_s") {
+    need(1);
+    return in[0] + p.d("s");
+  }
+  if (op == "sub_s") {
+    need(1);
+    return in[0] - p.d("s");
+  }
+  if (op == "mul_s") {
+    need(1);
+    return in[0] * p.d("s");
+  }
+  if (op == "div_s") {
+    need(1);
+    return in[0] / p.d("s");
+  }
+  if (op == "rsub_s") {
+    need(1);
+    return p.d("s") - in[0];
+  }
+  if (op == "rdiv_s") {
+    need(1);
+    return p.d("s") / in[0];
+  }
+  if (op == "pow_s") {
+    need(1);
+    return in[0].pow(p.d("s"));
+  }
+  if (op == "clamp") {
+    need(1);
+    return in[0].clamp(p.d("lo"), p.d("hi"));
+  }
   // reductions
-  if (op == "sum") { need(1); return in[0].sum(Dims(p.list("dims")), p.b("keepdim")); }
-  if (op == "mean") { need(1); return in[0].mean(Dims(p.list("dims")), p.b("keepdim")); }
-  if (op == "max") { need(1); return in[0].max(Dims(p.list("dims")), p.b("keepdim")); }
-  if (op == "min") { need(1); return in[0].min(Dims(p.list("dims")), p.b("keepdim")); }
-  if (op == "argmax") { need(1); return in[0].argmax(p.i("dim"), p.b("keepdim")); }
-  if (op == "argmin") { need(1); return in[0].argmin(p.i("dim"), p.b("keepdim")); }
-  if (op == "softmax") { need(1); return in[0].softmax(p.i("dim")); }
-  if (op == "log_softmax") { need(1); return in[0].log_softmax(p.i("dim")); }
-  if (op == "logsumexp") { need(1); return in[0].logsumexp(p.i("dim"), p.b("keepdim")); }
+  if (op == "sum") {
+    need(1);
+    return in[0].sum(Dims(p.list("dims")), p.b("keepdim"));
+  }
+  if (op == "mean") {
+    need(1);
+    return in[0].mean(Dims(p.list("dims")), p.b("keepdim"));
+  }
+  if (op == "max") {
+    need(1);
+    return in[0].max(Dims(p.list("dims")), p.b("keepdim"));
+  }
+  if (op == "min") {
+    need(1);
+    return in[0].min(Dims(p.list("dims")), p.b("keepdim"));
+  }
+  if (op == "argmax") {
+    need(1);
+    return in[0].argmax(p.i("dim"), p.b("keepdim"));
+  }
+  if (op == "argmin") {
+    need(1);
+    return in[0].argmin(p.i("dim"), p.b("keepdim"));
+  }
+  if (op == "softmax") {
+    need(1);
+    return in[0].softmax(p.i("dim"));
+  }
+  if (op == "log_softmax") {
+    need(1);
+    return in[0].log_softmax(p.i("dim"));
+  }
+  if (op == "logsumexp") {
+    need(1);
+    return in[0].logsumexp(p.i("dim"), p.b("keepdim"));
+  }
   // views / conversion
-  if (op == "reshape") { need(1); return in[0].reshape(Shape(p.list("shape"))); }
-  if (op == "permute") { need(1); return in[0].permute(Dims(p.list("order"))); }
-  if (op == "transpose") { need(1); return in[0].transpose(p.i("d0"), p.i("d1")); }
-  if (op == "narrow") { need(1); return in[0].narrow(p.i("dim"), p.i("start"), p.i("length")); }
-  if (op == "slice") { need(1); return in[0].slice(p.i("dim"), p.i("start"), p.i("end"), p.i("step", 1)); }
-  if (op == "select") { need(1); return in[0].select(p.i("dim"), p.i("index")); }
-  if (op == "unsqueeze") { need(1); return in[0].unsqueeze(p.i("dim")); }
-  if (op == "squeeze") { need(1); return p.has("dim") ? in[0].squeeze(p.i("dim")) : in[0].squeeze(); }
-  if (op == "flatten") { need(1); return in[0].flatten(p.i("start", 0), p.i("end", -1)); }
-  if (op == "broadcast_to") { need(1); return in[0].broadcast_to(Shape(p.list("shape"))); }
-  if (op == "to") { need(1); return in[0].to(parse_dtype(p.get("dtype"))); }
+  if (op == "reshape") {
+    need(1);
+    return in[0].reshape(Shape(p.list("shape")));
+  }
+  if (op == "permute") {
+    need(1);
+    return in[0].permute(Dims(p.list("order")));
+  }
+  if (op == "transpose") {
+    need(1);
+    return in[0].transpose(p.i("d0"), p.i("d1"));
+  }
+  if (op == "narrow") {
+    need(1);
+    return in[0].narrow(p.i("dim"), p.i("start"), p.i("length"));
+  }
+  if (op == "slice") {
+    need(1);
+    return in[0].slice(p.i("dim"), p.i("start"), p.i("end"), p.i("step", 1));
+  }
+  if (op == "select") {
+    need(1);
+    return in[0].select(p.i("dim"), p.i("index"));
+  }
+  if (op == "unsqueeze") {
+    need(1);
+    return in[0].unsqueeze(p.i("dim"));
+  }
+  if (op == "squeeze") {
+    need(1);
+    return p.has("dim") ? in[0].squeeze(p.i("dim")) : in[0].squeeze();
+  }
+  if (op == "flatten") {
+    need(1);
+    return in[0].flatten(p.i("start", 0), p.i("end", -1));
+  }
+  if (op == "broadcast_to") {
+    need(1);
+    return in[0].broadcast_to(Shape(p.list("shape")));
+  }
+  if (op == "to") {
+    need(1);
+    return in[0].to(parse_dtype(p.get("dtype")));
+  }
   // composites: one input used several times (gradient accumulation in the tape)
-  if (op == "x_mul_x") { need(1); return in[0] * in[0]; }
-  if (op == "x_plus_xt") { need(1); return in[0] + in[0].t(); }
-  if (op == "softmax_x_matmul_xt") { need(1); return in[0].softmax(-1).matmul(in[0].t()); }
-  if (op == "rows_sum") { need(1); return in[0].select(0, 0) * in[0].select(0, 1) + in[0].narrow(0, 1, 1).squeeze(0); }
+  if (op == "x_mul_x") {
+    need(1);
+    return in[0] * in[0];
+  }
+  if (op == "x_plus_xt") {
+    need(1);
+    return in[0] + in[0].t();
+  }
+  if (op == "softmax_x_matmul_xt") {
+    need(1);
+    return in[0].softmax(-1).matmul(in[0].t());
+  }
+  if (op == "rows_sum") {
+    need(1);
+    return in[0].select(0, 0) * in[0].select(0, 1) + in[0].narrow(0, 1, 1).squeeze(0);
+  }
   throw ProtocolError("unknown op '" + op + "'");
 }
 
@@ -284,8 +390,8 @@ std::string run_case(const std::string& line) {
     Tensor seed;
     if (grad) {
       int64_t ns = tok.next_int();
-      if (ns != result.numel()) throw ProtocolError("seed has " + std::to_string(ns) + " values, output " +
-                                                    std::to_string(result.numel()));
+      if (ns != result.numel())
+        throw ProtocolError("seed has " + std::to_string(ns) + " values, output " + std::to_string(result.numel()));
       seed = read_values(tok, result.dtype(), result.shape().vec());
     }
     if (tok.more()) throw ProtocolError("trailing tokens");

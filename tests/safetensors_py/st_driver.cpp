@@ -33,8 +33,7 @@ int write_files(const std::string& dir) {
   t["scalar"] = scalar(7.25, DType::F64);
   t["empty"] = zeros(Shape{0, 3}, DType::I64);
   t["a.weight"] = arange(0.0, 12.0, 1.0, DType::F32).reshape(Shape{3, 4});
-  save_safetensors(dir + "/ox_all.safetensors", t,
-                   {{"format", "pt"}, {"note", "h\xc3\xa9llo \"quoted\"\n\ttab"}});
+  save_safetensors(dir + "/ox_all.safetensors", t, {{"format", "pt"}, {"note", "h\xc3\xa9llo \"quoted\"\n\ttab"}});
 
   std::vector<std::pair<std::string, Tensor>> ordered;
   ordered.emplace_back("z", from_vector<uint8_t>({1, 2, 3}, Shape{3}));

@@ -142,7 +142,9 @@ class Pty {
   // Reads what the command wrote, waiting up to ms for something. False once the pty is closed.
   bool pump(int ms) {
     if (closed_) return false;
-    struct pollfd p {master_, POLLIN, 0};
+    struct pollfd p {
+      master_, POLLIN, 0
+    };
     if (poll(&p, 1, ms) <= 0) return true;
     char buf[65536];
     for (;;) {
@@ -230,7 +232,8 @@ class Pty {
       std::string runs, cur;
       int start = 0;
       auto flush = [&](int end) {
-        if (cur != "-/-/" && end > start) runs += " " + std::to_string(start) + "+" + std::to_string(end - start) + " " + cur;
+        if (cur != "-/-/" && end > start)
+          runs += " " + std::to_string(start) + "+" + std::to_string(end - start) + " " + cur;
       };
       for (int c = 0; c < cols_; ++c) {
         VTermScreenCell cell;
@@ -491,8 +494,8 @@ int main(int argc, char** argv) {
     bool ok = p.settle_text(kDone, 80, 60000);
     const std::string t = p.text();
     check("live --tui: done frame", ok, t);
-    for (const char* needle : {"loss 0.", "accuracy ", "3/3", "8/8", "samples/s", "RSS ", "MiB", "device cpu",
-                               "MLP 2-32-32-2 (tanh)"})
+    for (const char* needle :
+         {"loss 0.", "accuracy ", "3/3", "8/8", "samples/s", "RSS ", "MiB", "device cpu", "MLP 2-32-32-2 (tanh)"})
       check(std::string("live --tui shows '") + needle + "'", t.find(needle) != std::string::npos, t);
     p.send("q");
     check("live --tui: q exits 0", p.wait_exit() && exited_with(p, 0), describe_status(p.status()));
@@ -505,7 +508,8 @@ int main(int argc, char** argv) {
     if (ok && exited_with(p, 1)) {
       check("live --tui cuda error: message", p.text().find("oxmera: error:") != std::string::npos, p.text());
     } else {
-      check("live --tui cuda: exit 0 or 1", ok && (exited_with(p, 0) || exited_with(p, 1)), describe_status(p.status()));
+      check("live --tui cuda: exit 0 or 1", ok && (exited_with(p, 0) || exited_with(p, 1)),
+            describe_status(p.status()));
     }
     check_restored("live --tui cuda", p);
   }
@@ -513,8 +517,9 @@ int main(int argc, char** argv) {
   // 6. No terminal: a clear error, exit 1, nothing on stdout.
   for (auto args : {oxmera({"train", "--tui", "--epochs", "1"}), oxmera({"train", "--replay", fixture})}) {
     Captured c = run_piped(args);
-    check("no tty: " + args[2], WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1 && c.out.empty() &&
-                                    c.err.find("terminal") != std::string::npos,
+    check("no tty: " + args[2],
+          WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1 && c.out.empty() &&
+              c.err.find("terminal") != std::string::npos,
           describe_status(c.status) + " stderr: " + c.err);
   }
 
@@ -546,18 +551,21 @@ int main(int argc, char** argv) {
         {"batches-string", replace("\"batches_per_epoch\": 8", "\"batches_per_epoch\": \"8\""),
          "'batches_per_epoch' must be a positive integer"},
         {"batches-zero", replace("\"batches_per_epoch\": 8", "\"batches_per_epoch\": 0"), "'batches_per_epoch'"},
-        {"epochs-object", "{\"device\": \"cpu\", \"model\": \"m\", \"batches_per_epoch\": 8, \"memory_label\": \"x\", "
-                          "\"epochs\": {}}",
+        {"epochs-object",
+         "{\"device\": \"cpu\", \"model\": \"m\", \"batches_per_epoch\": 8, \"memory_label\": \"x\", "
+         "\"epochs\": {}}",
          "'epochs' must be an array"},
-        {"epochs-empty", "{\"device\": \"cpu\", \"model\": \"m\", \"batches_per_epoch\": 8, \"memory_label\": \"x\", "
-                         "\"epochs\": []}",
+        {"epochs-empty",
+         "{\"device\": \"cpu\", \"model\": \"m\", \"batches_per_epoch\": 8, \"memory_label\": \"x\", "
+         "\"epochs\": []}",
          "'epochs' must not be empty"},
         {"epoch-not-object", replace(e0, "7, " + e0), "'epochs[0]' must be an object"},
         {"loss-missing", replace(e0, "{\"lossx\": "), "'epochs[0].loss'"},
         {"loss-string", replace(e0, "{\"loss\": \"high\", \"l\": "), "'epochs[0].loss' must be a number"},
         {"accuracy-string", replace("\"accuracy\": ", "\"accuracy\": \"a\", \"x\": "),
          "'epochs[0].accuracy' must be a number"},
-        {"accuracy-range", replace("\"accuracy\": ", "\"accuracy\": 7, \"x\": "), "'epochs[0].accuracy' is out of range"},
+        {"accuracy-range", replace("\"accuracy\": ", "\"accuracy\": 7, \"x\": "),
+         "'epochs[0].accuracy' is out of range"},
         {"throughput-missing", replace("\"throughput\"", "\"tp\""), "'epochs[0].throughput'"},
         {"throughput-null", replace("\"throughput\": ", "\"throughput\": null, \"x\": "),
          "'epochs[0].throughput' must be a number"},
@@ -573,16 +581,17 @@ int main(int argc, char** argv) {
       std::remove(path.c_str());
     }
     Captured r = run_piped(oxmera({"train", "--replay", dir + "/no-such.json"}));
-    check("bad fixture: missing file", WIFEXITED(r.status) && WEXITSTATUS(r.status) == 1 &&
-                                           r.err.find("cannot open") != std::string::npos,
-          r.err);
+    check("bad fixture: missing file",
+          WIFEXITED(r.status) && WEXITSTATUS(r.status) == 1 && r.err.find("cannot open") != std::string::npos, r.err);
     {  // in a terminal: the error comes before the screen is touched
       const std::string path = dir + "/empty.json";
-      std::ofstream(path) << "{\"device\": \"cpu\", \"model\": \"m\", \"batches_per_epoch\": 8, \"memory_label\": \"x\", "
-                             "\"epochs\": []}";
+      std::ofstream(path)
+          << "{\"device\": \"cpu\", \"model\": \"m\", \"batches_per_epoch\": 8, \"memory_label\": \"x\", "
+             "\"epochs\": []}";
       Pty p(oxmera({"train", "--replay", path}), 45, 100);
       check("bad fixture in a tty: exit 1", p.wait_exit() && exited_with(p, 1), describe_status(p.status()));
-      check("bad fixture in a tty: message", p.text().find("'epochs' must not be empty") != std::string::npos, p.text());
+      check("bad fixture in a tty: message", p.text().find("'epochs' must not be empty") != std::string::npos,
+            p.text());
       check_restored("bad fixture in a tty", p);
       std::remove(path.c_str());
     }

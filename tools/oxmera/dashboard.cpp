@@ -180,15 +180,15 @@ class Terminal {
  private:
   void put(int y, int x, const std::string& s, int maxw, attr_t a = A_NORMAL, short pair = 0);
   void box(int y, int x, int h, int w, const std::string& title, attr_t title_attr, short title_pair);
-  void chart(int y, int x, int h, int w, const std::string& title, const std::vector<double>& v, int total,
-             double hi, bool percent, short pair);
+  void chart(int y, int x, int h, int w, const std::string& title, const std::vector<double>& v, int total, double hi,
+             bool percent, short pair);
   void gauge(int y, int x, int w, double frac, short pair);
   attr_t col(short pair) const { return color_ ? COLOR_PAIR(pair) : A_NORMAL; }
 
   SCREEN* screen_ = nullptr;
   FILE* in_ = nullptr;
   bool own_in_ = false, color_ = false, resized_ = false;
-  struct sigaction old_[3] {};
+  struct sigaction old_[3]{};
 };
 
 // Display columns of a UTF-8 string (every glyph used here is one column wide).
@@ -254,10 +254,10 @@ void Terminal::chart(int y, int x, int h, int w, const std::string& title, const
                      double hi, bool percent, short pair) {
   box(y, x, h, w, title, A_BOLD, pair);
   const int iy = y + 1, ix = x + 1, ih = h - 2, iw = w - 2;
-  const int lw = 6;                          // y labels
-  const int ax = ix + lw + 1;                // the axis column
-  const int px = ax + 1, pw = iw - lw - 3;   // plot area (one blank column on the right)
-  const int ph = ih - 2;                     // axis row and x labels below
+  const int lw = 6;                         // y labels
+  const int ax = ix + lw + 1;               // the axis column
+  const int px = ax + 1, pw = iw - lw - 3;  // plot area (one blank column on the right)
+  const int ph = ih - 2;                    // axis row and x labels below
   if (ph < 3 || pw < 8) return;
   const attr_t dim = col(kBorder);
   for (int r = 0; r < ph; ++r) {
@@ -397,8 +397,8 @@ std::string rss_label() {
 std::string memory_label(const std::string& device) {
   if (const oxmera::Device d = oxmera::Device::parse(device); !d.is_cpu()) {
     const auto s = oxmera::memory_stats(d);
-    return "allocated " + fmt("%.1f MiB", static_cast<double>(s.allocated_bytes) / (1024.0 * 1024.0)) +
-           " / reserved " + fmt("%.1f MiB", static_cast<double>(s.reserved_bytes) / (1024.0 * 1024.0));
+    return "allocated " + fmt("%.1f MiB", static_cast<double>(s.allocated_bytes) / (1024.0 * 1024.0)) + " / reserved " +
+           fmt("%.1f MiB", static_cast<double>(s.reserved_bytes) / (1024.0 * 1024.0));
   }
   return rss_label();
 }
@@ -447,7 +447,8 @@ Model load_replay(const std::string& path) {
   if (e.size() > 1000000) throw std::runtime_error("replay: field 'epochs' has too many entries");
   for (size_t i = 0; i < e.size(); ++i) {
     const std::string where = "epochs[" + std::to_string(i) + "].";
-    if (!e[i].is_object()) throw std::runtime_error("replay: field 'epochs[" + std::to_string(i) + "]' must be an object");
+    if (!e[i].is_object())
+      throw std::runtime_error("replay: field 'epochs[" + std::to_string(i) + "]' must be an object");
     m.loss.push_back(need_number(e[i], "loss", where, 0.0, 1e30));
     m.accuracy.push_back(need_number(e[i], "accuracy", where, 0.0, 1.0));
     m.throughputs.push_back(need_number(e[i], "throughput", where, 0.0, 1e30));

@@ -51,17 +51,20 @@ std::string os_name() {
 }
 
 const nlohmann::json& field(const nlohmann::json& j, const char* key, const char* where) {
-  if (!j.is_object() || !j.contains(key)) throw std::runtime_error(std::string("report: missing field '") + where + "." + key + "'");
+  if (!j.is_object() || !j.contains(key))
+    throw std::runtime_error(std::string("report: missing field '") + where + "." + key + "'");
   return j.at(key);
 }
 std::string str(const nlohmann::json& j, const char* key, const char* where) {
   const auto& v = field(j, key, where);
-  if (!v.is_string()) throw std::runtime_error(std::string("report: field '") + where + "." + key + "' must be a string");
+  if (!v.is_string())
+    throw std::runtime_error(std::string("report: field '") + where + "." + key + "' must be a string");
   return v.get<std::string>();
 }
 std::string num(const nlohmann::json& j, const char* key, const char* where, int precision = 0) {
   const auto& v = field(j, key, where);
-  if (!v.is_number()) throw std::runtime_error(std::string("report: field '") + where + "." + key + "' must be a number");
+  if (!v.is_number())
+    throw std::runtime_error(std::string("report: field '") + where + "." + key + "' must be a number");
   std::ostringstream os;
   os.setf(std::ios::fixed);
   os.precision(precision);
@@ -70,7 +73,8 @@ std::string num(const nlohmann::json& j, const char* key, const char* where, int
 }
 bool boolean(const nlohmann::json& j, const char* key, const char* where) {
   const auto& v = field(j, key, where);
-  if (!v.is_boolean()) throw std::runtime_error(std::string("report: field '") + where + "." + key + "' must be true or false");
+  if (!v.is_boolean())
+    throw std::runtime_error(std::string("report: field '") + where + "." + key + "' must be true or false");
   return v.get<bool>();
 }
 
@@ -108,9 +112,11 @@ nlohmann::json probe_report() {
                {"simd", oxmera::cpu_kernel_isa()},
                {"memory_gib", memory_gib()}};
   const auto bi = oxmera::build_info();
-  json build = {{"version", bi.version}, {"compiler", bi.compiler}, {"blas", oxmera::blas_name()}, {"cuda", bi.cuda_compiled}};
+  json build = {
+      {"version", bi.version}, {"compiler", bi.compiler}, {"blas", oxmera::blas_name()}, {"cuda", bi.cuda_compiled}};
   json devices = json::array();
-  devices.push_back({{"name", "cpu"}, {"available", true}, {"detail", std::to_string(oxmera::get_num_threads()) + " threads"}});
+  devices.push_back(
+      {{"name", "cpu"}, {"available", true}, {"detail", std::to_string(oxmera::get_num_threads()) + " threads"}});
   oxmera::init();
   const auto gpu = oxmera::Device::cuda();
   devices.push_back(
@@ -157,7 +163,8 @@ void render_report(const nlohmann::json& r, std::ostream& out) {
   out << "\nDevices\n";
   for (const auto& d : devices) {
     row(out, str(d, "name", "devices[]"),
-        std::string(boolean(d, "available", "devices[]") ? "available: " : "unavailable: ") + str(d, "detail", "devices[]"));
+        std::string(boolean(d, "available", "devices[]") ? "available: " : "unavailable: ") +
+            str(d, "detail", "devices[]"));
   }
   out << "\nCapabilities\n";
   for (const auto& c : caps) row(out, str(c, "area", "capabilities[]"), str(c, "status", "capabilities[]"));

@@ -61,8 +61,8 @@ int cmd_train(oxmera_cli::TrainOptions opt) {
     if (!tty) return;
     const int width = 30;
     const int filled = static_cast<int>(width * b / nb);
-    std::printf("\r  epoch %3d [%.*s%*s] %lld/%lld", epoch, filled, "##############################", width - filled, "",
-                static_cast<long long>(b), static_cast<long long>(nb));
+    std::printf("\r  epoch %3d [%.*s%*s] %lld/%lld", epoch, filled, "##############################", width - filled,
+                "", static_cast<long long>(b), static_cast<long long>(nb));
     std::fflush(stdout);
   };
   auto on_epoch = [&](const oxmera_cli::EpochStats& s) {

@@ -16,8 +16,7 @@ Tensor unfold(const Tensor& x, Pair kernel, Pair dilation = {1, 1}, Pair padding
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = {1, 1},
               Pair padding = {0, 0}, Pair dilation = {1, 1}, int64_t groups = 1);
 // stride {0, 0} means stride = kernel (torch's default). Padding is implicit -inf (max) or 0 (avg).
-Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0},
-                  Pair dilation = {1, 1});
+Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0}, Pair dilation = {1, 1});
 Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0},
                   bool count_include_pad = true);
 // y = x W^T + b with weight [out, in] (torch layout).

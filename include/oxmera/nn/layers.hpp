@@ -100,11 +100,11 @@ class Sequential : public Module {
   Module& operator[](size_t i) const { return *children()[i].second; }
 };
 
-#define OXM_ACTIVATION(Cls, expr)                              \
-  class Cls : public Module {                                  \
-   public:                                                     \
-    Tensor forward(const Tensor& x) override { return expr; }  \
-    std::string name() const override { return #Cls; }         \
+#define OXM_ACTIVATION(Cls, expr)                             \
+  class Cls : public Module {                                 \
+   public:                                                    \
+    Tensor forward(const Tensor& x) override { return expr; } \
+    std::string name() const override { return #Cls; }        \
   };
 OXM_ACTIVATION(ReLU, x.relu())
 OXM_ACTIVATION(Tanh, x.tanh())

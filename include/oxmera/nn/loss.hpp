@@ -40,7 +40,7 @@ struct CrossEntropyOptions {
   Tensor weight;                 // optional [C] class weights, of the logits' dtype
   double label_smoothing = 0.0;  // in [0, 1]
   Reduction reduction = Reduction::Mean;
-  int64_t ignore_index = -100;   // class targets only
+  int64_t ignore_index = -100;  // class targets only
 };
 
 // Cross entropy of logits [N, C] / [N, C, d1, ...] / [C] (class dim 1, or 0 for rank 1) against

@@ -14,8 +14,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/fused.hpp"  // OptimizerStep
 #include "core/host_device.hpp"
+#include "ops/fused.hpp"  // OptimizerStep
 
 namespace oxmera::detail::optim_math {
 

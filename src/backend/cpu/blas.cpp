@@ -13,10 +13,10 @@ namespace oxmera::detail {
 namespace {
 
 // CBLAS ABI (row-major = 101, no-trans = 111, trans = 112).
-using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
-                          float*, int);
-using dgemm_fn = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int,
-                          double, double*, int);
+using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
+                          int);
+using dgemm_fn = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int, double, double*,
+                          int);
 using set_threads_fn = void (*)(int);
 using corename_fn = char* (*)();
 using config_fn = char* (*)();
@@ -35,8 +35,8 @@ std::once_flag g_once;
 // misdetects recent CPUs and falls back to SSE3 kernels).
 const char* pick_coretype() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
     return "SkylakeX";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   return nullptr;
@@ -117,8 +117,8 @@ void blas_set_threads(int n) {
 void sgemm(const GemmArgs& g, float alpha, const float* a, const float* b, float beta, float* c) {
   Blas& bl = blas();
   if (bl.sgemm && g.m > 0 && g.n > 0 && g.k > 0) {
-    bl.sgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, int(g.m), int(g.n), int(g.k), alpha, a,
-             int(g.lda), b, int(g.ldb), beta, c, int(g.ldc));
+    bl.sgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, int(g.m), int(g.n), int(g.k), alpha, a, int(g.lda), b,
+             int(g.ldb), beta, c, int(g.ldc));
     return;
   }
   fallback_gemm(g, alpha, a, b, beta, c);
@@ -126,8 +126,8 @@ void sgemm(const GemmArgs& g, float alpha, const float* a, const float* b, float
 void dgemm(const GemmArgs& g, double alpha, const double* a, const double* b, double beta, double* c) {
   Blas& bl = blas();
   if (bl.dgemm && g.m > 0 && g.n > 0 && g.k > 0) {
-    bl.dgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, int(g.m), int(g.n), int(g.k), alpha, a,
-             int(g.lda), b, int(g.ldb), beta, c, int(g.ldc));
+    bl.dgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, int(g.m), int(g.n), int(g.k), alpha, a, int(g.lda), b,
+             int(g.ldb), beta, c, int(g.ldc));
     return;
   }
   fallback_gemm(g, alpha, a, b, beta, c);

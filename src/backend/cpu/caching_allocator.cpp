@@ -10,7 +10,7 @@ namespace oxmera::detail {
 namespace {
 
 constexpr size_t kAlign = 64;
-constexpr int kBuckets = 2 * 48;                   // two classes per power of two up to 2^48
+constexpr int kBuckets = 2 * 48;                  // two classes per power of two up to 2^48
 constexpr int64_t kMaxCached = int64_t{2} << 30;  // beyond this, frees go back to the system
 
 // Bucket i covers sizes rounded up to 2^(i/2+6) (even i) or 1.5 * 2^(i/2+6) (odd i): at most 33% waste.

@@ -20,8 +20,8 @@ std::atomic<int> g_threads{0};
 const CpuKernels* pick_kernels() {
   __builtin_cpu_init();
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
     return isa_avx512::kernels();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return isa_avx2::kernels();
 #endif
@@ -68,9 +68,7 @@ class CpuBackend final : public Backend {
   bool arg_reduce(ops::ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) override {
     return k_->arg_reduce(op, x, out, dim);
   }
-  void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) override {
-    k_->softmax(x, out, dim, log);
-  }
+  void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) override { k_->softmax(x, out, dim, log); }
   void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override { k_->matmul(a, b, out); }
   void index_select(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out) override {
     cpu_index_select(x, dim, idx, out);

@@ -128,9 +128,8 @@ void gather_t(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImp
   const T* xp = x.ptr<T>();
   T* op = out.ptr<T>();
   const int64_t* ip = idx.ptr<int64_t>();
-  for_each_indexed(out.shape, xs, out.strides, idx.strides, [&](int64_t ox, int64_t oo, int64_t oi, const SmallDims&) {
-    op[oo] = xp[ox + ip[oi] * dstride];
-  });
+  for_each_indexed(out.shape, xs, out.strides, idx.strides,
+                   [&](int64_t ox, int64_t oo, int64_t oi, const SmallDims&) { op[oo] = xp[ox + ip[oi] * dstride]; });
 }
 
 template <class T>
@@ -141,9 +140,9 @@ void scatter_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Te
   T* op = out.ptr<T>();
   const T* sp = src.ptr<T>();
   const int64_t* ip = idx.ptr<int64_t>();
-  for_each_indexed(idx.shape, os, src.strides, idx.strides, [&](int64_t oo, int64_t osrc, int64_t oi, const SmallDims&) {
-    op[oo + ip[oi] * dstride] += sp[osrc];
-  });
+  for_each_indexed(
+      idx.shape, os, src.strides, idx.strides,
+      [&](int64_t oo, int64_t osrc, int64_t oi, const SmallDims&) { op[oo + ip[oi] * dstride] += sp[osrc]; });
 }
 
 template <class T>
@@ -220,12 +219,16 @@ void col2im_t(const TensorImpl& cols, TensorImpl& xg, const ConvGeometry& g) {
   });
 }
 
-#define OXM_DISPATCH(dtype, fn, ...)                                                  \
-  switch (dtype) {                                                                    \
-    case DType::F32: return fn<float>(__VA_ARGS__);                                   \
-    case DType::F64: return fn<double>(__VA_ARGS__);                                  \
-    case DType::I64: return fn<int64_t>(__VA_ARGS__);                                 \
-    case DType::U8: return fn<uint8_t>(__VA_ARGS__);                                  \
+#define OXM_DISPATCH(dtype, fn, ...)   \
+  switch (dtype) {                     \
+    case DType::F32:                   \
+      return fn<float>(__VA_ARGS__);   \
+    case DType::F64:                   \
+      return fn<double>(__VA_ARGS__);  \
+    case DType::I64:                   \
+      return fn<int64_t>(__VA_ARGS__); \
+    case DType::U8:                    \
+      return fn<uint8_t>(__VA_ARGS__); \
   }
 
 }  // namespace
@@ -245,16 +248,22 @@ void cpu_scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const 
 
 void cpu_im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) {
   switch (x.dtype) {
-    case DType::F32: return im2col_t<float>(x, cols, g, pad_value);
-    case DType::F64: return im2col_t<double>(x, cols, g, pad_value);
-    default: OXM_FAIL(UnsupportedDType, "im2col: dtype ", x.dtype, " is not supported (f32, f64)");
+    case DType::F32:
+      return im2col_t<float>(x, cols, g, pad_value);
+    case DType::F64:
+      return im2col_t<double>(x, cols, g, pad_value);
+    default:
+      OXM_FAIL(UnsupportedDType, "im2col: dtype ", x.dtype, " is not supported (f32, f64)");
   }
 }
 void cpu_col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
   switch (cols.dtype) {
-    case DType::F32: return col2im_t<float>(cols, x_grad, g);
-    case DType::F64: return col2im_t<double>(cols, x_grad, g);
-    default: OXM_FAIL(UnsupportedDType, "col2im: dtype ", cols.dtype, " is not supported (f32, f64)");
+    case DType::F32:
+      return col2im_t<float>(cols, x_grad, g);
+    case DType::F64:
+      return col2im_t<double>(cols, x_grad, g);
+    default:
+      OXM_FAIL(UnsupportedDType, "col2im: dtype ", cols.dtype, " is not supported (f32, f64)");
   }
 }
 

@@ -30,8 +30,8 @@ using ops::ReduceOp;
 using ops::UnaryOp;
 
 constexpr int kMaxDims = 16;
-constexpr int64_t kGrainCheap = 32768;   // elements per thread before a simple op goes parallel
-constexpr int64_t kGrainCostly = 4096;   // for transcendental ops
+constexpr int64_t kGrainCheap = 32768;  // elements per thread before a simple op goes parallel
+constexpr int64_t kGrainCostly = 4096;  // for transcendental ops
 
 // ---------------------------------------------------------------- elementwise iteration
 // The shared coalesced loop nest (backend/common/index_math.hpp) with byte strides, plus each operand's base
@@ -149,12 +149,15 @@ void unary_typed(const TensorImpl& x, TensorImpl& out, int64_t grain) {
 template <class Def>
 void unary_dispatch(const TensorImpl& x, TensorImpl& out, int64_t grain) {
   switch (x.dtype) {
-    case DType::F32: return unary_typed<Def, float>(x, out, grain);
-    case DType::F64: return unary_typed<Def, double>(x, out, grain);
+    case DType::F32:
+      return unary_typed<Def, float>(x, out, grain);
+    case DType::F64:
+      return unary_typed<Def, double>(x, out, grain);
     case DType::I64:
       if constexpr (Def::ints) return unary_typed<Def, int64_t>(x, out, grain);
       break;
-    default: break;
+    default:
+      break;
   }
   OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", x.dtype, " is not supported");
 }
@@ -166,10 +169,12 @@ void unary(UnaryOp op, const TensorImpl& x, TensorImpl& out) {
   int64_t grain = is_cheap(op) ? kGrainCheap : kGrainCostly;
   switch (op) {
 #define OXM_X(id, ...) \
-  case UnaryOp::id: return unary_dispatch<ops::defs::id>(x, out, grain);
+  case UnaryOp::id:    \
+    return unary_dispatch<ops::defs::id>(x, out, grain);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -236,8 +241,8 @@ void unary_grad_typed(const TensorImpl& g, const TensorImpl& x, const TensorImpl
 void unary_grad(UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out) {
   const int64_t grain = is_cheap(op) ? kGrainCheap : kGrainCostly;
   switch (op) {
-#define OXM_X(id, ...)                                                                               \
-  case UnaryOp::id:                                                                                  \
+#define OXM_X(id, ...)                                                                              \
+  case UnaryOp::id:                                                                                 \
     if (g.dtype == DType::F32) return unary_grad_typed<ops::defs::id, float>(g, x, y, out, grain);  \
     if (g.dtype == DType::F64) return unary_grad_typed<ops::defs::id, double>(g, x, y, out, grain); \
     break;
@@ -283,12 +288,15 @@ template <class Def>
 void binary_dispatch(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   int64_t grain = costly_binary<Def>() ? kGrainCostly : kGrainCheap;
   switch (a.dtype) {
-    case DType::F32: return binary_typed<Def, float>(a, b, out, grain);
-    case DType::F64: return binary_typed<Def, double>(a, b, out, grain);
+    case DType::F32:
+      return binary_typed<Def, float>(a, b, out, grain);
+    case DType::F64:
+      return binary_typed<Def, double>(a, b, out, grain);
     case DType::I64:
       if constexpr (Def::ints) return binary_typed<Def, int64_t>(a, b, out, grain);
       break;
-    default: break;
+    default:
+      break;
   }
   OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", a.dtype, " is not supported");
 }
@@ -296,10 +304,12 @@ void binary_dispatch(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) 
 void binary(BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   switch (op) {
 #define OXM_X(id, ...) \
-  case BinaryOp::id: return binary_dispatch<ops::defs::id>(a, b, out);
+  case BinaryOp::id:   \
+    return binary_dispatch<ops::defs::id>(a, b, out);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -414,10 +424,14 @@ void where_mask(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, T
 }
 void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   switch (a.dtype) {
-    case DType::F32: return where_mask<float>(m, a, b, out);
-    case DType::F64: return where_mask<double>(m, a, b, out);
-    case DType::I64: return where_mask<int64_t>(m, a, b, out);
-    case DType::U8: return where_mask<uint8_t>(m, a, b, out);
+    case DType::F32:
+      return where_mask<float>(m, a, b, out);
+    case DType::F64:
+      return where_mask<double>(m, a, b, out);
+    case DType::I64:
+      return where_mask<int64_t>(m, a, b, out);
+    case DType::U8:
+      return where_mask<uint8_t>(m, a, b, out);
   }
 }
 
@@ -443,18 +457,26 @@ void copy_typed(const TensorImpl& src, TensorImpl& dst) {
 template <class S>
 void copy_from(const TensorImpl& src, TensorImpl& dst) {
   switch (dst.dtype) {
-    case DType::F32: return copy_typed<S, float>(src, dst);
-    case DType::F64: return copy_typed<S, double>(src, dst);
-    case DType::I64: return copy_typed<S, int64_t>(src, dst);
-    case DType::U8: return copy_typed<S, uint8_t>(src, dst);
+    case DType::F32:
+      return copy_typed<S, float>(src, dst);
+    case DType::F64:
+      return copy_typed<S, double>(src, dst);
+    case DType::I64:
+      return copy_typed<S, int64_t>(src, dst);
+    case DType::U8:
+      return copy_typed<S, uint8_t>(src, dst);
   }
 }
 void copy(const TensorImpl& src, TensorImpl& dst) {
   switch (src.dtype) {
-    case DType::F32: return copy_from<float>(src, dst);
-    case DType::F64: return copy_from<double>(src, dst);
-    case DType::I64: return copy_from<int64_t>(src, dst);
-    case DType::U8: return copy_from<uint8_t>(src, dst);
+    case DType::F32:
+      return copy_from<float>(src, dst);
+    case DType::F64:
+      return copy_from<double>(src, dst);
+    case DType::I64:
+      return copy_from<int64_t>(src, dst);
+    case DType::U8:
+      return copy_from<uint8_t>(src, dst);
   }
 }
 
@@ -472,10 +494,14 @@ void fill_typed(TensorImpl& dst, T v) {
 }
 void fill(TensorImpl& dst, double v) {
   switch (dst.dtype) {
-    case DType::F32: return fill_typed<float>(dst, static_cast<float>(v));
-    case DType::F64: return fill_typed<double>(dst, v);
-    case DType::I64: return fill_typed<int64_t>(dst, static_cast<int64_t>(v));
-    case DType::U8: return fill_typed<uint8_t>(dst, static_cast<uint8_t>(v));
+    case DType::F32:
+      return fill_typed<float>(dst, static_cast<float>(v));
+    case DType::F64:
+      return fill_typed<double>(dst, v);
+    case DType::I64:
+      return fill_typed<int64_t>(dst, static_cast<int64_t>(v));
+    case DType::U8:
+      return fill_typed<uint8_t>(dst, static_cast<uint8_t>(v));
   }
 }
 
@@ -643,8 +669,7 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
     int64_t nb = (R + kBlock - 1) / kBlock;
     std::vector<A> part(static_cast<size_t>(nb));
     parallel_for(nb, 2, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i)
-        part[i] = sum_contig<T, A>(xp + i * kBlock, std::min(kBlock, R - i * kBlock));
+      for (int64_t i = b; i < e; ++i) part[i] = sum_contig<T, A>(xp + i * kBlock, std::min(kBlock, R - i * kBlock));
     });
     SumAcc<T> acc;
     for (A v : part) acc.add(v);
@@ -666,9 +691,11 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
         for (int64_t r = 1; r < R; ++r) {
           const T* row = xb + red.offset(r);
           if (is_max) {
-            for (int64_t j = 0; j < L; ++j) ob[j] = (row[j] > ob[j] || row[j] != row[j]) && ob[j] == ob[j] ? row[j] : ob[j];
+            for (int64_t j = 0; j < L; ++j)
+              ob[j] = (row[j] > ob[j] || row[j] != row[j]) && ob[j] == ob[j] ? row[j] : ob[j];
           } else {
-            for (int64_t j = 0; j < L; ++j) ob[j] = (row[j] < ob[j] || row[j] != row[j]) && ob[j] == ob[j] ? row[j] : ob[j];
+            for (int64_t j = 0; j < L; ++j)
+              ob[j] = (row[j] < ob[j] || row[j] != row[j]) && ob[j] == ob[j] ? row[j] : ob[j];
           }
         }
       }
@@ -734,10 +761,14 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
 
 void reduce(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
   switch (x.dtype) {
-    case DType::F32: return reduce_typed<float>(op, x, out, mask);
-    case DType::F64: return reduce_typed<double>(op, x, out, mask);
-    case DType::I64: return reduce_typed<int64_t>(op, x, out, mask);
-    default: OXM_FAIL(UnsupportedDType, "reduce: dtype ", x.dtype, " is not supported");
+    case DType::F32:
+      return reduce_typed<float>(op, x, out, mask);
+    case DType::F64:
+      return reduce_typed<double>(op, x, out, mask);
+    case DType::I64:
+      return reduce_typed<int64_t>(op, x, out, mask);
+    default:
+      OXM_FAIL(UnsupportedDType, "reduce: dtype ", x.dtype, " is not supported");
   }
 }
 
@@ -783,10 +814,14 @@ bool arg_reduce_typed(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int6
 }
 bool arg_reduce(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) {
   switch (x.dtype) {
-    case DType::F32: return arg_reduce_typed<float>(op, x, out, dim);
-    case DType::F64: return arg_reduce_typed<double>(op, x, out, dim);
-    case DType::I64: return arg_reduce_typed<int64_t>(op, x, out, dim);
-    default: OXM_FAIL(UnsupportedDType, "argmax: dtype ", x.dtype, " is not supported");
+    case DType::F32:
+      return arg_reduce_typed<float>(op, x, out, dim);
+    case DType::F64:
+      return arg_reduce_typed<double>(op, x, out, dim);
+    case DType::I64:
+      return arg_reduce_typed<int64_t>(op, x, out, dim);
+    default:
+      OXM_FAIL(UnsupportedDType, "argmax: dtype ", x.dtype, " is not supported");
   }
 }
 
@@ -877,9 +912,12 @@ void softmax_typed(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) 
 }
 void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
   switch (x.dtype) {
-    case DType::F32: return softmax_typed<float>(x, out, dim, log);
-    case DType::F64: return softmax_typed<double>(x, out, dim, log);
-    default: OXM_FAIL(UnsupportedDType, log ? "log_softmax" : "softmax", ": dtype ", x.dtype, " is not supported");
+    case DType::F32:
+      return softmax_typed<float>(x, out, dim, log);
+    case DType::F64:
+      return softmax_typed<double>(x, out, dim, log);
+    default:
+      OXM_FAIL(UnsupportedDType, log ? "log_softmax" : "softmax", ": dtype ", x.dtype, " is not supported");
   }
 }
 
@@ -931,9 +969,12 @@ void matmul_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
 }
 void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   switch (a.dtype) {
-    case DType::F32: return matmul_typed<float>(a, b, out);
-    case DType::F64: return matmul_typed<double>(a, b, out);
-    default: OXM_FAIL(UnsupportedDType, "matmul: dtype ", a.dtype, " is not supported (f32, f64)");
+    case DType::F32:
+      return matmul_typed<float>(a, b, out);
+    case DType::F64:
+      return matmul_typed<double>(a, b, out);
+    default:
+      OXM_FAIL(UnsupportedDType, "matmul: dtype ", a.dtype, " is not supported (f32, f64)");
   }
 }
 

@@ -26,9 +26,15 @@ struct CpuKernels {
                          TensorImpl*);  // cpu_optim.cpp
 };
 
-namespace isa_base { const CpuKernels* kernels(); }
-namespace isa_avx2 { const CpuKernels* kernels(); }
-namespace isa_avx512 { const CpuKernels* kernels(); }
+namespace isa_base {
+const CpuKernels* kernels();
+}
+namespace isa_avx2 {
+const CpuKernels* kernels();
+}
+namespace isa_avx512 {
+const CpuKernels* kernels();
+}
 
 // Whether concurrent GEMM calls from several of our threads are safe with the loaded BLAS.
 bool blas_reentrant();

@@ -22,7 +22,7 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
     int64_t chunks = std::min<int64_t>(threads, (n + grain / 2) / std::max<int64_t>(grain / 2, 1));
     chunks = std::max<int64_t>(chunks, 1);
     if (chunks > 1) {
-#pragma omp parallel num_threads(static_cast<int>(chunks))
+#pragma omp parallel num_threads(static_cast <int>(chunks))
       {
         int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
         int64_t b = n * t / nt, e = n * (t + 1) / nt;

@@ -165,14 +165,22 @@ PinnedStaging* g_staging = nullptr;
 
 const char* cublas_status(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "cuBLAS error";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "cuBLAS error";
   }
 }
 void check_blas(cublasStatus_t s, const char* op, const char* what) {
@@ -351,7 +359,8 @@ void CudaBackend::matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& o
   if (B == 0) return;
   float* cp = out.ptr<float>();
   if (k == 0) {
-    check(cudaMemsetAsync(cp, 0, static_cast<size_t>(B * m * n) * sizeof(float), g_stream), "matmul", "cudaMemsetAsync");
+    check(cudaMemsetAsync(cp, 0, static_cast<size_t>(B * m * n) * sizeof(float), g_stream), "matmul",
+          "cudaMemsetAsync");
     return;
   }
   OXM_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && B <= INT32_MAX, NotImplemented,
@@ -384,11 +393,11 @@ void CudaBackend::matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& o
                              static_cast<int>(lb.ld), ap, static_cast<int>(la.ld), &zero, cp, static_cast<int>(n)),
                  "matmul", "cublasSgemm");
     } else {
-      check_blas(cublasSgemmStridedBatched(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m),
-                                           static_cast<int>(k), &one, bp, static_cast<int>(lb.ld), sb, ap,
-                                           static_cast<int>(la.ld), sa, &zero, cp, static_cast<int>(n), m * n,
-                                           static_cast<int>(B)),
-                 "matmul", "cublasSgemmStridedBatched");
+      check_blas(
+          cublasSgemmStridedBatched(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                                    &one, bp, static_cast<int>(lb.ld), sb, ap, static_cast<int>(la.ld), sa, &zero, cp,
+                                    static_cast<int>(n), m * n, static_cast<int>(B)),
+          "matmul", "cublasSgemmStridedBatched");
     }
     return;
   }
@@ -447,7 +456,8 @@ Backend* create_cuda_backend(std::string& why) noexcept {
     };
     if ((e = cudaSetDevice(0)) != cudaSuccess) return why = describe("cudaSetDevice(0)", e), nullptr;
     cudaDeviceProp prop{};
-    if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) return why = describe("cudaGetDeviceProperties", e), nullptr;
+    if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess)
+      return why = describe("cudaGetDeviceProperties", e), nullptr;
     cudaStream_t s = nullptr;
     if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
       return why = describe("cudaStreamCreate", e), nullptr;

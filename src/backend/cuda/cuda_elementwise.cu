@@ -173,10 +173,14 @@ template <class S>
 void copy_from(const TensorImpl& src, TensorImpl& dst) {
   const TensorImpl* ts[2] = {&dst, &src};
   switch (dst.dtype) {
-    case DType::F32: return launch<2>(ts, CopyF<S, float>{}, "copy");
-    case DType::I64: return launch<2>(ts, CopyF<S, int64_t>{}, "copy");
-    case DType::U8: return launch<2>(ts, CopyF<S, uint8_t>{}, "copy");
-    default: OXM_FAIL(UnsupportedDType, "copy: dtype ", dst.dtype, " does not live on cuda (f32, i64, u8)");
+    case DType::F32:
+      return launch<2>(ts, CopyF<S, float>{}, "copy");
+    case DType::I64:
+      return launch<2>(ts, CopyF<S, int64_t>{}, "copy");
+    case DType::U8:
+      return launch<2>(ts, CopyF<S, uint8_t>{}, "copy");
+    default:
+      OXM_FAIL(UnsupportedDType, "copy: dtype ", dst.dtype, " does not live on cuda (f32, i64, u8)");
   }
 }
 
@@ -184,11 +188,13 @@ void copy_from(const TensorImpl& src, TensorImpl& dst) {
 
 void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, ...) \
-  case ops::UnaryOp::id: return unary_dispatch<ops::defs::id>(x, out);
+#define OXM_X(id, ...)   \
+  case ops::UnaryOp::id: \
+    return unary_dispatch<ops::defs::id>(x, out);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
-    default: break;
+    default:
+      break;
   }
   OXM_FAIL(NotImplemented, "cuda: unknown unary op");
 }
@@ -211,11 +217,13 @@ void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const
 
 void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, ...) \
-  case ops::BinaryOp::id: return binary_dispatch<ops::defs::id>(a, b, out);
+#define OXM_X(id, ...)    \
+  case ops::BinaryOp::id: \
+    return binary_dispatch<ops::defs::id>(a, b, out);
     OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
-    default: break;
+    default:
+      break;
   }
   OXM_FAIL(NotImplemented, "cuda: unknown binary op");
 }
@@ -223,8 +231,8 @@ void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorIm
 void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
                  TensorImpl& out) {
   switch (op) {
-#define OXM_X(id, ...)                                                       \
-  case ops::BinaryOp::id:                                                    \
+#define OXM_X(id, ...)                                                      \
+  case ops::BinaryOp::id:                                                   \
     return side == 0 ? binary_grad_dispatch<ops::defs::id, 0>(g, a, b, out) \
                      : binary_grad_dispatch<ops::defs::id, 1>(g, a, b, out);
     OXMERA_BINARY_OPS(OXM_X)
@@ -250,29 +258,41 @@ void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool left, T
 
 void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   switch (a.dtype) {
-    case DType::F32: return where_t<float>(m, a, b, out);
-    case DType::I64: return where_t<int64_t>(m, a, b, out);
-    case DType::U8: return where_t<uint8_t>(m, a, b, out);
-    default: OXM_FAIL(UnsupportedDType, "where: dtype ", a.dtype, " does not live on cuda (f32, i64, u8)");
+    case DType::F32:
+      return where_t<float>(m, a, b, out);
+    case DType::I64:
+      return where_t<int64_t>(m, a, b, out);
+    case DType::U8:
+      return where_t<uint8_t>(m, a, b, out);
+    default:
+      OXM_FAIL(UnsupportedDType, "where: dtype ", a.dtype, " does not live on cuda (f32, i64, u8)");
   }
 }
 
 void copy(const TensorImpl& src, TensorImpl& dst) {
   switch (src.dtype) {
-    case DType::F32: return copy_from<float>(src, dst);
-    case DType::I64: return copy_from<int64_t>(src, dst);
-    case DType::U8: return copy_from<uint8_t>(src, dst);
-    default: OXM_FAIL(UnsupportedDType, "copy: dtype ", src.dtype, " does not live on cuda (f32, i64, u8)");
+    case DType::F32:
+      return copy_from<float>(src, dst);
+    case DType::I64:
+      return copy_from<int64_t>(src, dst);
+    case DType::U8:
+      return copy_from<uint8_t>(src, dst);
+    default:
+      OXM_FAIL(UnsupportedDType, "copy: dtype ", src.dtype, " does not live on cuda (f32, i64, u8)");
   }
 }
 
 void fill(TensorImpl& dst, double v) {
   const TensorImpl* ts[1] = {&dst};
   switch (dst.dtype) {
-    case DType::F32: return launch<1>(ts, FillF<float>{static_cast<float>(v)}, "fill");
-    case DType::I64: return launch<1>(ts, FillF<int64_t>{static_cast<int64_t>(v)}, "fill");
-    case DType::U8: return launch<1>(ts, FillF<uint8_t>{static_cast<uint8_t>(v)}, "fill");
-    default: OXM_FAIL(UnsupportedDType, "fill: dtype ", dst.dtype, " does not live on cuda (f32, i64, u8)");
+    case DType::F32:
+      return launch<1>(ts, FillF<float>{static_cast<float>(v)}, "fill");
+    case DType::I64:
+      return launch<1>(ts, FillF<int64_t>{static_cast<int64_t>(v)}, "fill");
+    case DType::U8:
+      return launch<1>(ts, FillF<uint8_t>{static_cast<uint8_t>(v)}, "fill");
+    default:
+      OXM_FAIL(UnsupportedDType, "fill: dtype ", dst.dtype, " does not live on cuda (f32, i64, u8)");
   }
 }
 

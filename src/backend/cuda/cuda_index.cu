@@ -17,9 +17,9 @@ namespace {
 // index_add / scatter_add scan up to this many index positions per out element, and sort them above it.
 constexpr int64_t kIndexAddScanMax = 32;
 
-#define OXM_GRID_LOOP(i, n)                                                                         \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,                     \
-               i##_step = static_cast<int64_t>(gridDim.x) * blockDim.x;                             \
+#define OXM_GRID_LOOP(i, n)                                                     \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, \
+               i##_step = static_cast<int64_t>(gridDim.x) * blockDim.x;         \
        i < (n); i += i##_step)
 
 void load(Geom& g, int s, const Strides& st) {
@@ -177,10 +177,14 @@ void gather_launch(const Geom& g, TensorImpl& out, const TensorImpl& x, const Te
 void gather_bytes(const Geom& g, TensorImpl& out, const TensorImpl& x, const TensorImpl& idx, int64_t xds,
                   const char* op) {
   switch (itemsize(x.dtype)) {
-    case 1: return gather_launch<Word<1>::type>(g, out, x, idx, xds, op);
-    case 4: return gather_launch<Word<4>::type>(g, out, x, idx, xds, op);
-    case 8: return gather_launch<Word<8>::type>(g, out, x, idx, xds, op);
-    default: OXM_FAIL(UnsupportedDType, op, ": dtype ", x.dtype, " is not supported on cuda");
+    case 1:
+      return gather_launch<Word<1>::type>(g, out, x, idx, xds, op);
+    case 4:
+      return gather_launch<Word<4>::type>(g, out, x, idx, xds, op);
+    case 8:
+      return gather_launch<Word<8>::type>(g, out, x, idx, xds, op);
+    default:
+      OXM_FAIL(UnsupportedDType, op, ": dtype ", x.dtype, " is not supported on cuda");
   }
 }
 
@@ -376,9 +380,12 @@ void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Tensor
     OXM_FAIL(NotImplemented, "index_add: 0-d tensors are not supported on cuda");
   }
   switch (out.dtype) {
-    case DType::F32: return index_add_t<float>(out, dim, idx, src);
-    case DType::I64: return index_add_t<int64_t>(out, dim, idx, src);
-    default: OXM_FAIL(UnsupportedDType, "index_add: dtype ", out.dtype, " is not supported on cuda (f32, i64)");
+    case DType::F32:
+      return index_add_t<float>(out, dim, idx, src);
+    case DType::I64:
+      return index_add_t<int64_t>(out, dim, idx, src);
+    default:
+      OXM_FAIL(UnsupportedDType, "index_add: dtype ", out.dtype, " is not supported on cuda (f32, i64)");
   }
 }
 
@@ -411,9 +418,12 @@ void scatter_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Te
 void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) {
   if (out.shape.empty()) OXM_FAIL(NotImplemented, "scatter_add: 0-d tensors are not supported on cuda");
   switch (out.dtype) {
-    case DType::F32: return scatter_add_t<float>(out, dim, idx, src);
-    case DType::I64: return scatter_add_t<int64_t>(out, dim, idx, src);
-    default: OXM_FAIL(UnsupportedDType, "scatter_add: dtype ", out.dtype, " is not supported on cuda (f32, i64)");
+    case DType::F32:
+      return scatter_add_t<float>(out, dim, idx, src);
+    case DType::I64:
+      return scatter_add_t<int64_t>(out, dim, idx, src);
+    default:
+      OXM_FAIL(UnsupportedDType, "scatter_add: dtype ", out.dtype, " is not supported on cuda (f32, i64)");
   }
 }
 
@@ -421,20 +431,20 @@ void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double
   OXM_CHECK(x.dtype == DType::F32, UnsupportedDType, "im2col: dtype ", x.dtype, " is not supported on cuda (f32)");
   const int64_t n = cols.numel;
   if (n == 0) return;
-  im2col_kernel<float><<<blocks(n), kThreads, 0, stream()>>>(n, x.ptr<float>(), cols.ptr<float>(), x.shape[1],
-                                                             x.shape[2], x.shape[3], x.strides[0], x.strides[1],
-                                                             x.strides[2], x.strides[3], g,
-                                                             static_cast<float>(pad_value));
+  im2col_kernel<float><<<blocks(n), kThreads, 0, stream()>>>(
+      n, x.ptr<float>(), cols.ptr<float>(), x.shape[1], x.shape[2], x.shape[3], x.strides[0], x.strides[1],
+      x.strides[2], x.strides[3], g, static_cast<float>(pad_value));
   check_launch("im2col");
 }
 
 void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
-  OXM_CHECK(cols.dtype == DType::F32, UnsupportedDType, "col2im: dtype ", cols.dtype, " is not supported on cuda (f32)");
+  OXM_CHECK(cols.dtype == DType::F32, UnsupportedDType, "col2im: dtype ", cols.dtype,
+            " is not supported on cuda (f32)");
   OXM_CHECK(x_grad.contiguous, InvalidArgument, "col2im: x_grad must be contiguous");
   const int64_t n = x_grad.numel;
   if (n == 0) return;
-  col2im_kernel<float><<<blocks(n), kThreads, 0, stream()>>>(n, cols.ptr<float>(), x_grad.ptr<float>(),
-                                                             x_grad.shape[1], x_grad.shape[2], x_grad.shape[3], g);
+  col2im_kernel<float><<<blocks(n), kThreads, 0, stream()>>>(n, cols.ptr<float>(), x_grad.ptr<float>(), x_grad.shape[1],
+                                                             x_grad.shape[2], x_grad.shape[3], g);
   check_launch("col2im");
 }
 

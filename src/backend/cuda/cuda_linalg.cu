@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/cuda/cuda_common.cuh"
 #include "backend/common/spd_math.hpp"
+#include "backend/cuda/cuda_common.cuh"
 
 namespace oxmera::detail::cuda {
 namespace {

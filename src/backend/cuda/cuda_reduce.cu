@@ -69,16 +69,17 @@ __global__ void reduce_thread_kernel(ReduceOp op, Group kept, Group red, const T
 
 // Block (m, c) reduces chunk c of output m. With one chunk it writes the output, else a partial.
 template <class T>
-__global__ void __launch_bounds__(kThreads) reduce_block_kernel(ReduceOp op, Group kept, Group red, const T* x,
-                                                                T* out, typename AccOf<T>::type* partial, int64_t R,
-                                                                int64_t chunks) {
+__global__ void __launch_bounds__(kThreads)
+    reduce_block_kernel(ReduceOp op, Group kept, Group red, const T* x, T* out, typename AccOf<T>::type* partial,
+                        int64_t R, int64_t chunks) {
   using A = typename AccOf<T>::type;
   __shared__ A sh[kThreads];
   const int64_t m = blockIdx.x, c = blockIdx.y;
   const int64_t len = (R + chunks - 1) / chunks, r0 = c * len, r1 = min(R, r0 + len);
   const T* base = x + kept.offset(m);
   A acc = identity<A>(op);
-  for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) acc = combine<A>(op, acc, static_cast<A>(base[red.offset(r)]));
+  for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x)
+    acc = combine<A>(op, acc, static_cast<A>(base[red.offset(r)]));
   acc = block_combine<A>(op, acc, sh);
   if (threadIdx.x == 0) {
     if (chunks == 1)
@@ -117,8 +118,8 @@ __global__ void __launch_bounds__(kColOutputs* kColRows)
 }
 
 template <class T>
-__global__ void reduce_finish_kernel(ReduceOp op, Group kept, T* out, const typename AccOf<T>::type* partial,
-                                     int64_t M, int64_t chunks) {
+__global__ void reduce_finish_kernel(ReduceOp op, Group kept, T* out, const typename AccOf<T>::type* partial, int64_t M,
+                                     int64_t chunks) {
   using A = typename AccOf<T>::type;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t m = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; m < M; m += step) {
@@ -235,7 +236,8 @@ __global__ void __launch_bounds__(kThreads) arg_kernel(bool is_max, Lines l, con
   shi[threadIdx.x] = bi;
   __syncthreads();
   for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s && better(is_max, shv[threadIdx.x + s], shi[threadIdx.x + s], shv[threadIdx.x], shi[threadIdx.x])) {
+    if (threadIdx.x < s &&
+        better(is_max, shv[threadIdx.x + s], shi[threadIdx.x + s], shv[threadIdx.x], shi[threadIdx.x])) {
       shv[threadIdx.x] = shv[threadIdx.x + s];
       shi[threadIdx.x] = shi[threadIdx.x + s];
     }
@@ -265,7 +267,7 @@ bool arg_reduce_t(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t 
   if (e == cudaSuccess) {
     const int threads = l.len >= kThreads ? kThreads : 32;
     arg_kernel<T><<<static_cast<unsigned>(M), threads, 0, stream()>>>(op == ArgReduceOp::Argmax, l, x.ptr<T>(),
-                                                                        out.ptr<int64_t>(), flag);
+                                                                      out.ptr<int64_t>(), flag);
     e = cudaGetLastError();
   }
   // The NaN answer is read by the host: the one synchronisation this op needs.
@@ -395,17 +397,23 @@ void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const
 
 void reduce(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
   switch (x.dtype) {
-    case DType::F32: return reduce_t<float>(op, x, out, mask);
-    case DType::I64: return reduce_t<int64_t>(op, x, out, mask);
-    default: OXM_FAIL(UnsupportedDType, reduce_name(op), ": dtype ", x.dtype, " is not supported on cuda (f32, i64)");
+    case DType::F32:
+      return reduce_t<float>(op, x, out, mask);
+    case DType::I64:
+      return reduce_t<int64_t>(op, x, out, mask);
+    default:
+      OXM_FAIL(UnsupportedDType, reduce_name(op), ": dtype ", x.dtype, " is not supported on cuda (f32, i64)");
   }
 }
 
 bool arg_reduce(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t dim) {
   switch (x.dtype) {
-    case DType::F32: return arg_reduce_t<float>(op, x, out, dim);
-    case DType::I64: return arg_reduce_t<int64_t>(op, x, out, dim);
-    default: OXM_FAIL(UnsupportedDType, "argmax: dtype ", x.dtype, " is not supported on cuda (f32, i64)");
+    case DType::F32:
+      return arg_reduce_t<float>(op, x, out, dim);
+    case DType::I64:
+      return arg_reduce_t<int64_t>(op, x, out, dim);
+    default:
+      OXM_FAIL(UnsupportedDType, "argmax: dtype ", x.dtype, " is not supported on cuda (f32, i64)");
   }
 }
 
