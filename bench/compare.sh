@@ -11,7 +11,8 @@
 # PyTorch once as its warm-up (verifying the dumped batch orders), then alternates oxmera / PyTorch for
 # --rounds rounds (default 3). Both get the same thread count N (default 1): OMP_NUM_THREADS=N,
 # OPENBLAS_NUM_THREADS=N, torch.set_num_threads(N) (oxmera's OpenMP pool and its OpenBLAS follow the env).
-# PyTorch runs with OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 (its fast paths on this CPU);
+# PyTorch runs with OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 (its fast paths; Haswell/avx2 on a CPU
+# without AVX-512);
 # oxmera runs with those OpenBLAS variables unset (it selects its kernels itself).
 # Checks that every round's first-epoch losses agree within 1e-3 relative and its final training losses and
 # held-out metrics within 1e-3 (f64) or 1e-2 (f32: after 100 epochs an f32 trajectory is itself that far
@@ -51,7 +52,9 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 COMMON=(--epochs "$EPOCHS" --replicas "$REPLICAS" --seed "$SEED")
 run_ox() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$OX" bench research "${COMMON[@]}" --device "$DEVICE" \
              --dtype "$DTYPE" "$@"; }
-run_pt() { OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 "$PY" "$ROOT/bench/research_torch.py" \
+# torch's fastest paths this CPU can run: AVX-512 where it exists, else AVX2 (forcing AVX-512 kills it).
+if grep -qw avx512f /proc/cpuinfo; then PT_CORE=SkylakeX PT_CAP=avx512; else PT_CORE=Haswell PT_CAP=avx2; fi
+run_pt() { OPENBLAS_CORETYPE=$PT_CORE ATEN_CPU_CAPABILITY=$PT_CAP "$PY" "$ROOT/bench/research_torch.py" \
              --data "$WORK/data.safetensors" --threads "$THREADS" --device "$DEVICE" --dtype "$DTYPE" "$@"; }
 
 echo "# $(date -u +%FT%TZ) $(hostname) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc --all) cpus"

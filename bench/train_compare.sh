@@ -19,6 +19,7 @@ torch_py=/usr/bin/python3  # the `python3` on PATH may be a pyenv shim without t
 # torch gets OpenBLAS's AVX-512 kernels and ATen's AVX-512 dispatch (what a careful user would do);
 # oxmera chooses its own kernels without any variable.
 torch_env=(env OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512)
+grep -qw avx512f /proc/cpuinfo || torch_env=(env OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2)  # no AVX-512 here
 ox_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 echo "# $(date -u '+%F %H:%M UTC')  $(uname -n)  $(nproc) cpus  load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# rounds=$rounds mlp_steps=$mlp_steps cnn_steps=$cnn_steps  torch $($torch_py -c 'import torch; print(torch.__version__)')"
