@@ -119,7 +119,7 @@ inline T& at(char* p, int64_t stride, int64_t i) {
 }
 
 // ---------------------------------------------------------------- unary / binary
-// The per-element function a CPU kernel runs: the op table's definition, except where a vectorisable
+// The per-element function a CPU kernel runs: the op registry's definition, except where a vectorisable
 // implementation of the same function exists (checked against the f64 reference by the op tests).
 template <class Def, class T>
 inline T cpu_fwd(T x) {

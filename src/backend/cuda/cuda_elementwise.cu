@@ -1,5 +1,5 @@
 // The generic strided/broadcast elementwise kernel family: one grid-stride kernel template over a coalesced
-// Plan, instantiated with the op table's functors (unary, binary), where, copy/cast and fill.
+// Plan, instantiated with the op registry's functors (unary, binary), where, copy/cast and fill.
 #include "backend/cuda/cuda_common.cuh"
 
 namespace oxmera::detail::cuda {
