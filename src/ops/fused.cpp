@@ -26,10 +26,7 @@ Tensor borrow(const TensorImpl* p) {
   return Tensor(q);
 }
 
-// A 0-d CPU scalar of `dtype`: binary ops take it by value on any device.
-Tensor host_scalar(double v, DType dtype) { return scalar(v, dtype); }
-
-// Zeros of `shape` made on `device` (one fill there, no upload).
+// Zeros of `shape` made on `device` (one fill there, no upload); zeros_like where the shape is at hand.
 Tensor zeros_on(const Shape& shape, DType dtype, Device device, const char* op) {
   Tensor t = detail::make_empty(shape, dtype, device, op);
   if (t.numel()) t.fill_(0.0);
@@ -42,7 +39,8 @@ struct RowTargets {
   Tensor safe, keep;
 };
 RowTargets row_targets(const Tensor& target) {
-  return {maximum(target, host_scalar(0, DType::I64)), target.ge(host_scalar(0, DType::I64)).to(DType::U8)};
+  // 0-d CPU scalars: binary ops take them by value on any device.
+  return {maximum(target, scalar(0, DType::I64)), target.ge(scalar(0, DType::I64)).to(DType::U8)};
 }
 
 void cross_entropy_fallback(FusedCall& call, Device) {
@@ -56,7 +54,7 @@ void cross_entropy_fallback(FusedCall& call, Device) {
   Tensor loss = logp.gather(1, t.safe.unsqueeze(1)).squeeze(1) * -(1.0 - c.label_smoothing);
   if (c.label_smoothing != 0) loss = loss - logp.sum({1}) * (c.label_smoothing / static_cast<double>(C));
   loss = loss * c.scale;
-  borrow(c.loss).copy_(where(t.keep, loss, zeros_on(loss.shape(), loss.dtype(), loss.device(), "cross_entropy")));
+  borrow(c.loss).copy_(where(t.keep, loss, zeros_like(loss)));
   borrow(c.lse).copy_(lse);
 }
 
@@ -71,8 +69,7 @@ void cross_entropy_backward_fallback(FusedCall& call, Device) {
   Tensor gx = (x - borrow(c.lse).unsqueeze(1)).exp() - on_target * (1.0 - c.label_smoothing);
   if (c.label_smoothing != 0) gx = gx - c.label_smoothing / static_cast<double>(C);
   gx = gx * (borrow(c.g) * c.scale).unsqueeze(1);
-  const char* op = "cross_entropy backward";
-  borrow(c.grad_x).copy_(where(t.keep.unsqueeze(1), gx, zeros_on(gx.shape(), gx.dtype(), gx.device(), op)));
+  borrow(c.grad_x).copy_(where(t.keep.unsqueeze(1), gx, zeros_like(gx)));
 }
 
 // ---------------------------------------------------------------- optimizer steps
