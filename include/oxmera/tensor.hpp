@@ -1,8 +1,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <iosfwd>
+#include <limits>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +25,9 @@ void release(TensorImpl* p) noexcept;
 }  // namespace detail
 
 class Generator;
+namespace indexing {
+class TensorIndex;
+}
 
 // A Tensor is a ref-counted handle to a strided view of ref-counted storage on a device. Copying a Tensor
 // copies the handle (shares data), as in libtorch.
@@ -110,7 +117,10 @@ class Tensor {
 #define OXM_X(id, name, api, ...) OXM_IF_PUBLIC(api, Tensor name(const Tensor& other) const;)
   OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
-  Tensor pow(double exponent) const;
+  // The same with a scalar operand, held in self's dtype: x.gt(0.0), x.maximum(0.0), x.pow(2.0), x.sub(1.0).
+#define OXM_X(id, name, api, ...) OXM_IF_PUBLIC(api, Tensor name(double other) const;)
+  OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
   Tensor clamp(double lo, double hi) const;
 
   // ---- reductions (empty dims = all dims)
@@ -139,8 +149,32 @@ class Tensor {
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);  // broadcasts src, same dtype
+  // Elementwise in place: o broadcasts to self's shape and has self's dtype and device.
   Tensor& add_(const Tensor& o, double alpha = 1.0);
+  Tensor& sub_(const Tensor& o, double alpha = 1.0);
+  Tensor& mul_(const Tensor& o);
+  Tensor& div_(const Tensor& o);
+  Tensor& add_(double s);
+  Tensor& sub_(double s);
   Tensor& mul_(double s);
+  Tensor& div_(double s);
+
+  // ---- libtorch-style indexing (namespace oxmera::indexing): x.index({Slice(0, 4), 2, None, Ellipsis, idx}).
+  // Integers select (removing the dim), Slice(start, stop, step) narrows (a view), None inserts a dim of size 1,
+  // Ellipsis stands for the dims not named; I64 tensors pick elements (advanced indexing, as torch: index
+  // tensors broadcast together; their dims go where the first one stood when they are adjacent, in front
+  // otherwise) and U8 masks pick the positions where they are non-zero. Without tensor indices the result is
+  // a view; with them, a copy. Differentiable.
+  Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  // Writes `values` (broadcast to what index() would return) into the indexed positions; with
+  // accumulate, adds them instead (duplicates accumulate in order; without it the last duplicate wins).
+  // Like the other in-place ops, not recorded by autograd.
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values,
+                     bool accumulate = false);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values, bool accumulate = false);
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, double value);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, double value);
 
   // ---- autograd
   Tensor& requires_grad_(bool requires_grad = true);
@@ -167,15 +201,85 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
+namespace indexing {
+// Slice(start, stop, step): omitted ends (None) mean the whole dim; negative ends count from the back.
+struct Slice {
+  Slice(std::optional<int64_t> start = std::nullopt, std::optional<int64_t> stop = std::nullopt, int64_t step = 1)
+      : start(start), stop(stop), step(step) {}
+  std::optional<int64_t> start, stop;
+  int64_t step;
+};
+inline constexpr std::nullopt_t None = std::nullopt;  // a new dim of size 1 (and an open end of a Slice)
+struct EllipsisIndex {};
+inline constexpr EllipsisIndex Ellipsis{};
+
+class TensorIndex {
+ public:
+  enum class Kind : uint8_t { Integer, Slice, None, Ellipsis, Tensor };
+  template <class I>
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) TensorIndex(I i)
+      : kind_(Kind::Integer), integer_(static_cast<int64_t>(i)) {}       // NOLINT: implicit as libtorch
+  TensorIndex(Slice s) : kind_(Kind::Slice), slice_(s) {}                // NOLINT
+  TensorIndex(std::nullopt_t) : kind_(Kind::None) {}                     // NOLINT
+  TensorIndex(EllipsisIndex) : kind_(Kind::Ellipsis) {}                  // NOLINT
+  TensorIndex(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}  // NOLINT
+  Kind kind() const noexcept { return kind_; }
+  int64_t integer() const noexcept { return integer_; }
+  const Slice& slice() const noexcept { return slice_; }
+  const Tensor& tensor() const noexcept { return tensor_; }
+
+ private:
+  Kind kind_;
+  int64_t integer_ = 0;
+  Slice slice_;
+  Tensor tensor_;
+};
+}  // namespace indexing
+
 // ---- construction
+// from_vector: f32, f64, i64 and u8 tensors from vectors of those types; other integer element types
+// (int, int32_t, uint16_t, ...) make I64 tensors and bool makes U8 (oxmera has no other integer dtypes).
+// Other element types do not compile.
+namespace detail {
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+inline constexpr bool is_native_element_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t> || std::is_same_v<T, uint8_t>;
+Tensor from_int64_values(std::vector<int64_t> values, const Shape& shape);
+}  // namespace detail
+template <class T>
+requires(detail::is_native_element_v<T>) Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+template <class T>
+requires(std::is_integral_v<T> && !detail::is_native_element_v<T>) Tensor
+    from_vector(const std::vector<T>& values, const Shape& shape) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return from_vector(std::vector<uint8_t>(values.begin(), values.end()), shape);
+  } else {
+    std::vector<int64_t> v;
+    v.reserve(values.size());
+    for (T x : values) {
+      if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(int64_t))
+        OXM_CHECK(x <= static_cast<T>(std::numeric_limits<int64_t>::max()), InvalidArgument, "from_vector: value ", x,
+                  " does not fit the i64 tensor it would become");
+      v.push_back(static_cast<int64_t>(x));
+    }
+    return detail::from_int64_values(std::move(v), shape);
+  }
+}
 Tensor zeros(const Shape& shape, DType dtype = DType::F32);
 Tensor ones(const Shape& shape, DType dtype = DType::F32);
 Tensor full(const Shape& shape, double value, DType dtype = DType::F32);
 Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor arange(int64_t n, DType dtype = DType::I64);
 Tensor arange(double start, double end, double step, DType dtype = DType::F32);
+// torch's dtype rule: arange(0, 10) and arange(0, 10, 2) are I64 (every argument an integer), arange(0, 1, 0.25)
+// and arange(0.0, 5.0) are F32. An explicit dtype takes the overload above.
+template <class S, class E, class St = int>
+requires(std::is_arithmetic_v<S>&& std::is_arithmetic_v<E>&& std::is_arithmetic_v<St>) Tensor
+    arange(S start, E end, St step = 1) {
+  const bool ints = std::is_integral_v<S> && std::is_integral_v<E> && std::is_integral_v<St>;
+  return arange(static_cast<double>(start), static_cast<double>(end), static_cast<double>(step),
+                ints ? DType::I64 : DType::F32);
+}
 Tensor eye(int64_t n, DType dtype = DType::F32);
 Tensor scalar(double value, DType dtype = DType::F32);
 Tensor zeros_like(const Tensor& t);
@@ -184,6 +288,20 @@ Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::F32);
 Tensor rand(const Shape& shape, uint64_t seed, DType dtype = DType::F32);
 Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::F32);
 Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::F32);
+// Integers uniform in [low, high) (I64 unless dtype says otherwise).
+Tensor randint(int64_t low, int64_t high, const Shape& shape, uint64_t seed, DType dtype = DType::I64);
+Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, DType dtype = DType::I64);
+// A uniformly random permutation of 0 .. n-1 (I64 unless dtype says otherwise).
+Tensor randperm(int64_t n, uint64_t seed, DType dtype = DType::I64);
+Tensor randperm(int64_t n, Generator& gen, DType dtype = DType::I64);
+// Indices (I64) of num_samples draws from the categorical distribution of each row of probs (1-d or 2-d,
+// non-negative, finite, any positive scale), without replacement unless `replacement` (as torch.multinomial).
+// The result has probs' device.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, uint64_t seed);
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, Generator& gen);
+// 1 with probability p (elementwise, p in [0, 1]), else 0, in p's dtype and on p's device.
+Tensor bernoulli(const Tensor& p, uint64_t seed);
+Tensor bernoulli(const Tensor& p, Generator& gen);
 
 // ---- free-function forms
 Tensor operator-(const Tensor& a);
@@ -203,12 +321,32 @@ Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Tensor& b);  // masks, as torch: (a == b) is a.eq(b), not a bool
+Tensor operator!=(const Tensor& a, const Tensor& b);
+// Comparisons with a scalar (x > 0.0, 0.5 <= x): masks of the tensor's dtype holding 0 or 1.
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(double a, const Tensor& b);
+Tensor operator<=(double a, const Tensor& b);
+Tensor operator>(double a, const Tensor& b);
+Tensor operator>=(double a, const Tensor& b);
+Tensor operator==(double a, const Tensor& b);
+Tensor operator!=(double a, const Tensor& b);
 // The registry's binary ops as free functions: add(a, b), sub, mul, div, pow, maximum, minimum, eq, ne, lt, ...
 #define OXM_X(id, name, api, ...) OXM_IF_PUBLIC(api, Tensor name(const Tensor& a, const Tensor& b);)
 OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
 // Elementwise select: mask != 0 ? a : b, with broadcasting; mask has the dtype of a and b, or U8.
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
+// With a scalar branch (held in the other branch's dtype), or two (the result is the mask's dtype when it is a
+// float, else F32, as torch's default dtype).
+Tensor where(const Tensor& mask, const Tensor& a, double b);
+Tensor where(const Tensor& mask, double a, const Tensor& b);
+Tensor where(const Tensor& mask, double a, double b);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // Concatenation along an existing dim / a new dim; all tensors share dtype, device and other dims.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

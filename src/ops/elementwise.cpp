@@ -296,11 +296,19 @@ OXMERA_UNARY_OPS(OXM_X)
 OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
 
-Tensor Tensor::pow(double e) const {
-  if (e == 2.0) return square();
-  if (e == 1.0) return *this * 1.0;
-  return ops::binary(BinaryOp::Pow, *this, ops::scalar_like(e, *this, "pow"));
-}
+// Scalar forms of the public binary ops: the scalar is a 0-d CPU operand of self's dtype, passed to the kernel
+// by value (no device fill). pow(2) and pow(1) take cheaper exact paths.
+#define OXM_X(id, name, api, ...)                                                       \
+  OXM_IF_PUBLIC(                                                                        \
+      api, Tensor Tensor::name(double other) const {                                    \
+        if constexpr (BinaryOp::id == BinaryOp::Pow) {                                  \
+          if (other == 2.0) return square();                                            \
+          if (other == 1.0) return *this * 1.0;                                         \
+        }                                                                               \
+        return ops::binary(BinaryOp::id, *this, ops::scalar_like(other, *this, #name)); \
+      })
+OXMERA_BINARY_OPS(OXM_X)
+#undef OXM_X
 Tensor Tensor::clamp(double lo, double hi) const {
   OXM_CHECK(lo <= hi, InvalidArgument, "clamp: lower bound ", lo, " exceeds upper bound ", hi);
   // where() rather than maximum/minimum: the gradient passes at the bounds themselves (torch's rule),
@@ -318,6 +326,20 @@ Tensor operator<(const Tensor& a, const Tensor& b) { return a.lt(b); }
 Tensor operator<=(const Tensor& a, const Tensor& b) { return a.le(b); }
 Tensor operator>(const Tensor& a, const Tensor& b) { return a.gt(b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return a.ge(b); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return a.eq(b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return a.ne(b); }
+Tensor operator<(const Tensor& a, double b) { return a.lt(b); }
+Tensor operator<=(const Tensor& a, double b) { return a.le(b); }
+Tensor operator>(const Tensor& a, double b) { return a.gt(b); }
+Tensor operator>=(const Tensor& a, double b) { return a.ge(b); }
+Tensor operator==(const Tensor& a, double b) { return a.eq(b); }
+Tensor operator!=(const Tensor& a, double b) { return a.ne(b); }
+Tensor operator<(double a, const Tensor& b) { return b.gt(a); }
+Tensor operator<=(double a, const Tensor& b) { return b.ge(a); }
+Tensor operator>(double a, const Tensor& b) { return b.lt(a); }
+Tensor operator>=(double a, const Tensor& b) { return b.le(a); }
+Tensor operator==(double a, const Tensor& b) { return b.eq(a); }
+Tensor operator!=(double a, const Tensor& b) { return b.ne(a); }
 Tensor operator+(const Tensor& a, double b) { return add(a, ops::scalar_like(b, a, "add")); }
 Tensor operator-(const Tensor& a, double b) { return sub(a, ops::scalar_like(b, a, "sub")); }
 Tensor operator*(const Tensor& a, double b) { return mul(a, ops::scalar_like(b, a, "mul")); }
@@ -349,6 +371,27 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
     detail::set_history(out, n);
   }
   return out;
+}
+
+Tensor where(const Tensor& mask, const Tensor& a, double b) {
+  detail::check_defined(a, "where");
+  return where(mask, a, ops::scalar_on_device_of(b, a, "where"));
+}
+Tensor where(const Tensor& mask, double a, const Tensor& b) {
+  detail::check_defined(b, "where");
+  return where(mask, ops::scalar_on_device_of(a, b, "where"), b);
+}
+Tensor where(const Tensor& mask, double a, double b) {
+  detail::check_defined(mask, "where", "mask");
+  const DType dt = is_floating(mask.dtype()) ? mask.dtype() : DType::F32;
+  // An i64 mask selects where it is non-zero, as with every other dtype.
+  Tensor m = mask.dtype() == DType::I64 ? mask.ne(0.0).to(DType::U8) : mask;
+  auto value = [&](double v) {
+    Tensor t = detail::make_empty(Shape{}, dt, mask.device(), "where");
+    detail::backend_for(mask.device(), "where").fill(*t.impl(), v);
+    return t;
+  };
+  return where(m, value(a), value(b));
 }
 
 }  // namespace oxmera

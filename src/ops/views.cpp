@@ -446,21 +446,51 @@ Tensor& Tensor::copy_(const Tensor& src) {
   ++impl_->storage->version;
   return *this;
 }
-Tensor& Tensor::add_(const Tensor& o, double alpha) {
-  check_inplace(*this, "add_");
+namespace {
+// self = op(self, o) in one kernel pass; o broadcasts to self's shape (never the other way: self's shape is fixed).
+Tensor& binary_inplace(Tensor& self, ops::BinaryOp op, const Tensor& o, const char* name) {
+  check_inplace(self, name);
   NoGradGuard ng;
-  ops::check_binary(*this, o, "add_");
-  Tensor v = alpha == 1.0 ? o : o * alpha;
-  Tensor b = v.broadcast_to(shape());
-  if (impl_->numel) detail::backend_for(device(), "add_").binary(ops::BinaryOp::Add, *impl_, *b.impl(), *impl_);
-  ++impl_->storage->version;
-  return *this;
+  ops::check_binary(self, o, name);
+  OXM_CHECK(broadcast_shapes(self.shape(), o.shape(), name) == self.shape(), ShapeMismatch, name,
+            ": the operand of shape ", o.shape(), " does not broadcast to the shape ", self.shape(),
+            " of the tensor updated in place");
+  // An operand that overlaps self (x.mul_(x.t())) would be read after it was written: take a copy first.
+  Tensor src = o.shares_storage(self) && !o.is_same(self) ? o.clone() : o;
+  Tensor b = src.broadcast_to(self.shape());
+  auto& t = *self.impl();
+  if (t.numel) detail::backend_for(self.device(), name).binary(op, t, *b.impl(), t);
+  ++t.storage->version;
+  return self;
 }
-Tensor& Tensor::mul_(double s) {
-  check_inplace(*this, "mul_");
-  if (impl_->numel) detail::backend_for(device(), "mul_").binary_scalar(ops::BinaryOp::Mul, *impl_, s, false, *impl_);
-  ++impl_->storage->version;
-  return *this;
+Tensor& scalar_inplace(Tensor& self, ops::BinaryOp op, double s, const char* name) {
+  check_inplace(self, name);
+  auto& t = *self.impl();
+  OXM_CHECK(!(op == ops::BinaryOp::Div && t.dtype == DType::I64), UnsupportedDType, name,
+            ": integer division in place would truncate; convert with .to(DType::F64) first");
+  if (t.numel) detail::backend_for(self.device(), name).binary_scalar(op, t, s, false, t);
+  ++t.storage->version;
+  return self;
 }
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& o, double alpha) {
+  detail::check_defined(o, "add_", "operand");
+  if (alpha == 1.0) return binary_inplace(*this, ops::BinaryOp::Add, o, "add_");
+  NoGradGuard ng;
+  return binary_inplace(*this, ops::BinaryOp::Add, o * alpha, "add_");
+}
+Tensor& Tensor::sub_(const Tensor& o, double alpha) {
+  detail::check_defined(o, "sub_", "operand");
+  if (alpha == 1.0) return binary_inplace(*this, ops::BinaryOp::Sub, o, "sub_");
+  NoGradGuard ng;
+  return binary_inplace(*this, ops::BinaryOp::Sub, o * alpha, "sub_");
+}
+Tensor& Tensor::mul_(const Tensor& o) { return binary_inplace(*this, ops::BinaryOp::Mul, o, "mul_"); }
+Tensor& Tensor::div_(const Tensor& o) { return binary_inplace(*this, ops::BinaryOp::Div, o, "div_"); }
+Tensor& Tensor::add_(double s) { return scalar_inplace(*this, ops::BinaryOp::Add, s, "add_"); }
+Tensor& Tensor::sub_(double s) { return scalar_inplace(*this, ops::BinaryOp::Sub, s, "sub_"); }
+Tensor& Tensor::mul_(double s) { return scalar_inplace(*this, ops::BinaryOp::Mul, s, "mul_"); }
+Tensor& Tensor::div_(double s) { return scalar_inplace(*this, ops::BinaryOp::Div, s, "div_"); }
 
 }  // namespace oxmera

@@ -2,6 +2,8 @@
 // zeros_like, ones_like) are defined in the ops layer (src/ops/storage.cpp).
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "oxmera/random.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -90,7 +92,7 @@ Tensor generate_any(const Shape& shape, DType dtype, const char* op, F&& f) {
 }  // namespace
 
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape) {
+requires(detail::is_native_element_v<T>) Tensor from_vector(const std::vector<T>& values, const Shape& shape) {
   int64_t n = checked_numel(shape, "from_vector", sizeof(T));
   OXM_CHECK(n == static_cast<int64_t>(values.size()), ShapeMismatch, "from_vector: shape ", shape, " holds ", n,
             " elements but ", values.size(), " values were given");
@@ -102,6 +104,7 @@ template Tensor from_vector<float>(const std::vector<float>&, const Shape&);
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&);
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&);
 template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&);
+Tensor detail::from_int64_values(std::vector<int64_t> values, const Shape& shape) { return from_vector(values, shape); }
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
   return detail::make_empty(shape, dtype, device, "empty");
@@ -135,6 +138,45 @@ Tensor rand(const Shape& shape, Generator& gen, DType dtype) {
   OXM_CHECK(is_floating(dtype), UnsupportedDType, "rand: dtype ", dtype, " is not supported (f32, f64)");
   return generate_any(shape, dtype, "rand", [&](int64_t) { return gen.next_double(); });
 }
+namespace {
+// Uniform in [0, n) without modulo bias: reject the lowest 2^64 mod n draws, then reduce.
+uint64_t uniform_below(Generator& gen, uint64_t n) {
+  const uint64_t threshold = (0 - n) % n;
+  uint64_t r = gen.next_u64();
+  while (r < threshold) r = gen.next_u64();
+  return r % n;
+}
+}  // namespace
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, DType dtype) {
+  OXM_CHECK(low < high, InvalidArgument, "randint: need low < high, got [", low, ", ", high, ")");
+  OXM_CHECK(dtype != DType::U8 || (low >= 0 && high <= 256), InvalidArgument, "randint: [", low, ", ", high,
+            ") does not fit dtype u8");
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  checked_numel(shape, "randint", itemsize(dtype));
+  return generate_any(shape, dtype, "randint", [&](int64_t) {
+    return static_cast<double>(static_cast<int64_t>(static_cast<uint64_t>(low) + uniform_below(gen, range)));
+  });
+}
+Tensor randint(int64_t low, int64_t high, const Shape& shape, uint64_t seed, DType dtype) {
+  Generator g(seed);
+  return randint(low, high, shape, g, dtype);
+}
+Tensor randperm(int64_t n, Generator& gen, DType dtype) {
+  OXM_CHECK(n >= 0, InvalidArgument, "randperm: n must be >= 0, got ", n);
+  OXM_CHECK(dtype != DType::U8 || n <= 256, InvalidArgument, "randperm: ", n, " values do not fit dtype u8");
+  checked_numel({n}, "randperm", itemsize(dtype));
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  for (int64_t i = n - 1; i > 0; --i)  // Fisher-Yates
+    std::swap(perm[i], perm[static_cast<int64_t>(uniform_below(gen, static_cast<uint64_t>(i) + 1))]);
+  return generate_any({n}, dtype, "randperm", [&](int64_t i) { return static_cast<double>(perm[i]); });
+}
+Tensor randperm(int64_t n, uint64_t seed, DType dtype) {
+  Generator g(seed);
+  return randperm(n, g, dtype);
+}
+
 Tensor randn(const Shape& shape, uint64_t seed, DType dtype) {
   Generator g(seed);
   return randn(shape, g, dtype);
