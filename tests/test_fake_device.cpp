@@ -322,3 +322,30 @@ TEST(FakeDevice, DemoTrainingStepLaunchBudget) {
   EXPECT_EQ(g_device->host_to_device - h0, 2);  // the class targets, the backward seed
   EXPECT_EQ(g_device->device_to_host - d0, 1);  // loss.item()
 }
+
+// Indexing, index_put_, scalar comparisons / where and sampling keep device data on the device and agree
+// with the CPU.
+TEST(FakeDevice, IndexingAndSamplingOnTheDeviceMatchTheCpu) {
+  NEED_FAKE_DEVICE();
+  using namespace oxmera::indexing;
+  Tensor x = rand({3, 4, 5}, 3) * 2.0 - 1.0;
+  Tensor xd = dev(x);
+  Tensor i = from_vector<int64_t>({2, -1, 0}, {3});
+  expect_match(xd.index({Slice(), dev(i), Slice(1, None, 2)}), x.index({Slice(), i, Slice(1, None, 2)}),
+               "advanced index", 0, 0);
+  expect_match(xd.index({xd > 0.0}), x.index({x > 0.0}), "mask index", 0, 0);
+  expect_match(where(xd > 0.0, xd, 0.0), where(x > 0.0, x, 0.0), "where with a scalar", 0, 0);
+  Tensor yd = dev(zeros({3, 4, 5})), y = zeros({3, 4, 5});
+  yd.index_put_({dev(i), 1}, 2.0);
+  y.index_put_({i, 1}, 2.0);
+  yd.index_put_({yd == 0.0}, -1.0);
+  y.index_put_({y == 0.0}, -1.0);
+  expect_match(yd, y, "index_put_", 0, 0);
+  yd.mul_(dev(from_vector<float>({1, 2, 3, 4, 5}, {5}))).sub_(1.0);
+  y.mul_(from_vector<float>({1, 2, 3, 4, 5}, {5})).sub_(1.0);
+  expect_match(yd, y, "in-place with a tensor", 0, 0);
+  Tensor p = from_vector<float>({0.2f, 0.8f, 0, 1}, {2, 2});
+  Tensor md = multinomial(dev(p), 1, false, 4), bd = bernoulli(dev(p), 4);
+  expect_match(md, multinomial(p, 1, false, 4), "multinomial", 0, 0);
+  expect_match(bd, bernoulli(p, 4), "bernoulli", 0, 0);
+}

@@ -17,7 +17,9 @@ Tensor seq(const Shape& shape, DType dtype = DType::F64) {
   return arange(0.0, static_cast<double>(n), 1.0, dtype).reshape(shape);
 }
 template <class T>
-concept from_vector_accepts = requires(const std::vector<T>& v) { from_vector(v, Shape{0}); };
+concept from_vector_accepts = requires(const std::vector<T>& v) {
+  from_vector(v, Shape{0});
+};
 Tensor idx(std::vector<int64_t> v) {
   const int64_t n = static_cast<int64_t>(v.size());
   return from_vector(v, {n});

@@ -28,7 +28,7 @@ bool is_zero_one(const Tensor& t) {
   if (t.numel() == 0) return true;
   NoGradGuard ng;
   Tensor bad = t.ne(0.0) * t.ne(1.0);
-  return bad.sum().to(Device::cpu()).item<double>() == 0.0;
+  return bad.sum().to(Device::cpu()).to(DType::F64).item<double>() == 0.0;
 }
 
 // The positions where a k-dim mask is non-zero, as k I64 index tensors of length nnz (row-major order).
@@ -253,14 +253,14 @@ Tensor& index_put_impl(Tensor& self, std::span<const TensorIndex> indices, const
   for (int64_t d = 0; d < a.place; ++d) result_shape.push_back(a.rest[d]);
   for (int64_t x : a.batch) result_shape.push_back(x);
   for (size_t d = static_cast<size_t>(a.place); d < a.rest.size(); ++d) result_shape.push_back(a.rest[d]);
-  OXM_CHECK(broadcast_shapes(result_shape, values.shape(), op) == result_shape, ShapeMismatch, op,
-            ": values of shape ", values.shape(), " do not broadcast to the indexed shape ", result_shape);
+  OXM_CHECK(broadcast_shapes(result_shape, values.shape(), op) == result_shape, ShapeMismatch, op, ": values of shape ",
+            values.shape(), " do not broadcast to the indexed shape ", result_shape);
   const int64_t k = a.batch.product();
   if (k == 0 || a.merged[0] == 0) return self;
   // values as rows [K, rest...] in the order of the linear index
-  Tensor rows =
-      unplace_batch(values.broadcast_to(result_shape), a.batch.size(), a.place).contiguous().reshape(
-          concat({k}, a.rest));
+  Tensor rows = unplace_batch(values.broadcast_to(result_shape), a.batch.size(), a.place)
+                    .contiguous()
+                    .reshape(concat({k}, a.rest));
   Tensor lin = a.linear.reshape({-1});
   Tensor flat = a.permuted.contiguous().reshape(a.merged);
   Tensor updated;
