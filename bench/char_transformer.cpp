@@ -27,7 +27,8 @@ Tensor forward(std::map<std::string, Tensor>& P, const Tensor& idx, const Tensor
   for (int64_t i = 0; i < L; ++i) {
     const std::string p = "h" + std::to_string(i) + ".";
     Tensor h = F::layer_norm(x, {D}, P[p + "ln1.weight"], P[p + "ln1.bias"]);
-    Tensor qkv = F::linear(h, P[p + "qkv.weight"], P[p + "qkv.bias"]).view({b, t, 3, H, D / H}).permute({2, 0, 3, 1, 4});
+    Tensor qkv =
+        F::linear(h, P[p + "qkv.weight"], P[p + "qkv.bias"]).view({b, t, 3, H, D / H}).permute({2, 0, 3, 1, 4});
     Tensor q = qkv.select(0, 0), k = qkv.select(0, 1), v = qkv.select(0, 2);
     Tensor att = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D / H));
     att = where(causal, att, -INFINITY).softmax(-1);

@@ -267,11 +267,11 @@ TEST(Autograd, RetainGradOnNonLeaves) {
   EXPECT_TRUE(y.retains_grad());
   Tensor z = (y * y).sum() + y.sum();  // two consumers of y: dz/dy = 2y + 1
   z.retain_grad();                     // the root too
-  z.backward();
+  z.backward(Tensor(), /*retain_graph=*/true);
   EXPECT_EQ(y.grad().to_vector<double>(), std::vector<double>({5, 9, 13}));
   EXPECT_EQ(z.grad().to_vector<double>(), std::vector<double>({1}));
   EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>({10, 18, 26}));
-  z.backward();  // accumulates, as leaves do
+  z.backward();  // accumulates, as leaves do (the first backward retained the graph)
   EXPECT_EQ(y.grad().to_vector<double>(), std::vector<double>({10, 18, 26}));
   x.retain_grad();  // a leaf: no-op
   EXPECT_FALSE(x.retains_grad());

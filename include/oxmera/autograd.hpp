@@ -23,6 +23,17 @@ class NoGradGuard {
   bool prev_;
 };
 
+namespace autograd {
+// The gradients of `outputs` (seeded with grad_outputs, which may be empty or hold undefined tensors for
+// one-element outputs) with respect to `inputs`, as torch.autograd.grad: returned, not accumulated into any
+// .grad. Only the part of the graph between them runs. An input the outputs do not depend on is
+// InvalidArgument unless allow_unused (then its gradient is an undefined tensor). retain_graph keeps the graph's
+// saved tensors for another backward; create_graph is NotImplemented (docs/LIMITATIONS.md).
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
+                         bool create_graph = false, bool allow_unused = false);
+}  // namespace autograd
+
 struct GradcheckOptions {
   double eps = 1e-6;   // central-difference step
   double atol = 1e-5;  // |analytic - numeric| <= atol + rtol * |numeric|

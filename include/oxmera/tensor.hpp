@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <iosfwd>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -22,7 +23,22 @@ namespace detail {
 struct TensorImpl;
 void retain(TensorImpl* p) noexcept;
 void release(TensorImpl* p) noexcept;
+struct HookList;
 }  // namespace detail
+
+// What Tensor::register_hook and register_post_accumulate_grad_hook return: remove() unregisters the hook (a
+// no-op once removed or once the tensor or graph is gone). Dropping the handle keeps the hook.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  HookHandle(std::weak_ptr<detail::HookList> list, uint64_t id) : list_(std::move(list)), id_(id) {}
+  void remove();
+  bool active() const;
+
+ private:
+  std::weak_ptr<detail::HookList> list_;
+  uint64_t id_ = 0;
+};
 
 class Generator;
 namespace indexing {
@@ -189,6 +205,28 @@ class Tensor {
   void zero_grad();  // drops the gradient (like set_to_none)
   void backward() const;
   void backward(const Tensor& seed) const;
+  // As torch's backward(gradient, retain_graph, create_graph): gradient may be undefined for a one-element
+  // tensor. Without retain_graph the saved tensors of the graph are freed as the backward passes, and a second
+  // backward through a node that had saved tensors is InvalidArgument. create_graph is NotImplemented (the
+  // backward rules are not recorded yet; docs/LIMITATIONS.md).
+  void backward(const Tensor& gradient, bool retain_graph, bool create_graph = false) const;
+  // Hooks on the gradient flowing into this tensor (which must require grad), run in registration order when
+  // backward reaches it, before it is accumulated into .grad or passed on: a hook returning a Tensor replaces the
+  // gradient (same shape, dtype and device) unless it returns an undefined one; a hook returning void observes.
+  template <class F>
+  HookHandle register_hook(F&& hook) {
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, const Tensor&>>) {
+      return register_hook_impl([h = std::forward<F>(hook)](const Tensor& g) mutable {
+        h(g);
+        return Tensor();
+      });
+    } else {
+      return register_hook_impl(std::function<Tensor(const Tensor&)>(std::forward<F>(hook)));
+    }
+  }
+  // Leaves only: runs once per backward when this leaf's .grad holds all of that backward's contributions (the
+  // moment a data-parallel trainer can start reducing it). The hook receives the leaf itself.
+  HookHandle register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);
   Tensor detach() const;
   // Name of the backward node that produced this tensor ("" for leaves / untracked).
   std::string grad_fn_name() const;
@@ -196,6 +234,7 @@ class Tensor {
   std::string str() const;  // readable printing
 
  private:
+  HookHandle register_hook_impl(std::function<Tensor(const Tensor&)> hook);
   detail::TensorImpl* impl_ = nullptr;
 };
 

@@ -1,5 +1,7 @@
 // Reverse-mode engine: iterative topological walk (no recursion), gradient buffers kept on the nodes,
 // accumulation into leaves, and iterative teardown of deep graphs.
+#include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "autograd/node.hpp"
@@ -90,9 +92,27 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
 
 namespace {
 
+// Runs a leaf's or node output's pre-hooks on g (in registration order); each may replace it.
+void run_pre_hooks(const HookList* hooks, uint32_t output_nr, Tensor& g) {
+  if (!hooks || hooks->pre.empty() || !g.defined()) return;
+  // Copy: a hook may register or remove hooks.
+  std::vector<HookList::Pre> pre = hooks->pre;
+  for (auto& h : pre) {
+    if (h.output_nr != output_nr) continue;
+    Tensor r = h.fn(g);
+    if (!r.defined()) continue;
+    OXM_CHECK(r.shape() == g.shape() && r.dtype() == g.dtype() && r.device() == g.device(), InvalidArgument,
+              "gradient hook: returned a tensor of shape ", r.shape(), ", dtype ", r.dtype(), " on ", r.device(),
+              " for a gradient of shape ", g.shape(), ", dtype ", g.dtype(), " on ", g.device(),
+              "; return a tensor like the gradient, or an undefined Tensor() to keep it");
+    g = r;
+  }
+}
+
 void accumulate_leaf(const Tensor& leaf, Tensor g) {
   TensorImpl& L = *leaf.impl();
   if (g.shape() != L.shape) g = sum_to(g, L.shape);
+  run_pre_hooks(L.hooks.get(), 0, g);
   if (!L.grad.defined()) {
     // Own the gradient: an alias of a buffer used elsewhere (a seed, or the same gradient handed to two
     // leaves by add) must not be shared, since optimizers update .grad in place.
@@ -105,6 +125,14 @@ void accumulate_leaf(const Tensor& leaf, Tensor g) {
   }
 }
 
+void run_post_hooks(const Tensor& leaf) {
+  const HookList* hooks = leaf.impl()->hooks.get();
+  if (!hooks || hooks->post.empty()) return;
+  std::vector<HookList::Post> post = hooks->post;
+  Tensor t = leaf;
+  for (auto& h : post) h.fn(t);
+}
+
 // A retained non-leaf gets its own copy (the same gradient tensor continues through the node's backward).
 void accumulate_retained(TensorImpl& t, const Tensor& g) { t.grad = t.grad.defined() ? t.grad + g : g.clone(); }
 
@@ -112,55 +140,167 @@ std::atomic<uint64_t> g_epoch{0};
 
 }  // namespace
 
-void run_backward(const Tensor& root, const Tensor& seed) {
+// One backward: from roots (seeded) through the graph. Without `capture` gradients accumulate into leaves'
+// .grad (Tensor::backward); with it (autograd::grad) the gradients of `inputs` are returned in `captured` and no
+// .grad is touched, and only the nodes between the roots and the inputs run.
+struct BackwardTask {
+  std::vector<Tensor> roots, seeds;
+  bool retain_graph = false;
+  const std::vector<Tensor>* inputs = nullptr;
+  std::vector<Tensor>* captured = nullptr;
+};
+
+namespace {
+
+void add_into(Tensor& slot, Tensor g) { slot = slot.defined() ? slot + g : std::move(g); }
+
+void run_task(BackwardTask& task) {
   NoGradGuard no_grad;  // backward rules are not themselves recorded (no higher-order gradients)
-  TensorImpl& r = *root.impl();
-  if (!r.grad_fn) {
-    accumulate_leaf(root, seed);
-    return;
+  const bool capture = task.captured != nullptr;
+  // Where captured gradients go: leaves by impl, non-leaves by (node, output_nr).
+  std::vector<std::pair<const TensorImpl*, size_t>> leaf_slots;
+  std::vector<std::tuple<const Node*, uint32_t, size_t>> node_slots;
+  if (capture) {
+    task.captured->assign(task.inputs->size(), Tensor());
+    for (size_t i = 0; i < task.inputs->size(); ++i) {
+      const TensorImpl& t = *(*task.inputs)[i].impl();
+      if (t.grad_fn)
+        node_slots.emplace_back(t.grad_fn.get(), t.output_nr, i);
+      else
+        leaf_slots.emplace_back(&t, i);
+    }
   }
+  auto capture_leaf = [&](const TensorImpl* leaf, const Tensor& g) {
+    bool any = false;
+    for (auto& [p, i] : leaf_slots)
+      if (p == leaf) {
+        Tensor v = g.shape() == leaf->shape ? g : sum_to(g, leaf->shape);
+        run_pre_hooks(leaf->hooks.get(), 0, v);
+        add_into((*task.captured)[i], v);
+        any = true;
+      }
+    return any;
+  };
   const uint64_t epoch = g_epoch.fetch_add(1) + 1;
-  // Pass 1: count, for every reachable node, how many edges point at it.
-  std::vector<Node*> stack{r.grad_fn.get()};
-  r.grad_fn->epoch = epoch;
-  r.grad_fn->pending = 0;
+  // Pass 1: every node reachable from the roots, and how many edges point at each; leaves with
+  // post-accumulate hooks, and how many edges point at each of them.
+  std::vector<Node*> stack, reached;
+  std::vector<std::pair<TensorImpl*, int>> leaf_pending;
+  auto reach = [&](Node* c) {
+    if (c->epoch != epoch) {
+      OXM_CHECK(!c->released, InvalidArgument, "backward: trying to backward through the graph a second time (node '",
+                c->name(),
+                "' already freed the tensors it saved for backward); pass retain_graph = true to the "
+                "first backward (or autograd::grad) if you need to backward twice");
+      c->epoch = epoch;
+      c->pending = 0;
+      c->grad_buffer.clear();
+      c->index = static_cast<uint32_t>(reached.size());
+      stack.push_back(c);
+      reached.push_back(c);
+    }
+    ++c->pending;
+  };
+  for (const Tensor& root : task.roots)
+    if (Node* n = root.impl()->grad_fn.get()) reach(n);
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (size_t i = 0; i < n->next.size(); ++i) {
-      Node* c = n->next[i].node.get();
-      if (!c) continue;
-      if (c->epoch != epoch) {
-        c->epoch = epoch;
-        c->pending = 0;
-        c->grad_buffer.clear();
-        stack.push_back(c);
+      Edge& e = n->next[i];
+      if (Node* c = e.node.get()) {
+        reach(c);
+      } else if (!capture && e.leaf.defined()) {
+        TensorImpl* L = e.leaf.impl();
+        if (L->hooks && !L->hooks->post.empty()) {
+          auto it = std::find_if(leaf_pending.begin(), leaf_pending.end(), [&](auto& p) { return p.first == L; });
+          if (it == leaf_pending.end())
+            leaf_pending.emplace_back(L, 1);
+          else
+            ++it->second;
+        }
       }
-      ++c->pending;
     }
   }
+  // The roots' own pending counts were bumped once each by reach(); a root node is ready once every other
+  // consumer inside the graph has delivered, so remove the roots' contributions.
+  for (const Tensor& root : task.roots)
+    if (Node* n = root.impl()->grad_fn.get()) --n->pending;
+  // With capture: a node runs only if an input lies below it (needed), computed children first.
+  std::vector<char> needed;
+  auto needed_of = [&](const Node* n) -> bool { return n->epoch == epoch && needed[n->index]; };
+  if (capture) {
+    // `reached` is in discovery order; a child can be discovered after its parent, so iterate to a fixed point
+    // (converges in depth passes; graphs are DAGs, typically one or two passes suffice for autograd::grad).
+    needed.assign(reached.size(), 0);
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      for (size_t k = reached.size(); k-- > 0;) {
+        if (needed[k]) continue;
+        const Node* n = reached[k];
+        bool need = false;
+        for (size_t i = 0; i < n->next.size() && !need; ++i) {
+          const Edge& e = n->next[i];
+          if (e.node) {
+            for (auto& [p, o, slot] : node_slots) need = need || (p == e.node.get() && o == e.output_nr);
+            need = need || needed_of(e.node.get());
+          } else if (e.leaf.defined()) {
+            for (auto& [p, slot] : leaf_slots) need = need || p == e.leaf.impl();
+          }
+        }
+        if (need) {
+          needed[k] = 1;
+          changed = true;
+        }
+      }
+    }
+  }
+  // Seeds: into the root nodes' buffers (two roots of one node add up); a leaf root accumulates directly.
+  std::vector<Node*> ready;
+  for (size_t r = 0; r < task.roots.size(); ++r) {
+    const TensorImpl& ri = *task.roots[r].impl();
+    if (Node* n = ri.grad_fn.get()) {
+      if (n->grad_buffer.size() < n->num_outputs) n->grad_buffer.resize(n->num_outputs);
+      add_into(n->grad_buffer[ri.output_nr], task.seeds[r]);
+    } else if (capture) {
+      capture_leaf(&ri, task.seeds[r]);
+    } else {
+      accumulate_leaf(task.roots[r], task.seeds[r]);
+      run_post_hooks(task.roots[r]);
+    }
+  }
+  for (Node* n : reached)
+    if (n->pending == 0) ready.push_back(n);
   // Pass 2: Kahn's algorithm; a node runs once all its consumers have delivered their gradients.
-  Node* root_node = r.grad_fn.get();
-  root_node->grad_buffer.clear();
-  root_node->grad_buffer.resize(root_node->num_outputs);
-  root_node->grad_buffer[r.output_nr] = seed;
-  std::vector<Node*> ready{root_node};
   std::vector<Tensor> grad_out, grad_in;
   while (!ready.empty()) {
     Node* n = ready.back();
     ready.pop_back();
     grad_out.assign(n->num_outputs, Tensor());
+    // With capture, a node neither below an input nor holding one is skipped (its hooks do not run either).
+    bool hosts = false;
+    for (auto& [p, o, slot] : node_slots) hosts = hosts || p == n;
+    const bool active = !capture || hosts || needed_of(n);
     bool any = false;
-    for (size_t i = 0; i < n->num_outputs && i < n->grad_buffer.size(); ++i) {
+    for (size_t i = 0; active && i < n->num_outputs && i < n->grad_buffer.size(); ++i) {
       grad_out[i] = std::move(n->grad_buffer[i]);
+      run_pre_hooks(n->hooks.get(), static_cast<uint32_t>(i), grad_out[i]);
       any |= grad_out[i].defined();
     }
     n->grad_buffer.clear();
-    for (const Node::Retained& rt : n->retained)
-      if (rt.output_nr < grad_out.size() && grad_out[rt.output_nr].defined())
-        accumulate_retained(*rt.tensor, grad_out[rt.output_nr]);
+    if (capture) {
+      for (auto& [p, o, slot] : node_slots)
+        if (p == n && o < grad_out.size() && grad_out[o].defined()) add_into((*task.captured)[slot], grad_out[o]);
+    } else {
+      for (const Node::Retained& rt : n->retained)
+        if (rt.output_nr < grad_out.size() && grad_out[rt.output_nr].defined())
+          accumulate_retained(*rt.tensor, grad_out[rt.output_nr]);
+    }
+    const bool run = any && active && (!capture || needed_of(n));
     grad_in.assign(n->next.size(), Tensor());
-    if (any) n->apply(grad_out.data(), grad_in.data());
+    if (run) n->apply(grad_out.data(), grad_in.data());
+    if (run && !task.retain_graph && n->release_saved()) n->released = true;
     // Drop the incoming gradients now: a view node's output shares their storage, and a leaf can take
     // ownership of a gradient (no copy) only when nothing else holds it.
     for (Tensor& g : grad_out) g = Tensor();
@@ -170,18 +310,82 @@ void run_backward(const Tensor& root, const Tensor& seed) {
         Node* c = e.node.get();
         if (grad_in[i].defined()) {
           if (c->grad_buffer.size() < c->num_outputs) c->grad_buffer.resize(c->num_outputs);
-          Tensor& slot = c->grad_buffer[e.output_nr];
-          slot = slot.defined() ? slot + grad_in[i] : std::move(grad_in[i]);
+          add_into(c->grad_buffer[e.output_nr], std::move(grad_in[i]));
         }
         if (--c->pending == 0) ready.push_back(c);
-      } else if (e.leaf.defined() && grad_in[i].defined()) {
-        accumulate_leaf(e.leaf, std::move(grad_in[i]));
+      } else if (e.leaf.defined()) {
+        if (capture) {
+          if (grad_in[i].defined()) capture_leaf(e.leaf.impl(), grad_in[i]);
+          continue;
+        }
+        if (grad_in[i].defined()) accumulate_leaf(e.leaf, std::move(grad_in[i]));
+        for (auto& lp : leaf_pending)
+          if (lp.first == e.leaf.impl() && --lp.second == 0) run_post_hooks(e.leaf);
       }
     }
   }
 }
 
+}  // namespace
+
+void run_task_for_grad(BackwardTask& task) { run_task(task); }
+
+void run_backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
+  BackwardTask task;
+  task.roots.push_back(root);
+  task.seeds.push_back(seed);
+  task.retain_graph = retain_graph;
+  run_task(task);
+}
+
 }  // namespace detail
+
+// ---------------------------------------------------------------- hooks
+void HookHandle::remove() {
+  auto list = list_.lock();
+  if (!list) return;
+  std::erase_if(list->pre, [&](const detail::HookList::Pre& h) { return h.id == id_; });
+  std::erase_if(list->post, [&](const detail::HookList::Post& h) { return h.id == id_; });
+  list_.reset();
+}
+bool HookHandle::active() const {
+  auto list = list_.lock();
+  if (!list) return false;
+  for (auto& h : list->pre)
+    if (h.id == id_) return true;
+  for (auto& h : list->post)
+    if (h.id == id_) return true;
+  return false;
+}
+
+namespace {
+std::atomic<uint64_t> g_hook_id{0};
+}
+
+HookHandle Tensor::register_hook_impl(std::function<Tensor(const Tensor&)> hook) {
+  detail::check_defined(*this, "register_hook");
+  auto& t = *impl_;
+  OXM_CHECK(t.requires_grad, InvalidArgument,
+            "register_hook: this tensor does not require grad, so no gradient will flow into it; call "
+            "requires_grad_() on it (a leaf) or on an input it is computed from");
+  std::shared_ptr<detail::HookList>& list = t.grad_fn ? t.grad_fn->hooks : t.hooks;
+  if (!list) list = std::make_shared<detail::HookList>();
+  const uint64_t id = ++g_hook_id;
+  list->pre.push_back({id, t.grad_fn ? t.output_nr : 0u, std::move(hook)});
+  return HookHandle(list, id);
+}
+
+HookHandle Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) {
+  detail::check_defined(*this, "register_post_accumulate_grad_hook");
+  auto& t = *impl_;
+  OXM_CHECK(!t.grad_fn && t.requires_grad, InvalidArgument,
+            "register_post_accumulate_grad_hook: only leaves that require grad accumulate a .grad (this tensor ",
+            t.grad_fn ? "is the result of an op" : "does not require grad", "); register it on a parameter");
+  if (!t.hooks) t.hooks = std::make_shared<detail::HookList>();
+  const uint64_t id = ++g_hook_id;
+  t.hooks->post.push_back({id, std::move(hook)});
+  return HookHandle(t.hooks, id);
+}
 
 // ---------------------------------------------------------------- Tensor autograd surface
 Tensor& Tensor::requires_grad_(bool requires_grad) {
@@ -231,26 +435,74 @@ void Tensor::zero_grad() {
 }
 std::string Tensor::grad_fn_name() const { return defined() && impl_->grad_fn ? impl_->grad_fn->name() : ""; }
 
-void Tensor::backward() const {
-  detail::check_defined(*this, "backward");
-  OXM_CHECK(numel() == 1, ShapeMismatch, "backward: called on a tensor of shape ", shape(),
-            "; only a one-element tensor has an implicit seed — pass a seed of the same shape: backward(seed)");
-  backward(ones(shape(), dtype()).to(device()));
+void Tensor::backward() const { backward(Tensor(), false, false); }
+void Tensor::backward(const Tensor& seed) const {
+  detail::check_defined(seed, "backward", "seed");
+  backward(seed, false, false);
 }
 
-void Tensor::backward(const Tensor& seed) const {
+namespace {
+// The seed of a backward from `out`: `given` checked against it, or ones for a one-element tensor.
+Tensor checked_seed(const Tensor& out, const Tensor& given, const char* op, size_t which) {
+  if (!given.defined()) {
+    OXM_CHECK(out.numel() == 1, ShapeMismatch, op, ": output ", which, " has shape ", out.shape(),
+              "; only a one-element tensor has an implicit seed — pass a gradient (seed) of the same shape");
+    return ones(out.shape(), out.dtype()).to(out.device());
+  }
+  OXM_CHECK(given.shape() == out.shape(), ShapeMismatch, op, ": gradient (seed shape ", given.shape(), ")",
+            " differs from the shape ", out.shape(), " of output ", which);
+  OXM_CHECK(given.dtype() == out.dtype(), DTypeMismatch, op, ": gradient (seed dtype ", given.dtype(), ")",
+            " differs from the dtype ", out.dtype(), " of output ", which);
+  OXM_CHECK(given.device() == out.device(), DeviceMismatch, op, ": gradient is on ", given.device(), " but output ",
+            which, " is on ", out.device());
+  return given;
+}
+void refuse_create_graph(bool create_graph, const char* op) {
+  OXM_CHECK(!create_graph, NotImplemented, op,
+            ": create_graph = true (higher-order gradients) is not implemented yet: backward rules are not recorded; "
+            "see docs/LIMITATIONS.md (Autograd)");
+}
+}  // namespace
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
   detail::check_defined(*this, "backward");
-  detail::check_defined(seed, "backward", "seed");
+  refuse_create_graph(create_graph, "backward");
   OXM_CHECK(impl_->requires_grad, InvalidArgument,
             "backward: this tensor does not require grad and has no history; call requires_grad_() on an input "
             "before computing it (and not under NoGradGuard)");
-  OXM_CHECK(seed.shape() == shape(), ShapeMismatch, "backward: seed shape ", seed.shape(),
-            " differs from the tensor's shape ", shape());
-  OXM_CHECK(seed.dtype() == dtype(), DTypeMismatch, "backward: seed dtype ", seed.dtype(),
-            " differs from the tensor's dtype ", dtype());
-  OXM_CHECK(seed.device() == device(), DeviceMismatch, "backward: seed is on ", seed.device(), " but the tensor is on ",
-            device());
-  detail::run_backward(*this, seed);
+  detail::run_backward(*this, checked_seed(*this, gradient, "backward", 0), retain_graph);
+}
+
+std::vector<Tensor> autograd::grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
+                                   bool allow_unused) {
+  const char* op = "autograd::grad";
+  refuse_create_graph(create_graph, op);
+  OXM_CHECK(!outputs.empty(), InvalidArgument, op, ": no outputs given");
+  OXM_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), InvalidArgument, op, ": ",
+            grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs; pass one per output (or none)");
+  detail::BackwardTask task;
+  task.retain_graph = retain_graph;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    detail::check_defined(outputs[i], op, "output");
+    OXM_CHECK(outputs[i].requires_grad(), InvalidArgument, op, ": output ", i,
+              " does not require grad and has no history; compute it from inputs that require grad");
+    task.roots.push_back(outputs[i]);
+    task.seeds.push_back(checked_seed(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], op, i));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    detail::check_defined(inputs[i], op, "input");
+    OXM_CHECK(inputs[i].requires_grad(), InvalidArgument, op, ": input ", i, " (shape ", inputs[i].shape(),
+              ") does not require grad, so it has no gradient; call requires_grad_() on it before the forward pass");
+  }
+  std::vector<Tensor> result;
+  task.inputs = &inputs;
+  task.captured = &result;
+  detail::run_task_for_grad(task);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    OXM_CHECK(result[i].defined() || allow_unused, InvalidArgument, op, ": input ", i, " (shape ", inputs[i].shape(),
+              ") was not used to compute the outputs; pass allow_unused = true to get an undefined gradient for it");
+  return result;
 }
 
 Tensor Tensor::detach() const {

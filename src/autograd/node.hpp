@@ -4,6 +4,8 @@
 // .grad accumulates) and whatever it saved for its backward rule.
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/small_vec.hpp"
@@ -18,6 +20,23 @@ struct Edge {
   bool active() const { return node || leaf.defined(); }
 };
 
+// Gradient hooks (Tensor::register_hook, register_post_accumulate_grad_hook): a leaf's live on its TensorImpl, a
+// non-leaf's on the node that produces it (keyed by output_nr). Handles hold weak references.
+struct HookList {
+  struct Pre {
+    uint64_t id;
+    uint32_t output_nr;
+    std::function<Tensor(const Tensor&)> fn;
+  };
+  struct Post {
+    uint64_t id;
+    std::function<void(Tensor&)> fn;
+  };
+  std::vector<Pre> pre;
+  std::vector<Post> post;
+  bool empty() const { return pre.empty() && post.empty(); }
+};
+
 struct Node {
   std::atomic<int32_t> refcount{1};
   SmallVec<Edge, 2> next;  // one per input of the op (inactive when that input needs no grad)
@@ -25,6 +44,7 @@ struct Node {
   // Engine scratch, valid during one backward() call.
   uint64_t epoch = 0;
   int32_t pending = 0;
+  uint32_t index = 0;  // position in the engine's list of reached nodes
   SmallVec<Tensor, 1> grad_buffer;
   // Outputs whose gradient is also stored in their .grad (Tensor::retain_grad). Not owning: a retained
   // tensor removes itself when it is destroyed (destroy(TensorImpl*)).
@@ -34,10 +54,18 @@ struct Node {
   };
   std::vector<Retained> retained;
 
+  std::shared_ptr<HookList> hooks;  // hooks on this node's outputs' gradients
+  // Set once a backward without retain_graph ran this node and freed what it saved: another backward through it
+  // is an error (torch's rule), not a wrong gradient.
+  bool released = false;
+
   virtual ~Node() = default;
   virtual const char* name() const = 0;
   // grad_out[num_outputs] -> grad_in[next.size()] (leave undefined where next[i] is inactive).
   virtual void apply(Tensor* grad_out, Tensor* grad_in) = 0;
+  // Frees the tensors saved for backward (after a backward without retain_graph); returns whether there were
+  // any. A node that saves nothing keeps the default, and may be run backward again, as in torch.
+  virtual bool release_saved() { return false; }
   bool needs_grad(size_t i) const { return i < next.size() && next[i].active(); }
 };
 
@@ -50,6 +78,7 @@ class SavedTensor {
   void save(const Tensor& t, bool is_output);
   Tensor get(const char* op) const;
   bool defined() const { return tensor_.defined(); }
+  void reset() { tensor_ = Tensor(); }
 
  private:
   Tensor tensor_;

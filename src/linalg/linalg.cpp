@@ -204,6 +204,11 @@ std::vector<double> soa_pack(const Tensor& a, int64_t count, int64_t n) {
 // ---------------------------------------------------------------- cholesky
 struct CholeskyNode final : Node {
   detail::SavedTensor L;
+  bool release_saved() override {
+    const bool had = L.defined();
+    L.reset();
+    return had;
+  }
   const char* name() const override { return "cholesky"; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor Lt = L.get("cholesky");
@@ -245,6 +250,12 @@ struct SolveTriangularNode final : Node {
   detail::SavedTensor T, X;
   bool upper = false;
   Shape t_shape, b_shape;
+  bool release_saved() override {
+    const bool had = T.defined() || X.defined();
+    T.reset();
+    X.reset();
+    return had;
+  }
   const char* name() const override { return "solve_triangular"; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor t = T.get(name()), x = X.get(name());
@@ -417,6 +428,12 @@ void symmetric_eigh(double* a, int64_t n, double* w, double* V) {
 struct EighNode final : Node {
   detail::SavedTensor w, V;
   EighNode() { num_outputs = 2; }
+  bool release_saved() override {
+    const bool had = w.defined() || V.defined();
+    w.reset();
+    V.reset();
+    return had;
+  }
   const char* name() const override { return "eigh"; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor wv = w.get(name()), Vv = V.get(name());
@@ -451,6 +468,11 @@ namespace {
 // P = Phi(L^T gL) (lower triangle, halved diagonal), S = L^{-T} P L^{-1}, gA = (S + S^T) / 2.
 struct CholeskyOpsNode final : Node {
   detail::SavedTensor L;
+  bool release_saved() override {
+    const bool had = L.defined();
+    L.reset();
+    return had;
+  }
   const char* name() const override { return "cholesky"; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor Lf = L.get("cholesky"), Lt = Lf.transpose(-2, -1);
@@ -638,6 +660,11 @@ namespace {
 struct LogdetNode final : Node {
   std::vector<double> factors;  // SoA blocks of Cholesky factors, [blocks][n*n][kLanes]
   Shape in_shape;
+  bool release_saved() override {
+    const bool had = !factors.empty();
+    factors = {};
+    return had;
+  }
   const char* name() const override { return "logdet"; }
   void apply(Tensor* gout, Tensor* gin) override {
     const int64_t n = in_shape[in_shape.size() - 1];
@@ -670,6 +697,11 @@ namespace {
 // inverse computed in the forward pass only when a gradient will be needed).
 struct LogdetInverseNode final : Node {
   detail::SavedTensor inv;
+  bool release_saved() override {
+    const bool had = inv.defined();
+    inv.reset();
+    return had;
+  }
   const char* name() const override { return "logdet"; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor g = gout[0].detach();

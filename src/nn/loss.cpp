@@ -139,6 +139,13 @@ struct CrossEntropyNode final : detail::Node {
   detail::SavedTensor logits;
   Tensor target, lse;
   double label_smoothing = 0, scale = 1;
+  bool release_saved() override {
+    const bool had = logits.defined() || target.defined() || lse.defined();
+    logits.reset();
+    target = Tensor();
+    lse = Tensor();
+    return had;
+  }
   const char* name() const override { return "cross_entropy"; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor x = logits.get("cross_entropy");

@@ -49,6 +49,12 @@ using detail::SavedTensor;
 template <class Def>
 struct UnaryNode final : Node {
   SavedTensor x, y;
+  bool release_saved() override {
+    const bool had = x.defined() || y.defined();
+    x.reset();
+    y.reset();
+    return had;
+  }
   const char* name() const override { return Def::name; }
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor& g = gout[0];
@@ -86,6 +92,12 @@ struct BinaryNode final : Node {
                 "a gradient that reads an operand needs the operands saved");
   SavedTensor a, b;
   Shape a_shape, b_shape;
+  bool release_saved() override {
+    const bool had = a.defined() || b.defined();
+    a.reset();
+    b.reset();
+    return had;
+  }
   const char* name() const override { return Def::name; }
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor& g = gout[0];
@@ -269,6 +281,11 @@ namespace {
 struct WhereNode final : Node {
   SavedTensor mask;
   Shape a_shape, b_shape;
+  bool release_saved() override {
+    const bool had = mask.defined();
+    mask.reset();
+    return had;
+  }
   const char* name() const override { return "where"; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor m = mask.get("where");

@@ -49,6 +49,11 @@ struct IndexSelectNode final : Node {
   int64_t dim;
   Shape in_shape;
   Tensor index;
+  bool release_saved() override {
+    const bool had = index.defined();
+    index = Tensor();
+    return had;
+  }
   const char* name() const override { return "index_select"; }
   void apply(Tensor* g, Tensor* gin) override {
     gin[0] = zeros(in_shape, g[0].dtype()).to(g[0].device()).index_add(dim, index, g[0]);
@@ -57,6 +62,11 @@ struct IndexSelectNode final : Node {
 struct IndexAddNode final : Node {
   int64_t dim;
   Tensor index;
+  bool release_saved() override {
+    const bool had = index.defined();
+    index = Tensor();
+    return had;
+  }
   const char* name() const override { return "index_add"; }
   void apply(Tensor* g, Tensor* gin) override {
     if (needs_grad(0)) gin[0] = g[0];
@@ -67,6 +77,11 @@ struct GatherNode final : Node {
   int64_t dim;
   Shape in_shape;
   Tensor index;
+  bool release_saved() override {
+    const bool had = index.defined();
+    index = Tensor();
+    return had;
+  }
   const char* name() const override { return "gather"; }
   void apply(Tensor* g, Tensor* gin) override {
     gin[0] = zeros(in_shape, g[0].dtype()).to(g[0].device()).scatter_add(dim, index, g[0]);
@@ -76,6 +91,11 @@ struct ScatterAddNode final : Node {
   int64_t dim;
   Tensor index;
   Shape src_shape;
+  bool release_saved() override {
+    const bool had = index.defined();
+    index = Tensor();
+    return had;
+  }
   const char* name() const override { return "scatter_add"; }
   void apply(Tensor* g, Tensor* gin) override {
     if (needs_grad(0)) gin[0] = g[0];

@@ -12,6 +12,12 @@ namespace {
 struct MatmulNode final : detail::Node {
   detail::SavedTensor a, b;
   Shape a_shape, b_shape;
+  bool release_saved() override {
+    const bool had = a.defined() || b.defined();
+    a.reset();
+    b.reset();
+    return had;
+  }
   const char* name() const override { return "matmul"; }
   bool a_column_major = false, b_column_major = false;
   void apply(Tensor* gout, Tensor* gin) override {

@@ -47,6 +47,12 @@ struct ReduceNode final : detail::Node {
   uint64_t mask = 0;
   double inv_count = 1.0;
   detail::SavedTensor x, y_keep;
+  bool release_saved() override {
+    const bool had = x.defined() || y_keep.defined();
+    x.reset();
+    y_keep.reset();
+    return had;
+  }
   const char* name() const override { return rkind_name(kind); }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor g = gout[0].reshape(keep_shape);
@@ -149,6 +155,11 @@ struct SoftmaxNode final : detail::Node {
   bool log = false;
   int64_t dim = 0;
   detail::SavedTensor y;
+  bool release_saved() override {
+    const bool had = y.defined();
+    y.reset();
+    return had;
+  }
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor yv = y.get(name());

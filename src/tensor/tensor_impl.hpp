@@ -39,6 +39,7 @@ struct TensorImpl {
   uint32_t output_nr = 0;
   Ref<Node> grad_fn;  // null for leaves and untracked tensors
   Tensor grad;
+  std::shared_ptr<HookList> hooks;  // a leaf's gradient hooks (a non-leaf's live on its grad_fn)
 
   Device device() const { return storage->device; }
   char* byte_ptr() const { return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(itemsize(dtype)); }

@@ -1,0 +1,166 @@
+// Autograd as researchers use it (issue #14, first part): graph lifetime (retain_graph, a second backward through
+// a freed graph is an error), autograd::grad, tensor hooks and post-accumulate hooks.
+#include "test_util.hpp"
+
+using namespace oxmera;
+using oxt::values;
+
+namespace {
+Tensor leaf(std::vector<double> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return from_vector(v, {n}).requires_grad_();
+}
+}  // namespace
+
+TEST(AutogradApi, SecondBackwardThroughAFreedGraphIsAnError) {
+  Tensor x = leaf({1, 2, 3});
+  Tensor y = (x * x).sum();
+  y.backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 4, 6}));
+  EXPECT_OXM_ERROR(y.backward(), InvalidArgument, "retain_graph = true");
+  // With retain_graph the second backward accumulates, as in torch.
+  Tensor z = (x * x).sum();
+  x.zero_grad();
+  z.backward(Tensor(), true);
+  z.backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{4, 8, 12}));
+  EXPECT_OXM_ERROR(z.backward(), InvalidArgument, "second time");
+  // A graph whose nodes saved nothing may be run again (torch's rule: only freed saved tensors are an error).
+  Tensor w = (x + 1.0).sum();
+  x.zero_grad();
+  w.backward();
+  w.backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 2, 2}));
+}
+
+TEST(AutogradApi, BackwardTakesAGradientForNonScalarOutputs) {
+  Tensor x = leaf({1, 2});
+  Tensor y = x * 3.0;
+  y.backward(from_vector<double>({1, 10}, {2}), false);
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{3, 30}));
+  EXPECT_OXM_ERROR((x * 2.0).backward(Tensor(), false), ShapeMismatch, "one-element");
+  EXPECT_OXM_ERROR((x * 2.0).sum().backward(Tensor(), false, true), NotImplemented, "create_graph");
+}
+
+TEST(AutogradApi, GradReturnsGradientsWithoutTouchingDotGrad) {
+  Tensor x = leaf({1, 2, 3}), w = leaf({0.5, -1, 2});
+  Tensor h = (x * w).tanh();
+  Tensor y = (h * h).sum();
+  std::vector<Tensor> g = autograd::grad({y}, {x, h}, {}, true);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  // dy/dh = 2h; dy/dx = 2h (1 - h^2) w
+  const auto hv = values(h.detach()), wv = values(w.detach());
+  std::vector<double> gx, gh;
+  for (size_t i = 0; i < 3; ++i) {
+    gh.push_back(2 * hv[i]);
+    gx.push_back(2 * hv[i] * (1 - hv[i] * hv[i]) * wv[i]);
+  }
+  oxt::expect_close(values(g[0]), gx, 1e-12, 1e-12, "dy/dx");
+  oxt::expect_close(values(g[1]), gh, 1e-12, 1e-12, "dy/dh");
+  // The same as backward() gives.
+  y.backward();
+  oxt::expect_close(values(x.grad()), gx, 1e-12, 1e-12, "backward");
+}
+
+TEST(AutogradApi, GradOfSeveralOutputsAddsTheirContributions) {
+  Tensor x = leaf({1, 2});
+  Tensor a = x * x, b = x * 5.0;
+  auto g = autograd::grad({a, b}, {x}, {from_vector<double>({1, 1}, {2}), from_vector<double>({2, 0}, {2})});
+  EXPECT_EQ(values(g[0]), (std::vector<double>{2 + 10, 4}));
+  // An output that is also computed from another output: the gradient flows through both.
+  Tensor u = leaf({3});
+  Tensor v = u * 2.0;
+  Tensor s = v * v;
+  auto gv = autograd::grad({s.sum(), v.sum()}, {u});
+  EXPECT_EQ(values(gv[0]), (std::vector<double>{2 * 2 * 6.0 + 2}));
+  // An input that is an output: its seed is its gradient.
+  auto gi = autograd::grad({u}, {u});
+  EXPECT_EQ(values(gi[0]), (std::vector<double>{1}));
+}
+
+TEST(AutogradApi, GradRunsOnlyWhatItNeedsAndChecksItsArguments) {
+  Tensor a = leaf({1}), b = leaf({2}), c = leaf({3}), d = leaf({4});
+  Tensor e = c * 2.0;
+  int e_hook_calls = 0;
+  e.register_hook([&](const Tensor&) { ++e_hook_calls; });
+  Tensor z = (a * b + e * d).sum();
+  auto g = autograd::grad({z}, {a}, {}, true);
+  EXPECT_EQ(values(g[0]), (std::vector<double>{2}));
+  EXPECT_EQ(e_hook_calls, 0);  // the c*2 branch is not needed for dz/da
+  auto g2 = autograd::grad({z}, {a, c}, {}, true);
+  EXPECT_EQ(values(g2[1]), (std::vector<double>{8}));
+  EXPECT_EQ(e_hook_calls, 1);
+  Tensor unused = leaf({7});
+  EXPECT_OXM_ERROR(autograd::grad({z}, {unused}, {}, true), InvalidArgument, "allow_unused");
+  auto g3 = autograd::grad({z}, {a, unused}, {}, true, false, true);
+  EXPECT_TRUE(g3[0].defined());
+  EXPECT_FALSE(g3[1].defined());
+  EXPECT_OXM_ERROR(autograd::grad({z}, {from_vector<double>({1}, {1})}, {}, true), InvalidArgument,
+                   "does not require grad");
+  EXPECT_OXM_ERROR(autograd::grad({z}, {a}, {}, true, true), NotImplemented, "create_graph");
+  // Without retain_graph the graph is freed: a later backward through it is an error.
+  autograd::grad({z}, {a});
+  EXPECT_OXM_ERROR(z.backward(), InvalidArgument, "second time");
+}
+
+TEST(AutogradApi, HooksObserveReplaceAndAreRemovable) {
+  Tensor x = leaf({1, 2});
+  auto h1 = x.register_hook([](const Tensor& g) { return g * 2.0; });
+  std::vector<double> seen;
+  x.register_hook([&](const Tensor& g) { seen = values(g); });
+  (x * 3.0).sum().backward();
+  EXPECT_EQ(seen, (std::vector<double>{6, 6}));  // after the first hook doubled it
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{6, 6}));
+  EXPECT_TRUE(h1.active());
+  h1.remove();
+  EXPECT_FALSE(h1.active());
+  x.zero_grad();
+  (x * 3.0).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{3, 3}));
+  // On a non-leaf: the replaced gradient flows on to the inputs.
+  Tensor y = leaf({1, 1});
+  Tensor h = y * 2.0;
+  h.register_hook([](const Tensor& g) { return g * 10.0; });
+  (h * h).sum().backward();
+  EXPECT_EQ(values(y.grad()), (std::vector<double>{80, 80}));  // d/dy = 2h * 10 * 2
+  // Hooks also run in autograd::grad.
+  Tensor q = leaf({1});
+  q.register_hook([](const Tensor& g) { return g + 100.0; });
+  EXPECT_EQ(values(autograd::grad({(q * 1.0).sum()}, {q})[0]), (std::vector<double>{101}));
+  // A hook returning another shape is an error; so is a hook on a tensor without grad.
+  Tensor r = leaf({1, 2});
+  r.register_hook([](const Tensor& g) { return g.sum(); });
+  EXPECT_OXM_ERROR((r * 1.0).sum().backward(), InvalidArgument, "gradient hook");
+  EXPECT_OXM_ERROR(from_vector<double>({1}, {1}).register_hook([](const Tensor& g) { return g; }), InvalidArgument,
+                   "register_hook");
+}
+
+TEST(AutogradApi, PostAccumulateGradHookRunsOncePerBackwardWithTheFinalGrad) {
+  Tensor x = leaf({1, 2});
+  int calls = 0;
+  std::vector<double> seen;
+  auto handle = x.register_post_accumulate_grad_hook([&](Tensor& p) {
+    ++calls;
+    seen = values(p.grad());
+  });
+  (x * x + x * 3.0 + x).sum().backward();  // x reaches the loss along three paths
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, (std::vector<double>{2 + 3 + 1, 4 + 3 + 1}));
+  x.sum().backward();  // x's own sum: one path
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(seen, (std::vector<double>{7, 9}));
+  handle.remove();
+  x.sum().backward();
+  EXPECT_EQ(calls, 2);
+  Tensor h = x * 2.0;
+  EXPECT_OXM_ERROR(h.register_post_accumulate_grad_hook([](Tensor&) {}), InvalidArgument, "leaves");
+  // A parameter of an MLP: each one's hook runs once, after its gradient is complete.
+  Tensor w1 = randn({3, 4}, 1, DType::F64).requires_grad_(), w2 = randn({4, 2}, 2, DType::F64).requires_grad_();
+  std::vector<std::string> order;
+  w1.register_post_accumulate_grad_hook([&](Tensor&) { order.push_back("w1"); });
+  w2.register_post_accumulate_grad_hook([&](Tensor&) { order.push_back("w2"); });
+  randn({5, 3}, 3, DType::F64).matmul(w1).tanh().matmul(w2).square().sum().backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"w2", "w1"}));
+}
