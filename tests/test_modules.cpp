@@ -69,6 +69,15 @@ class Doubler : public nn::Cloneable<Doubler> {
   Tensor forward(Tensor x) const { return x * 2.0; }
 };
 
+// Takes its argument by mutable reference.
+class Accumulate : public nn::Cloneable<Accumulate> {
+ public:
+  Tensor forward(Tensor& acc, const Tensor& x) {
+    acc = acc + x;
+    return acc;
+  }
+};
+
 // Weight tying: the decoder's weight is the embedding's.
 class TiedLM : public nn::Cloneable<TiedLM> {
  public:
@@ -136,7 +145,8 @@ TEST(Modules, MultiInputAndMultiOutputDirectAndThroughAnyModule) {
   EXPECT_EQ(&any.get<MaskedLinear>(), ml.get());
   EXPECT_OXM_ERROR(any.get<nn::Linear>(), InvalidArgument, "not a Linear");
   // Wrong calls: count, type, return type; and the single-tensor entry point.
-  EXPECT_OXM_ERROR(any.forward(x), InvalidArgument, "AnyModule(MaskedLinear)::forward: forward takes 2 argument(s), 1 given");
+  EXPECT_OXM_ERROR(any.forward(x), InvalidArgument,
+                   "AnyModule(MaskedLinear)::forward: forward takes 2 argument(s), 1 given");
   EXPECT_OXM_ERROR(any.forward(x, 2.0), InvalidArgument, "argument 2 is double, forward takes const Tensor&");
   EXPECT_OXM_ERROR(any.forward(1.0, mask), InvalidArgument, "argument 1 is double, forward takes const Tensor&");
   EXPECT_OXM_ERROR((any.forward<std::tuple<Tensor, Tensor>>(x, mask)), InvalidArgument,
@@ -169,14 +179,33 @@ TEST(Modules, MultiInputAndMultiOutputDirectAndThroughAnyModule) {
   EXPECT_EQ(seq.any(0).signature(), "Tensor(Tensor)");
 }
 
+TEST(Modules, AnyModuleMutableReferencesAndRegistrationErrors) {
+  nn::AnyModule acc(std::make_shared<Accumulate>());
+  Tensor total = zeros({2});
+  acc.forward(total, ones({2}));
+  acc.forward(total, ones({2}));
+  EXPECT_EQ(total.to_vector<float>(), std::vector<float>({2, 2}));  // the caller's handle was updated
+  const Tensor fixed = zeros({2});
+  EXPECT_OXM_ERROR(acc.forward(fixed, ones({2})), InvalidArgument, "argument 1 is const but forward takes Tensor&");
+
+  nn::Module m;
+  EXPECT_OXM_ERROR(m.register_parameter("a.b", zeros({1})), InvalidArgument, "without '.'");
+  EXPECT_OXM_ERROR(m.register_module("x", nn::ModulePtr()), InvalidArgument, "is null");
+  // children() can be called again inside a loop over it (the view is refreshed in place).
+  m.register_module("a", std::make_shared<nn::ReLU>());
+  m.register_module("b", std::make_shared<nn::Tanh>());
+  size_t seen = 0;
+  for (const auto& [n, c] : m.children()) seen += m.children().size() + (c ? 1 : 0);
+  EXPECT_EQ(seen, 6u);
+}
+
 TEST(Modules, ModuleListHoldsAnyForward) {
   Generator g(5);
   nn::ModuleList layers;
   for (int i = 0; i < 3; ++i) layers.push_back(std::make_shared<MaskedLinear>(4, 4, g));
   EXPECT_EQ(layers.size(), 3u);
-  EXPECT_EQ(names_of(layers.named_parameters()),
-            (std::vector<std::string>{"0.fc.weight", "0.fc.bias", "1.fc.weight", "1.fc.bias", "2.fc.weight",
-                                      "2.fc.bias"}));
+  EXPECT_EQ(names_of(layers.named_parameters()), (std::vector<std::string>{"0.fc.weight", "0.fc.bias", "1.fc.weight",
+                                                                           "1.fc.bias", "2.fc.weight", "2.fc.bias"}));
   Tensor x = rand({2, 4}, 6), mask = ones({2, 4});
   Tensor h = x, want = x;
   for (auto& layer : layers) h = layer.forward(h, mask);
@@ -268,6 +297,30 @@ TEST_F(ModulesIo, WeightTyingIsOneParameterEverywhere) {
   untied->decoder->weight = zeros({6, 4}).requires_grad_();
   EXPECT_OXM_ERROR(nn::load(*untied, p), Io, "decoder.weight");
 
+  // A training checkpoint keeps it tied too; the optimizer holds one state for the shared tensor.
+  {
+    Generator gc(21);
+    auto model = std::make_shared<TiedLM>(6, 4, gc);
+    optim::Adam adam(model->parameters(), {.lr = 1e-2});
+    model->forward(tokens).square().sum().backward();
+    adam.step();
+    const std::string ck = path("tied-ckpt.safetensors");
+    save_checkpoint(ck, *model, adam, 1);
+    Generator gd(22);
+    auto resumed = std::make_shared<TiedLM>(6, 4, gd);
+    optim::Adam adam2(resumed->parameters(), {.lr = 1e-2});
+    EXPECT_EQ(load_checkpoint(ck, *resumed, adam2), 1);
+    EXPECT_TRUE(resumed->decoder->weight.is_same(resumed->embed->weight));
+    EXPECT_TRUE(same_values(resumed->embed->weight, model->embed->weight));
+    for (auto* m : {model.get(), resumed.get()}) {
+      m->zero_grad();
+      m->forward(tokens).square().sum().backward();
+    }
+    adam.step();
+    adam2.step();
+    EXPECT_TRUE(same_values(resumed->embed->weight, model->embed->weight));  // identical second step
+  }
+
   // The full state_dict (both names) loads too, strictly.
   auto again = std::make_shared<TiedLM>(6, 4, g2);
   again->load_state_dict(lm->state_dict());
@@ -326,7 +379,9 @@ TEST(Modules, StateDictRoundTripsAndStrictness) {
   // Shape mismatches are errors in both modes.
   nn::StateDict bad = src->state_dict();
   bad[0].second = zeros({2, 1, 2, 2});
+  const auto kept = fresh->state_dict().at("3.weight").to_vector<float>();
   EXPECT_OXM_ERROR(fresh->load_state_dict(bad, false), ShapeMismatch, "'0.weight': [2, 1, 2, 2] given, [2, 1, 3, 3]");
+  EXPECT_EQ(fresh->state_dict().at("3.weight").to_vector<float>(), kept);  // all or nothing
   // A map works (what load_safetensors returns), and f64 values convert to the parameters' f32.
   std::map<std::string, Tensor> as_map;
   for (const auto& [k, t] : src->state_dict()) as_map[k] = t.to(DType::F64);
@@ -338,8 +393,8 @@ TEST(Modules, StateDictRoundTripsAndStrictness) {
 
 TEST(Modules, CloneIsDeepAndKeepsSharing) {
   Generator g(17);
-  auto seq = std::make_shared<nn::Sequential>(nn::Sequential{std::make_shared<nn::Linear>(3, 4, true, g),
-                                                             std::make_shared<nn::Tanh>()});
+  auto seq = std::make_shared<nn::Sequential>(
+      nn::Sequential{std::make_shared<nn::Linear>(3, 4, true, g), std::make_shared<nn::Tanh>()});
   seq->eval();
   auto copy = nn::clone(seq);
   EXPECT_FALSE(copy->is_training());
@@ -423,9 +478,9 @@ TEST(Modules, PrintsLikeTorch) {
             ")");
   nn::Module root;
   root.register_module("proj", std::make_shared<nn::Linear>(4, 4, true, g));
-  root.register_module("heads", std::make_shared<nn::ModuleDict>(nn::ModuleDict{
-                                    {"a", std::make_shared<nn::Linear>(4, 2, true, g)},
-                                    {"b", std::make_shared<nn::Embedding>(10, 3, g)}}));
+  root.register_module(
+      "heads", std::make_shared<nn::ModuleDict>(nn::ModuleDict{{"a", std::make_shared<nn::Linear>(4, 2, true, g)},
+                                                               {"b", std::make_shared<nn::Embedding>(10, 3, g)}}));
   EXPECT_EQ(root.repr(),
             "Module(\n"
             "  (proj): Linear(in_features=4, out_features=4, bias=true)\n"

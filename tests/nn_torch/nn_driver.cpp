@@ -21,16 +21,17 @@ class Net : public nn::Cloneable<Net> {
     register_module("proj", &Net::proj, std::make_shared<nn::Linear>(4, 4, true, g));
     register_module("blocks", &Net::blocks, std::make_shared<nn::ModuleList>());
     for (int i = 0; i < 2; ++i)
-      blocks->push_back(std::make_shared<nn::Sequential>(nn::Sequential{
-          std::make_shared<nn::Linear>(4, 8, true, g), std::make_shared<nn::Tanh>(),
-          std::make_shared<nn::Linear>(8, 4, true, g)}));
+      blocks->push_back(std::make_shared<nn::Sequential>(nn::Sequential{std::make_shared<nn::Linear>(4, 8, true, g),
+                                                                        std::make_shared<nn::Tanh>(),
+                                                                        std::make_shared<nn::Linear>(8, 4, true, g)}));
     register_module("heads", &Net::heads,
                     std::make_shared<nn::ModuleDict>(nn::ModuleDict{{"a", std::make_shared<nn::Linear>(4, 2, true, g)},
-                                                                   {"b", std::make_shared<nn::Sigmoid>()}}));
+                                                                    {"b", std::make_shared<nn::Sigmoid>()}}));
     register_module("norm", &Net::norm, std::make_shared<nn::LayerNorm>(Shape{4}));
-    register_module("conv", &Net::conv,
-                    std::make_shared<nn::Conv2d>(
-                        2, 4, nn::Pair{3, 1}, nn::Conv2dOptions{.stride = 2, .dilation = {1, 2}, .groups = 2, .bias = false}, g));
+    register_module(
+        "conv", &Net::conv,
+        std::make_shared<nn::Conv2d>(
+            2, 4, nn::Pair{3, 1}, nn::Conv2dOptions{.stride = 2, .dilation = {1, 2}, .groups = 2, .bias = false}, g));
     register_module("pool", &Net::pool, std::make_shared<nn::AvgPool2d>(nn::Pair{2, 3}));
     register_module("bn", &Net::bn, std::make_shared<nn::BatchNorm2d>(3, 1e-3, 0.05, false));
     register_module("embed", &Net::embed, std::make_shared<nn::Embedding>(10, 4, g));

@@ -16,7 +16,8 @@
 // or through AnyModule, which checks the arguments at run time. One C++ rule applies: a forward whose
 // parameter list is exactly (const Tensor&) overrides the virtual and must return Tensor; a single-input
 // forward returning something else takes its input by value, `std::tuple<Tensor, Tensor> forward(Tensor x)`,
-// or is const.
+// or is const. Derive such a module from nn::Cloneable<Self> rather than Module directly: it also gives
+// clone(), and clang's -Wall (-Woverloaded-virtual) stays quiet about forward hiding the virtual.
 #include <any>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,11 @@
 #include <vector>
 
 #include "oxmera/tensor.hpp"
+
+// -Woverloaded-virtual is reported at Module::forward's declaration when Cloneable's deleted forward hides it
+// (on purpose, see Cloneable); the pragmas cover this header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
 
 namespace oxmera::nn {
 
@@ -224,10 +230,17 @@ int64_t parameter_count(const Module& m, bool trainable_only = false);
 
 // Makes a user module copyable for clone(): `class Block : public nn::Cloneable<Block> { ... };`
 // (Base: another module class to derive from, e.g. Cloneable<MyLinear, nn::Linear>).
+namespace module_detail {
+struct NotAForward {};
+}  // namespace module_detail
+// The deleted forward stops name lookup here, so a typed forward in Derived (forward(x, mask)) does not hide
+// the virtual Module::forward from -Woverloaded-virtual's point of view (clang and GCC >= 13 warn otherwise).
+// Overriding forward(const Tensor&) in Derived works as usual.
 template <class Derived, class Base = Module>
 class Cloneable : public Base {
  public:
   using Base::Base;
+  void forward(module_detail::NotAForward) = delete;
 
  protected:
   ModulePtr shallow_copy() const override { return std::make_shared<Derived>(static_cast<const Derived&>(*this)); }
@@ -508,3 +521,5 @@ Ret AnyModule::forward(Args&&... args) {
 }
 
 }  // namespace oxmera::nn
+
+#pragma GCC diagnostic pop
