@@ -51,9 +51,10 @@ struct LoadOptions {
   std::string prefix = "";
 };
 
-// Writes every parameter and buffer of `module` under its dotted name (named_parameters(), then
-// named_buffers(): "0.weight", "1.running_mean", ...) with `metadata` as the file's __metadata__, like
-// torch's save(model.state_dict()). Atomic (see save_safetensors).
+// Writes every parameter and buffer of `module` under its state_dict() name ("0.weight", "1.running_mean", ...)
+// with `metadata` as the file's __metadata__, like torch's save(model.state_dict()); a tensor shared under
+// several names (weight tying) is written once, under its first name (module.state_dict_deduplicated()), and
+// load() puts it back into the one shared tensor. Atomic (see save_safetensors).
 void save(const Module& module, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 
 // Loads the parameters and buffers saved by save() into `module` in place (all or nothing, see above) and

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "oxmera/autograd.hpp"
@@ -18,10 +19,10 @@ constexpr const char* kReservedPrefix = "oxmera.";
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
+// What nn::save writes: state_dict() with each tensor once, under its first name (a tied weight once).
 std::vector<std::pair<std::string, Tensor>> module_tensors(const nn::Module& m) {
-  auto out = m.named_parameters();
-  for (auto& b : m.named_buffers()) out.push_back(std::move(b));
-  return out;
+  const nn::StateDict sd = m.state_dict_deduplicated();
+  return {sd.begin(), sd.end()};
 }
 
 // "'a', 'b', 'c' and 2 more"
@@ -39,29 +40,44 @@ struct PendingCopy {
 
 // Checks the file's tensors under `prefix` against every parameter and buffer of `m`; returns the copies to
 // make. Changes nothing.
+// Checks the file's tensors under `prefix` against every parameter and buffer of `m`; returns the copies to
+// make. Changes nothing. A tensor shared under several names (weight tying) needs one of them in the file
+// (nn::save writes the first); strict mode accepts any of its names.
 std::vector<PendingCopy> plan_module_load(const nn::Module& m, const std::map<std::string, Tensor>& file,
                                           const std::string& prefix, bool strict, const std::string& ctx) {
-  const auto wanted = module_tensors(m);
-  std::set<std::string> wanted_keys;
-  std::vector<std::string> missing, unexpected;
+  auto all = m.named_parameters(false);
+  for (auto& b : m.named_buffers(false)) all.push_back(std::move(b));
+  std::set<std::string> known;
+  std::unordered_map<const void*, std::vector<std::string>> names_of;
+  std::vector<std::pair<std::string, Tensor>> wanted;  // each tensor once
+  for (const auto& [name, t] : all) {
+    known.insert(prefix + name);
+    auto& names = names_of[t.impl()];
+    if (names.empty()) wanted.emplace_back(name, t);
+    names.push_back(name);
+  }
+  std::vector<std::string> missing, unexpected, keys;
   for (const auto& [name, t] : wanted) {
-    const std::string key = prefix + name;
-    wanted_keys.insert(key);
-    if (!file.count(key)) missing.push_back(key);
+    std::string found;
+    for (const auto& alias : names_of[t.impl()])
+      if (found.empty() && file.count(prefix + alias)) found = prefix + alias;
+    if (found.empty()) missing.push_back(prefix + name);
+    keys.push_back(found);
   }
   OXM_CHECK(missing.empty(), Io, ctx, ": the file lacks ", missing.size(),
             " tensor(s) the module needs: ", name_list(missing));
   if (strict) {
     for (const auto& [key, t] : file)
-      if (starts_with(key, prefix) && !wanted_keys.count(key)) unexpected.push_back(key);
+      if (starts_with(key, prefix) && !known.count(key)) unexpected.push_back(key);
     OXM_CHECK(unexpected.empty(), Io, ctx, ": the file holds ", unexpected.size(),
               " tensor(s) the module does not have: ", name_list(unexpected), " (pass strict = false to ignore them)");
   }
   std::vector<PendingCopy> out;
   out.reserve(wanted.size());
   NoGradGuard no_grad;
-  for (const auto& [name, dst] : wanted) {
-    const std::string key = prefix + name;
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    const std::string& key = keys[i];
+    const Tensor& dst = wanted[i].second;
     const Tensor& src = file.at(key);
     OXM_CHECK(src.dtype() == dst.dtype(), DTypeMismatch, ctx, ": tensor '", key, "' has dtype ", src.dtype(),
               " in the file but ", dst.dtype(), " in the module");

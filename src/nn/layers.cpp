@@ -1,6 +1,8 @@
 #include "oxmera/nn/layers.hpp"
 
+#include <charconv>
 #include <cmath>
+#include <sstream>
 
 #include "oxmera/nn/init.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -17,6 +19,27 @@ void default_init(Tensor& weight, Tensor* bias, Generator& gen) {
     init::uniform_(*bias, -bound, bound, gen);
   }
 }
+// Printing as torch's repr: booleans as true/false (C++), tuples "(1, 2)", floats as Python's repr ("1e-05", "0.1").
+template <class... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  os << std::boolalpha;
+  (os << ... << args);
+  return os.str();
+}
+std::string tuple_str(Pair p) { return concat("(", p[0], ", ", p[1], ")"); }
+std::string int_or_tuple(Pair p) { return p[0] == p[1] ? std::to_string(p[0]) : tuple_str(p); }
+std::string py_float(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  const std::string sci(buf, r.ptr);
+  const int exp = std::stoi(sci.substr(sci.find('e') + 1));
+  if (exp < -4 || exp >= 16) return sci;  // Python's repr switches to exponent form outside [1e-4, 1e16)
+  r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  std::string fixed(buf, r.ptr);
+  if (fixed.find('.') == std::string::npos) fixed += ".0";
+  return fixed;
+}
 void check_positive(int64_t v, const char* layer, const char* what) {
   OXM_CHECK(v > 0, InvalidArgument, layer, ": ", what, " must be > 0, got ", v);
 }
@@ -25,9 +48,12 @@ void check_positive(int64_t v, const char* layer, const char* what) {
 Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen) {
   check_positive(in, "Linear", "in_features");
   check_positive(out, "Linear", "out_features");
-  weight = register_parameter("weight", empty({out, in}));
-  if (with_bias) bias = register_parameter("bias", empty({out}));
+  register_parameter("weight", &Linear::weight, empty({out, in}));
+  register_parameter("bias", &Linear::bias, with_bias ? empty({out}) : Tensor());
   default_init(weight, &bias, gen);
+}
+std::string Linear::extra_repr() const {
+  return concat("in_features=", weight.shape()[1], ", out_features=", weight.shape()[0], ", bias=", bias.defined());
 }
 Tensor Linear::forward(const Tensor& x) {
   check_f32_input(x);
@@ -42,9 +68,20 @@ Conv2d::Conv2d(int64_t in, int64_t out, Pair kernel, Conv2dOptions opt, Generato
             " and out_channels ", out, " must be divisible by groups ", opt.groups);
   check_positive(kernel[0], "Conv2d", "kernel height");
   check_positive(kernel[1], "Conv2d", "kernel width");
-  weight = register_parameter("weight", empty({out, in / opt.groups, kernel[0], kernel[1]}));
-  if (opt.bias) bias = register_parameter("bias", empty({out}));
+  register_parameter("weight", &Conv2d::weight, empty({out, in / opt.groups, kernel[0], kernel[1]}));
+  register_parameter("bias", &Conv2d::bias, opt.bias ? empty({out}) : Tensor());
   default_init(weight, &bias, gen);
+}
+std::string Conv2d::extra_repr() const {
+  // torch's form: "1, 8, kernel_size=(3, 3), stride=(1, 1)" then only the options that differ from the defaults.
+  std::string s = concat(weight.shape()[1] * options.groups, ", ", weight.shape()[0],
+                         ", kernel_size=", tuple_str(Pair(weight.shape()[2], weight.shape()[3])),
+                         ", stride=", tuple_str(options.stride));
+  if (options.padding != Pair(0)) s += ", padding=" + tuple_str(options.padding);
+  if (options.dilation != Pair(1)) s += ", dilation=" + tuple_str(options.dilation);
+  if (options.groups != 1) s += concat(", groups=", options.groups);
+  if (!bias.defined()) s += ", bias=false";
+  return s;
 }
 Tensor Conv2d::forward(const Tensor& x) {
   check_f32_input(x);
@@ -52,12 +89,20 @@ Tensor Conv2d::forward(const Tensor& x) {
 }
 
 MaxPool2d::MaxPool2d(Pair k, Pair s, Pair p, Pair d) : kernel(k), stride(s), padding(p), dilation(d) {}
+std::string MaxPool2d::extra_repr() const {
+  return concat("kernel_size=", int_or_tuple(kernel), ", stride=", int_or_tuple(stride == Pair(0) ? kernel : stride),
+                ", padding=", int_or_tuple(padding), ", dilation=", int_or_tuple(dilation), ", ceil_mode=false");
+}
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_f32_input(x);
   return F::max_pool2d(x, kernel, stride, padding, dilation);
 }
 
 AvgPool2d::AvgPool2d(Pair k, Pair s, Pair p, bool cip) : kernel(k), stride(s), padding(p), count_include_pad(cip) {}
+std::string AvgPool2d::extra_repr() const {
+  return concat("kernel_size=", int_or_tuple(kernel), ", stride=", int_or_tuple(stride == Pair(0) ? kernel : stride),
+                ", padding=", int_or_tuple(padding));
+}
 Tensor AvgPool2d::forward(const Tensor& x) {
   check_f32_input(x);
   return F::avg_pool2d(x, kernel, stride, padding, count_include_pad);
@@ -66,9 +111,10 @@ Tensor AvgPool2d::forward(const Tensor& x) {
 Embedding::Embedding(int64_t num, int64_t dim, Generator& gen) {
   check_positive(num, "Embedding", "num_embeddings");
   check_positive(dim, "Embedding", "embedding_dim");
-  weight = register_parameter("weight", empty({num, dim}));
+  register_parameter("weight", &Embedding::weight, empty({num, dim}));
   init::normal_(weight, 0.0, 1.0, gen);
 }
+std::string Embedding::extra_repr() const { return concat(weight.shape()[0], ", ", weight.shape()[1]); }
 Tensor Embedding::forward(const Tensor& indices) {
   detail::check_defined(indices, "Embedding", "indices");
   OXM_CHECK(indices.dtype() == DType::I64, DTypeMismatch, "Embedding: indices have dtype ", indices.dtype(),
@@ -79,26 +125,31 @@ Tensor Embedding::forward(const Tensor& indices) {
 LayerNorm::LayerNorm(Shape shape, double e, bool affine) : normalized_shape(std::move(shape)), eps(e) {
   OXM_CHECK(!normalized_shape.empty(), InvalidArgument, "LayerNorm: normalized_shape must not be empty");
   checked_numel(normalized_shape, "LayerNorm");
-  if (affine) {
-    weight = register_parameter("weight", ones(normalized_shape));
-    bias = register_parameter("bias", zeros(normalized_shape));
-  }
+  register_parameter("weight", &LayerNorm::weight, affine ? ones(normalized_shape) : Tensor());
+  register_parameter("bias", &LayerNorm::bias, affine ? zeros(normalized_shape) : Tensor());
+}
+std::string LayerNorm::extra_repr() const {
+  std::string shape = "(";
+  for (size_t i = 0; i < normalized_shape.size(); ++i) shape += concat(i ? ", " : "", normalized_shape[i]);
+  shape += normalized_shape.size() == 1 ? ",)" : ")";
+  return concat(shape, ", eps=", py_float(eps), ", elementwise_affine=", weight.defined());
 }
 Tensor LayerNorm::forward(const Tensor& x) {
   check_f32_input(x);
   return F::layer_norm(x, normalized_shape, weight, bias, eps);
 }
 
-BatchNorm2d::BatchNorm2d(int64_t c, double e, double m, bool affine, bool track) : eps(e), momentum(m) {
+BatchNorm2d::BatchNorm2d(int64_t c, double e, double m, bool aff, bool track)
+    : eps(e), momentum(m), num_features(c), affine(aff), track_running_stats(track) {
   check_positive(c, "BatchNorm2d", "num_features");
-  if (affine) {
-    weight = register_parameter("weight", ones({c}));
-    bias = register_parameter("bias", zeros({c}));
-  }
-  if (track) {
-    running_mean = register_buffer("running_mean", zeros({c}));
-    running_var = register_buffer("running_var", ones({c}));
-  }
+  register_parameter("weight", &BatchNorm2d::weight, affine ? ones({c}) : Tensor());
+  register_parameter("bias", &BatchNorm2d::bias, affine ? zeros({c}) : Tensor());
+  register_buffer("running_mean", &BatchNorm2d::running_mean, track ? zeros({c}) : Tensor());
+  register_buffer("running_var", &BatchNorm2d::running_var, track ? ones({c}) : Tensor());
+}
+std::string BatchNorm2d::extra_repr() const {
+  return concat(num_features, ", eps=", py_float(eps), ", momentum=", py_float(momentum), ", affine=", affine,
+                ", track_running_stats=", track_running_stats);
 }
 Tensor BatchNorm2d::forward(const Tensor& x) {
   check_f32_input(x);
@@ -112,22 +163,151 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 Dropout::Dropout(double prob, uint64_t seed) : p(prob), generator(seed) {
   OXM_CHECK(p >= 0.0 && p <= 1.0, InvalidArgument, "Dropout: p must be in [0, 1], got ", p);
 }
+std::string Dropout::extra_repr() const { return concat("p=", py_float(p), ", inplace=false"); }
+std::string Flatten::extra_repr() const { return concat("start_dim=", start_dim, ", end_dim=", end_dim); }
 Tensor Dropout::forward(const Tensor& x) {
   check_f32_input(x);
   return F::dropout(x, p, is_training(), generator);
 }
 
-Sequential::Sequential(std::initializer_list<ModulePtr> modules) {
+// ------------------------------------------------------------------------------------------ containers
+namespace {
+void check_module(const AnyModule& m, const std::string& where) {
+  OXM_CHECK(!m.is_empty(), InvalidArgument, where, ": cannot add a null module");
+}
+}  // namespace
+
+Sequential::Sequential(std::initializer_list<ModulePtr> modules) : Sequential() {
   for (const auto& m : modules) push_back(m);
 }
-void Sequential::push_back(ModulePtr m) {
-  OXM_CHECK(m != nullptr, InvalidArgument, "Sequential: cannot add a null module");
-  register_module(std::to_string(children().size()), std::move(m));
+void Sequential::push_back(AnyModule m) {
+  check_module(m, "Sequential");
+  OXM_CHECK(m.is_tensor_to_tensor(), InvalidArgument, "Sequential: module ", modules_.size(), " (", m->name(),
+            ") has forward ", m.signature(),
+            "; Sequential chains Tensor -> Tensor modules (hold it in a ModuleList or call it yourself)");
+  register_module(std::to_string(modules_.size()), m.ptr());
+  modules_.push_back(std::move(m));
+}
+const AnyModule& Sequential::any(size_t i) const {
+  OXM_CHECK(i < modules_.size(), IndexOutOfBounds, "Sequential: index ", i, " out of range for ", modules_.size(),
+            " module(s)");
+  return modules_[i];
 }
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (const auto& [n, m] : children()) h = m->forward(h);
+  for (auto& m : modules_) h = m.forward(h);
   return h;
+}
+void Sequential::children_replaced() {
+  const auto& kids = children();
+  for (size_t i = 0; i < modules_.size(); ++i) modules_[i] = modules_[i].rebind(kids[i].second);
+}
+
+ModuleList::ModuleList(std::initializer_list<AnyModule> modules) : ModuleList() {
+  for (const auto& m : modules) push_back(m);
+}
+void ModuleList::push_back(AnyModule m) {
+  check_module(m, "ModuleList");
+  register_module(std::to_string(modules_.size()), m.ptr());
+  modules_.push_back(std::move(m));
+}
+size_t ModuleList::checked_index(int64_t index, bool allow_end, const char* what) const {
+  const int64_t n = static_cast<int64_t>(modules_.size());
+  const int64_t i = index < 0 ? index + n : index;
+  OXM_CHECK(i >= 0 && (i < n || (allow_end && i == n)), IndexOutOfBounds, "ModuleList::", what, ": index ", index,
+            " out of range for ", n, " module(s)");
+  return static_cast<size_t>(i);
+}
+void ModuleList::insert(int64_t index, AnyModule m) {
+  check_module(m, "ModuleList");
+  const size_t at = checked_index(index, true, "insert");
+  modules_.insert(modules_.begin() + static_cast<std::ptrdiff_t>(at), std::move(m));
+  renumber();
+}
+void ModuleList::extend(const ModuleList& other) {
+  const std::vector<AnyModule> add = other.modules_;  // other may be *this
+  for (const auto& m : add) push_back(m);
+}
+AnyModule& ModuleList::operator[](int64_t index) { return modules_[checked_index(index, false, "operator[]")]; }
+const AnyModule& ModuleList::operator[](int64_t index) const {
+  return modules_[checked_index(index, false, "operator[]")];
+}
+void ModuleList::renumber() {
+  std::vector<std::pair<std::string, ModulePtr>> kids;
+  for (size_t i = 0; i < modules_.size(); ++i) kids.emplace_back(std::to_string(i), modules_[i].ptr());
+  reset_children(kids);
+}
+void ModuleList::children_replaced() {
+  const auto& kids = children();
+  for (size_t i = 0; i < modules_.size(); ++i) modules_[i] = modules_[i].rebind(kids[i].second);
+}
+
+ModuleDict::ModuleDict(std::initializer_list<std::pair<std::string, AnyModule>> items) : ModuleDict() {
+  for (const auto& [k, m] : items) insert(k, m);
+}
+size_t ModuleDict::find(const std::string& key) const {
+  for (size_t i = 0; i < items_.size(); ++i)
+    if (items_[i].first == key) return i;
+  return items_.size();
+}
+void ModuleDict::insert(const std::string& key, AnyModule m) {
+  check_module(m, "ModuleDict");
+  OXM_CHECK(!key.empty() && key.find('.') == std::string::npos, InvalidArgument, "ModuleDict: the key '", key,
+            "' must be non-empty and without '.'");
+  const size_t at = find(key);
+  if (at < items_.size())
+    items_[at].second = std::move(m);  // torch: assigning an existing key keeps its position
+  else
+    items_.emplace_back(key, std::move(m));
+  sync();
+}
+void ModuleDict::update(const std::vector<std::pair<std::string, AnyModule>>& items) {
+  const auto copy = items;  // items may be this->items()
+  for (const auto& [k, m] : copy) insert(k, m);
+}
+AnyModule ModuleDict::pop(const std::string& key) {
+  const size_t at = find(key);
+  OXM_CHECK(at < items_.size(), InvalidArgument, "ModuleDict::pop: no key '", key, "'");
+  AnyModule m = items_[at].second;
+  items_.erase(items_.begin() + static_cast<std::ptrdiff_t>(at));
+  sync();
+  return m;
+}
+void ModuleDict::clear() {
+  items_.clear();
+  sync();
+}
+bool ModuleDict::contains(const std::string& key) const { return find(key) < items_.size(); }
+AnyModule& ModuleDict::operator[](const std::string& key) {
+  return const_cast<AnyModule&>(static_cast<const ModuleDict&>(*this)[key]);
+}
+const AnyModule& ModuleDict::operator[](const std::string& key) const {
+  const size_t at = find(key);
+  if (at == items_.size()) {
+    std::string ks;
+    for (size_t i = 0; i < items_.size(); ++i) ks += (i ? ", '" : "'") + items_[i].first + "'";
+    OXM_FAIL(InvalidArgument, "ModuleDict: no key '", key, "' (keys: ", ks.empty() ? "none" : ks, ")");
+  }
+  return items_[at].second;
+}
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, m] : items_) out.push_back(k);
+  return out;
+}
+std::vector<AnyModule> ModuleDict::values() const {
+  std::vector<AnyModule> out;
+  for (const auto& [k, m] : items_) out.push_back(m);
+  return out;
+}
+void ModuleDict::sync() {
+  std::vector<std::pair<std::string, ModulePtr>> kids;
+  for (const auto& [k, m] : items_) kids.emplace_back(k, m.ptr());
+  reset_children(kids);
+}
+void ModuleDict::children_replaced() {
+  const auto& kids = children();
+  for (size_t i = 0; i < items_.size(); ++i) items_[i].second = items_[i].second.rebind(kids[i].second);
 }
 
 }  // namespace oxmera::nn

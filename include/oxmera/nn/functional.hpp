@@ -8,7 +8,14 @@
 
 namespace oxmera::nn::functional {
 
-using Pair = std::array<int64_t, 2>;
+// An (h, w) pair, as torch's int-or-tuple arguments: an integer means {n, n}, so Conv2dOptions{.padding = 1}
+// is {1, 1} (with a plain std::array it was {1, 0}); {h, w} gives both. Still a std::array underneath.
+struct Pair : std::array<int64_t, 2> {
+  constexpr Pair() noexcept : std::array<int64_t, 2>{{0, 0}} {}
+  constexpr Pair(int64_t n) noexcept : std::array<int64_t, 2>{{n, n}} {}  // NOLINT: implicit on purpose
+  constexpr Pair(int64_t h, int64_t w) noexcept : std::array<int64_t, 2>{{h, w}} {}
+  constexpr Pair(const std::array<int64_t, 2>& a) noexcept : std::array<int64_t, 2>(a) {}  // NOLINT
+};
 
 // Sliding 2-d blocks of x [N, C, H, W] as columns: [N, C*kh*kw, L] (torch.nn.functional.unfold).
 Tensor unfold(const Tensor& x, Pair kernel, Pair dilation = {1, 1}, Pair padding = {0, 0}, Pair stride = {1, 1});
