@@ -618,6 +618,21 @@ def gen_cases():
     add(Case("sum", f32, [(rnd([2, 3], f32), 0, 0)], params={"dims": [2], "keepdim": False}, grad=False,
              error="IndexOutOfBounds"))
     add(Case("softmax", f64, [(rnd([2, 3], f64), 0, 0)], params={"dim": -3}, grad=False, error="IndexOutOfBounds"))
+    # issue #13's structured ops: typed errors (torch raises too, with its own exception types)
+    for op, ins, p, err in (
+            ("tril", [(rnd([4], f32), 0, 0)], {"diagonal": 0}, "InvalidArgument"),
+            ("masked_fill", [(rnd([1, 3], f32), 0, 0), (np.ones([2, 3], dtype=np.uint8), 0, 0)], {"value": 1.0},
+             "ShapeMismatch"),
+            ("masked_fill", [(rnd([2, 3], f32), 0, 0), (rnd([2, 3], f64), 0, 0)], {"value": 1.0}, "DTypeMismatch"),
+            ("var", [(rng.integers(0, 3, size=[3]), 0, 0)], {"dims": [], "correction": 1, "keepdim": 0},
+             "UnsupportedDType"),
+            ("topk", [(rnd([2, 3], f32), 0, 0)], {"k": 4, "dim": 1, "largest": 1, "out": 0}, "InvalidArgument"),
+            ("split", [(rnd([2, 3], f32), 0, 0)], {"sizes": [1, 1], "dim": 1}, "ShapeMismatch"),
+            ("cumsum", [(rnd([2, 3], f32), 0, 0)], {"dim": 2}, "IndexOutOfBounds"),
+            ("repeat", [(rnd([2, 3], f32), 0, 0)], {"reps": [2]}, "InvalidArgument"),
+            ("roll", [(rnd([2, 3], f32), 0, 0)], {"shifts": [1, 2], "dims": [0]}, "InvalidArgument"),
+            ("norm", [(rnd([0], f32), 0, 0)], {"p": math.inf, "dims": [], "keepdim": 0}, "EmptyReduction")):
+        add(Case(op, f32, ins, params=p, grad=False, error=err))
     for i, c in enumerate(cases):
         c.id = i
     return cases
