@@ -30,7 +30,7 @@ def main():
         "BM_CausalMaskedFill": lambda: s.masked_fill(mask, float("-inf")),
         "BM_Tril": lambda: x.tril(),
         "BM_CumsumRows": lambda: x.cumsum(1),
-        "BM_SortRows": lambda: x.sort(1, stable=True)[0],
+        "BM_SortRows": lambda: x.sort(dim=1, stable=True)[0],
         "BM_Topk5Rows": lambda: x.topk(5, 1)[0],
         "BM_VarRows": lambda: x.var(1),
         "BM_NormRows": lambda: torch.linalg.vector_norm(x, 2, dim=1),

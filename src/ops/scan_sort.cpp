@@ -4,7 +4,12 @@
 // only the indices that way; the values are a gather on the tensor's device, so their gradient is gather's (a
 // scatter_add to the selected positions), as torch's.
 
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
 #include "autograd/node.hpp"
+#include "backend/common/scan_math.hpp"
 #include "ops/fused.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
@@ -107,6 +112,38 @@ Tensor sort_indices(const Tensor& x, int64_t d, bool descending) {
   return idx;
 }
 
+// topk on the CPU: the first k positions of each row in stable sorted order by std::partial_sort, O(n log k)
+// rather than a whole sort (ties broken by position, which is what a stable sort's first k are).
+Tensor topk_indices_host(const Tensor& x, int64_t d, int64_t k, bool largest) {
+  const Tensor src = plain_contiguous(x);
+  Shape out_shape = src.shape();
+  if (!out_shape.empty()) out_shape[static_cast<size_t>(d)] = k;
+  Tensor idx = empty(out_shape, DType::I64);
+  const RowsAlongDim r = rows_around(src.shape(), d);
+  if (idx.numel() == 0) return idx;
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    const T* xp = src.data_ptr<T>();
+    int64_t* ip = idx.data_ptr<int64_t>();
+    std::vector<int64_t> order(static_cast<size_t>(r.n));
+    for (int64_t o = 0; o < r.outer; ++o)
+      for (int64_t i = 0; i < r.inner; ++i) {
+        const T* row = xp + o * r.n * r.inner + i;
+        std::iota(order.begin(), order.end(), int64_t{0});
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+          const T va = row[a * r.inner], vb = row[b * r.inner];
+          if (detail::sorts_before(va, vb, largest)) return true;
+          return !detail::sorts_before(vb, va, largest) && a < b;
+        });
+        for (int64_t j = 0; j < k; ++j) ip[(o * k + j) * r.inner + i] = order[static_cast<size_t>(j)];
+      }
+  };
+  if (src.dtype() == DType::F32) run(float{});
+  if (src.dtype() == DType::F64) run(double{});
+  if (src.dtype() == DType::I64) run(int64_t{});
+  return idx;
+}
+
 Tensor gather_along(const Tensor& x, int64_t d, const Tensor& idx) {
   if (x.dim() == 0) return x.clone();
   return x.gather(d, idx);
@@ -137,8 +174,13 @@ std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bo
             " (0..", n, ")");
   OXM_CHECK(this->dim() > 0 || k == 1, InvalidArgument, "topk: a 0-d tensor has one element; k must be 1, got ", k);
   static_cast<void>(sorted);  // always sorted: a valid answer for sorted = false too
-  Tensor idx = sort_indices(*this, d, largest);
-  if (this->dim() > 0) idx = idx.narrow(d, 0, k).contiguous();
+  Tensor idx;
+  if (device().is_cpu() && this->dim() > 0) {
+    idx = topk_indices_host(*this, d, k, largest);
+  } else {
+    idx = sort_indices(*this, d, largest);
+    if (this->dim() > 0) idx = idx.narrow(d, 0, k).contiguous();
+  }
   return {gather_along(*this, d, idx), idx};
 }
 
