@@ -1,8 +1,8 @@
 #pragma once
 // Fused ops: kernels a backend may offer for work that ordinary ops can also do (cross entropy and its
 // backward, the grouped optimizer step, im2col / col2im, the small SPD linear algebra, scans and sorting along a
-// dim). Each op has an id, a
-// typed call struct (inputs, outputs, scalars) and a composite fallback built from ordinary ops. The Backend
+// dim). Each op has an id, a typed call struct (inputs, outputs, scalars) and a composite fallback built from
+// ordinary ops (or a host loop). The Backend
 // contract has two entry points for all of them, `supports(call)` and `run(call)`; `ops::run_fused` asks the
 // backend and otherwise runs the fallback, so a backend that offers none still runs every model. The registry
 // (name, id, fallback, who offers it) is `fused_ops()` in fused.cpp. Adding a fused op: one X-macro entry and
