@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -201,6 +202,63 @@ BENCHMARK(BM_CholeskyLogdet)
     ->ComputeStatistics("min", min_of)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// Issue #13's structured ops at the shapes users reach for (bench/structured_torch.py is the torch twin; run
+// both with bench/structured_compare.sh). Forward only, f32, 1 thread in the comparison.
+ox::Tensor structured_x() { return ox::randn({1024, 1024}, 11); }
+template <class F>
+void structured(benchmark::State& state, F f) {
+  ox::NoGradGuard ng;
+  for (auto _ : state) {
+    ox::Tensor y = f();
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+void BM_CausalMaskedFill(benchmark::State& state) {  // attention scores [16, 4, 64, 64]
+  ox::Tensor s = ox::randn({16, 4, 64, 64}, 12), mask = ox::ones({64, 64}).triu(1);
+  structured(state, [&] { return s.masked_fill(mask, -INFINITY); });
+}
+BENCHMARK(BM_CausalMaskedFill)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_Tril(benchmark::State& state) {
+  ox::Tensor x = structured_x();
+  structured(state, [&] { return x.tril(); });
+}
+BENCHMARK(BM_Tril)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_CumsumRows(benchmark::State& state) {
+  ox::Tensor x = structured_x();
+  structured(state, [&] { return x.cumsum(1); });
+}
+BENCHMARK(BM_CumsumRows)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_SortRows(benchmark::State& state) {
+  ox::Tensor x = structured_x();
+  structured(state, [&] { return std::get<0>(x.sort(1)); });
+}
+BENCHMARK(BM_SortRows)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_Topk5Rows(benchmark::State& state) {
+  ox::Tensor x = structured_x();
+  structured(state, [&] { return std::get<0>(x.topk(5, 1)); });
+}
+BENCHMARK(BM_Topk5Rows)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_VarRows(benchmark::State& state) {
+  ox::Tensor x = structured_x();
+  structured(state, [&] { return x.var(1); });
+}
+BENCHMARK(BM_VarRows)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_NormRows(benchmark::State& state) {
+  ox::Tensor x = structured_x();
+  structured(state, [&] { return x.norm(2, {1}); });
+}
+BENCHMARK(BM_NormRows)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_FlipCols(benchmark::State& state) {
+  ox::Tensor x = structured_x();
+  structured(state, [&] { return x.flip({1}); });
+}
+BENCHMARK(BM_FlipCols)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_Repeat2x2(benchmark::State& state) {
+  ox::Tensor x = structured_x();
+  structured(state, [&] { return x.repeat({2, 2}); });
+}
+BENCHMARK(BM_Repeat2x2)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

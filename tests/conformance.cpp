@@ -374,6 +374,225 @@ std::vector<Case> fused_cases(const std::string& name) {
   return cs;
 }
 
+// ---- tril/triu, masked_fill, scans, sorting, splitting, statistics, repeat/flip/roll, any/all
+using Call = std::function<Tensor(const std::vector<Tensor>&)>;
+Tensor tr(const Tensor& t) { return t.transpose(-2, -1); }
+// The inputs every case list below runs on: contiguous, a transposed view, a stride-2 slice (all [3, 4, 5]
+// as the op sees them) and, for ops taking i64, an i64 tensor.
+std::vector<std::pair<std::string, Input>> shaped_inputs(uint64_t seed, const Gen& g = kReal) {
+  return {{"[3, 4, 5]", plain(g({3, 4, 5}, seed))},
+          {"transposed [3, 4, 5]", viewed(g({3, 5, 4}, seed + 1), tr)},
+          {"sliced [3, 4, 5]", viewed(g({3, 4, 10}, seed + 2), [](const Tensor& t) { return t.slice(2, 1, 10, 2); })}};
+}
+// Every piece scaled by its position, put back together: a piece out of place or of the wrong size fails.
+Tensor reassemble(const std::vector<Tensor>& pieces, int64_t dim, bool stacked) {
+  std::vector<Tensor> scaled;
+  for (size_t i = 0; i < pieces.size(); ++i) scaled.push_back(pieces[i] * static_cast<double>(i + 1));
+  return stacked ? stack(scaled, dim) : cat(scaled, dim);
+}
+
+std::vector<Case> structured_c_cases(const std::string& name) {
+  std::vector<Case> cs;
+  uint64_t seed = 20000 + 100 * static_cast<uint64_t>(std::hash<std::string>{}(name) % 97);
+  // op(x) on every layout, on an empty tensor, and in i64 (forward only) where the op takes it
+  auto each = [&](const std::string& what, Call call, bool grad, bool i64, double tol = 1, Shape empty = {0, 4, 5},
+                  const Gen& g = kReal) {
+    for (auto& [lay, in] : shaped_inputs(seed += 3, g)) cs.push_back({lay + " " + what, {in}, call, grad, tol});
+    if (empty.empty() || empty[0] >= 0)  // {-1}: no empty case
+      cs.push_back({empty.str() + " " + what, {plain(g(empty, ++seed))}, call, grad, tol});
+    if (i64) cs.push_back({"i64 [3, 4, 5] " + what, {plain(ints({3, 4, 5}, -9, 9, ++seed))}, call, false});
+  };
+  if (name == "tril" || name == "triu") {
+    const bool lower = name == "tril";
+    for (int64_t k : {0, 1, -2, 7}) {
+      Call call = [lower, k](const std::vector<Tensor>& v) { return lower ? v[0].tril(k) : v[0].triu(k); };
+      each("diagonal " + std::to_string(k), call, true, true, 1, {2, 0, 3});
+    }
+  } else if (name == "masked_fill") {
+    // the masks are inputs, so they live on the target device
+    const Tensor mask = from_vector<uint8_t>({1, 0, 0, 1, 1}, {5});  // broadcast over [3, 4, 5]
+    Call fill = [](const std::vector<Tensor>& v) { return v[0].masked_fill(v[1], 2.5); };
+    for (auto& [lay, in] : shaped_inputs(seed += 3))
+      cs.push_back({lay + " u8 mask [5], value 2.5", {in, plain(mask, false)}, fill, true});
+    cs.push_back({"[0, 4, 5] u8 mask [5]", {plain(kReal({0, 4, 5}, ++seed)), plain(mask, false)}, fill, true});
+    cs.push_back({"i64 [3, 4, 5] u8 mask [5]", {plain(ints({3, 4, 5}, -9, 9, ++seed)), plain(mask, false)}, fill});
+    const Tensor causal = from_vector<uint8_t>({0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0}, {4, 4});
+    cs.push_back({"causal mask [4, 4] over [2, 4, 4], -inf, then softmax",
+                  {plain(kReal({2, 4, 4}, ++seed)), plain(causal, false)},
+                  [](const std::vector<Tensor>& v) { return v[0].masked_fill(v[1], -INFINITY).softmax(-1); },
+                  true});
+    cs.push_back({"mask of self's dtype, 0-d tensor value (gets the gradient)",
+                  {plain(kReal({3, 4}, ++seed)), plain(kReal({}, ++seed))},
+                  [](const std::vector<Tensor>& v) { return v[0].masked_fill(v[0].gt(zeros({}, v[0].dtype())), v[1]); },
+                  true});
+  } else if (name == "cumsum" || name == "cumprod") {
+    const bool prod = name == "cumprod";
+    for (int64_t dim : {0, 1, -1}) {
+      Call call = [prod, dim](const std::vector<Tensor>& v) { return prod ? v[0].cumprod(dim) : v[0].cumsum(dim); };
+      each("dim " + std::to_string(dim), call, true, true, 4);
+    }
+    cs.push_back({"long rows [2, 3000] dim 1",
+                  {plain(Gen{0.999, 1.001}({2, 3000}, ++seed))},
+                  [prod](const std::vector<Tensor>& v) { return prod ? v[0].cumprod(1) : v[0].cumsum(1); },
+                  true,
+                  100});
+    cs.push_back({"0-d", {plain(kReal({}, ++seed))}, [prod](const std::vector<Tensor>& v) {
+                    return prod ? v[0].cumprod(0) : v[0].cumsum(0);
+                  }});
+    if (prod) {  // one zero, two zeros, a zero first and last: the gradient's special cases
+      Tensor z = f64({0.5, 0, 1.5, -2, 0.7, 0, 0, 1.2, 0, 1.1, -0.9, 1.3, 0.8, 1.4, -1.1, 0}, {4, 4});
+      for (int64_t dim : {0, 1})
+        cs.push_back({"zeros in the input, dim " + std::to_string(dim),
+                      {plain(z)},
+                      [dim](const std::vector<Tensor>& v) { return v[0].cumprod(dim); },
+                      true});
+    }
+  } else if (name == "sort" || name == "argsort" || name == "topk") {
+    for (int64_t dim : {0, 1, -1})
+      for (bool desc : {false, true}) {
+        const std::string tag = "dim " + std::to_string(dim) + (desc ? " descending" : "");
+        if (name == "sort") {
+          each(
+              tag + " values", [dim, desc](const std::vector<Tensor>& v) { return std::get<0>(v[0].sort(dim, desc)); },
+              true, true);
+          each(
+              tag + " indices", [dim, desc](const std::vector<Tensor>& v) { return std::get<1>(v[0].sort(dim, desc)); },
+              false, true);
+        } else if (name == "argsort") {
+          each(
+              tag, [dim, desc](const std::vector<Tensor>& v) { return v[0].argsort(dim, desc); }, false, true);
+        } else {
+          const bool largest = !desc;
+          each("k 2 " + tag + (largest ? " largest" : " smallest") + " values",
+               [dim, largest](const std::vector<Tensor>& v) { return std::get<0>(v[0].topk(2, dim, largest)); }, true,
+               true, 1, {-1});
+          each("k 2 " + tag + (largest ? " largest" : " smallest") + " indices",
+               [dim, largest](const std::vector<Tensor>& v) { return std::get<1>(v[0].topk(2, dim, largest)); }, false,
+               true, 1, {-1});
+        }
+      }
+    // ties keep their order (stable), NaN is the largest
+    Tensor ties = f64({1, NAN, 0, 1, 2, 0, NAN, 1}, {8});
+    for (bool desc : {false, true}) {
+      Call idx = [name, desc](const std::vector<Tensor>& v) {
+        return name == "topk" ? std::get<1>(v[0].topk(5, 0, desc)) : v[0].argsort(0, desc);
+      };
+      cs.push_back({std::string("ties and NaN") + (desc ? " descending" : ""), {plain(ties, false)}, idx});
+    }
+    if (name == "topk")
+      cs.push_back({"k 0 [3, 4]", {plain(kReal({3, 4}, ++seed))}, [](const std::vector<Tensor>& v) {
+                      return std::get<0>(v[0].topk(0, 1));
+                    }});
+  } else if (name == "chunk" || name == "split" || name == "unbind") {
+    for (int64_t dim : {0, 1, -1}) {
+      const std::string tag = " dim " + std::to_string(dim);
+      if (name == "chunk") {
+        for (int64_t n : {1, 2, 3, 7})
+          each(std::to_string(n) + " chunks" + tag,
+               [n, dim](const std::vector<Tensor>& v) { return reassemble(v[0].chunk(n, dim), dim, false); }, true,
+               true, 1, {3, 0, 5});
+      } else if (name == "split") {
+        for (int64_t size : {1, 2, 3})
+          each("size " + std::to_string(size) + tag,
+               [size, dim](const std::vector<Tensor>& v) { return reassemble(v[0].split(size, dim), dim, false); },
+               true, true, 1, {3, 0, 5});
+        each("sizes [1, 0, 2]" + tag,
+             [dim](const std::vector<Tensor>& v) {
+               const int64_t n = v[0].size(dim);
+               return reassemble(v[0].split(std::vector<int64_t>{1, 0, n - 1}, dim), dim, false);
+             },
+             true, true, 1, {3, 4, 5});
+      } else {
+        each(
+            "unbind" + tag, [dim](const std::vector<Tensor>& v) { return reassemble(v[0].unbind(dim), dim, true); },
+            true, true, 1, dim == 1 ? Shape{0, 4, 5} : Shape{3, 0, 5});
+      }
+    }
+  } else if (name == "var" || name == "std") {
+    const bool is_std = name == "std";
+    for (const Dims& dims : {Dims{}, Dims{1}, Dims{0, 2}, Dims{-1}})
+      for (double corr : {1.0, 0.0, 2.0})
+        for (bool keep : {false, true}) {
+          Call call = [is_std, dims, corr, keep](const std::vector<Tensor>& v) {
+            return is_std ? v[0].std(dims, corr, keep) : v[0].var(dims, corr, keep);
+          };
+          std::string tag =
+              "dims " + dims.str() + " correction " + std::to_string(static_cast<int>(corr)) + (keep ? " keepdim" : "");
+          for (auto& [lay, in] : shaped_inputs(seed += 3)) cs.push_back({lay + " " + tag, {in}, call, true, 10});
+        }
+    cs.push_back({"empty [0, 3] dims [1]", {plain(kReal({0, 3}, ++seed))}, [is_std](const std::vector<Tensor>& v) {
+                    return is_std ? v[0].std({1}) : v[0].var({1});
+                  }});
+    cs.push_back({"large [3, 20000] dims [1]",
+                  {plain(kReal({3, 20000}, ++seed))},
+                  [is_std](const std::vector<Tensor>& v) { return is_std ? v[0].std(1) : v[0].var(1); },
+                  true,
+                  100});
+  } else if (name == "norm") {
+    for (double p : {2.0, 1.0, double(INFINITY), -double(INFINITY), 3.0, 0.0})
+      for (const Dims& dims : {Dims{}, Dims{1}, Dims{0, 2}})
+        for (bool keep : {false, true}) {
+          // away from 0 and from ties: the 1- and inf-norms have kinks there
+          // values away from 0 (the 1-norm's kink); the empty case reduces a non-empty extent for the inf-norms
+          const bool inf_empty = std::isinf(p) && (dims.empty() || dims[0] == 0);
+          each(
+              "p " + std::to_string(p) + " dims " + dims.str() + (keep ? " keepdim" : ""),
+              [p, dims, keep](const std::vector<Tensor>& v) { return v[0].norm(p, dims, keep); }, p != 0, false, 10,
+              !inf_empty     ? Shape{0, 4, 5}
+              : dims.empty() ? Shape{-1}
+                             : Shape{3, 0, 5},
+              p < 0 ? Gen{0.3, 2} : Gen{-2, 2, true});  // the kink-avoiding values tie at 0.25: the -inf-norm's
+        }
+    cs.push_back({"2-norm of a zero row (gradient 0)",
+                  {plain(f64({0, 0, 0, 1, -2, 2}, {2, 3}))},
+                  [](const std::vector<Tensor>& v) { return v[0].norm(2, {1}); },
+                  true});
+  } else if (name == "repeat" || name == "tile") {
+    const bool tile = name == "tile";
+    for (const Shape& r : {Shape{1, 1, 1}, Shape{2, 1, 3}, Shape{2, 1, 1, 2}, Shape{2, 0, 1}, Shape{3}, Shape{}}) {
+      if (!tile && r.size() < 3) continue;
+      each(
+          "repeats " + r.str(),
+          [r, tile](const std::vector<Tensor>& v) { return tile ? v[0].tile(r) : v[0].repeat(r); }, true, true, 4);
+    }
+  } else if (name == "flip" || name == "roll") {
+    if (name == "flip") {
+      for (const Dims& dims : {Dims{0}, Dims{-1}, Dims{0, 2}, Dims{}})
+        each(
+            "dims " + dims.str(), [dims](const std::vector<Tensor>& v) { return v[0].flip(dims); }, true, true);
+    } else {
+      for (const auto& [shifts, dims] : std::vector<std::pair<Dims, Dims>>{
+               {{1}, {0}}, {{-2}, {-1}}, {{7}, {1}}, {{1, -3}, {0, 2}}, {{3}, {}}, {{-25}, {}}})
+        each(
+            "shifts " + shifts.str() + " dims " + dims.str(),
+            [shifts, dims](const std::vector<Tensor>& v) { return v[0].roll(shifts, dims); }, true, true);
+    }
+  } else if (name == "any" || name == "all") {
+    const bool any = name == "any";
+    // mostly zeros, some NaN: both answers occur
+    std::vector<double> v = uniform_values({3, 4, 5}, 0, 1, ++seed);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = v[i] < 0.8 ? (any ? 0.0 : 1.5) : (i % 7 == 0 ? NAN : (any ? 1 : 0));
+    Tensor x = f64(v, {3, 4, 5});
+    std::vector<int64_t> vi(v.size());
+    for (size_t i = 0; i < v.size(); ++i) vi[i] = std::isnan(v[i]) ? 3 : static_cast<int64_t>(v[i] * 2);
+    const Tensor xi = from_vector<int64_t>(vi, {3, 4, 5});
+    for (const Dims& dims : {Dims{}, Dims{1}, Dims{0, 2}, Dims{-1}})
+      for (bool keep : {false, true}) {
+        Call call = [any, dims, keep](const std::vector<Tensor>& t) {
+          return any ? t[0].any(dims, keep) : t[0].all(dims, keep);
+        };
+        const std::string tag = "dims " + dims.str() + (keep ? " keepdim" : "");
+        cs.push_back({tag, {plain(x, false)}, call});
+        cs.push_back({"transposed " + tag, {viewed(x.transpose(1, 2).contiguous(), tr)}, call});
+        cs.push_back({"i64 " + tag, {plain(xi)}, call});
+      }
+    cs.push_back({"empty [0, 3] dims [0]", {plain(kReal({0, 3}, ++seed), false)}, [any](const std::vector<Tensor>& t) {
+                    return any ? t[0].any({0}) : t[0].all({0});
+                  }});
+  }
+  return cs;
+}
+
 const std::map<std::string, Builder>& structured_builders() {
   static const std::map<std::string, Builder> m = {
       {"sum", [](const OpInfo& o) { return reduction_cases(o.name); }},
@@ -395,6 +614,26 @@ const std::map<std::string, Builder>& structured_builders() {
       {"to", [](const OpInfo& o) { return layout_cases(o.name); }},
       {"cross_entropy", [](const OpInfo& o) { return fused_cases(o.name); }},
       {"conv2d", [](const OpInfo& o) { return fused_cases(o.name); }},
+      {"tril", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"triu", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"masked_fill", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"cumsum", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"cumprod", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"sort", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"argsort", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"topk", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"chunk", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"split", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"unbind", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"var", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"std", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"norm", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"repeat", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"tile", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"flip", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"roll", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"any", [](const OpInfo& o) { return structured_c_cases(o.name); }},
+      {"all", [](const OpInfo& o) { return structured_c_cases(o.name); }},
   };
   return m;
 }

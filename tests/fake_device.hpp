@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/common/scan_math.hpp"
 #include "backend/common/spd_math.hpp"
 #include "ops/fused.hpp"
 #include "oxmera/oxmera.hpp"
@@ -138,6 +139,12 @@ class HostMemoryDevice final : public d::Backend {
         const auto& c = std::get<ops::SolveTriangularSmallCall>(call);
         return small_linalg(c.t->dtype, c.n) && c.k >= 1;
       }
+      case ops::FusedOp::Scan:
+        return scan_sort_dtype(std::get<ops::ScanCall>(call).x->dtype);
+      case ops::FusedOp::CumprodBackward:
+        return std::get<ops::CumprodBackwardCall>(call).x->dtype == DType::F32;
+      case ops::FusedOp::SortIndices:
+        return scan_sort_dtype(std::get<ops::SortIndicesCall>(call).x->dtype);
       default:
         return cpu().supports(call);
     }
@@ -151,6 +158,10 @@ class HostMemoryDevice final : public d::Backend {
         return cholesky_spd(std::get<ops::CholeskySpdCall>(call));
       case ops::FusedOp::SolveTriangularSmall:
         return solve_triangular_small(std::get<ops::SolveTriangularSmallCall>(call));
+      case ops::FusedOp::Scan:
+      case ops::FusedOp::CumprodBackward:
+      case ops::FusedOp::SortIndices:
+        return scan_sort(call);
       case ops::FusedOp::OptimizerSteps:
         note_kernel("optimizer_steps");
         if (fail_next_optimizer_steps) {
@@ -213,6 +224,39 @@ class HostMemoryDevice final : public d::Backend {
                                             c.x->ptr<float>() + b * n * k + col, k, c.upper, work.data());
         if (row >= 0 && c.fail.batch < 0) c.fail = {b, row, 0.0};
       }
+  }
+  // Scans and sort indices (f32, i64 as on CUDA): the CUDA kernels' per-row functions, one row at a time.
+  static bool scan_sort_dtype(DType dtype) { return dtype == DType::F32 || dtype == DType::I64; }
+  template <class F>
+  static void each_row(const ops::RowsAlongDim& r, F f) {
+    for (int64_t row = 0; row < r.outer * r.inner; ++row) f((row / r.inner) * r.n * r.inner + row % r.inner);
+  }
+  template <class T>
+  void scan_sort_typed(ops::FusedCall& call) {
+    if (auto* c = std::get_if<ops::ScanCall>(&call))
+      each_row(c->rows, [&](int64_t b) {
+        d::scan_row(c->x->ptr<T>() + b, c->out->ptr<T>() + b, c->rows.n, c->rows.inner, c->product, c->reverse);
+      });
+    if (auto* c = std::get_if<ops::CumprodBackwardCall>(&call))
+      each_row(c->rows, [&](int64_t b) {
+        d::cumprod_backward_row(c->x->ptr<T>() + b, c->g->ptr<T>() + b, c->grad_x->ptr<T>() + b, c->rows.n,
+                                c->rows.inner);
+      });
+    if (auto* c = std::get_if<ops::SortIndicesCall>(&call))
+      each_row(c->rows, [&](int64_t b) {
+        d::insertion_sort_row(c->x->ptr<T>() + b, c->indices->ptr<int64_t>() + b, c->rows.n, c->rows.inner,
+                              c->descending);
+      });
+  }
+  void scan_sort(ops::FusedCall& call) {
+    note_kernel(ops::fused_op_name(ops::fused_op(call)));
+    DType dt = DType::F32;
+    if (auto* c = std::get_if<ops::ScanCall>(&call)) dt = c->x->dtype;
+    if (auto* c = std::get_if<ops::SortIndicesCall>(&call)) dt = c->x->dtype;
+    if (dt == DType::I64 && !std::holds_alternative<ops::CumprodBackwardCall>(call))
+      scan_sort_typed<int64_t>(call);
+    else
+      scan_sort_typed<float>(call);
   }
   void note_kernel(const char* what) {
     ++kernel_calls;

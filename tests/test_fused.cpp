@@ -284,6 +284,45 @@ TEST(NoFusedOps, TheTestDeviceOffersWhatTheCpuOffersAndTheSmallLinalg) {
   EXPECT_FALSE(ops::fused_supported(ch, kDev));
 }
 
+// Scans and sort indices: the test device runs the CUDA kernels' per-row functions (the insertion sort among
+// them), and with its offerings off the host fallback makes a round trip; both match the CPU, ties and NaN
+// included. (The conformance suite runs every case of these ops on the test device as well.)
+TEST(NoFusedOps, ScansAndSortsMatchTheCpuWithAndWithoutTheDeviceKernels) {
+  NEED_FAKE_DEVICE();
+  Tensor x = from_vector<float>({1, NAN, 0, 1, 2, 0, NAN, 1, -3, 0.5f, 2, 2}, {3, 4});
+  Tensor z = from_vector<float>({0.5f, 0, 1.5f, -2, 0.7f, 0, 0, 1.2f, 0, 1.1f, -0.9f, 1.3f}, {3, 4});
+  for (bool offered : {true, false}) {
+    g_device->offer_fused = offered;
+    const std::string tag = offered ? " (device kernels)" : " (fallback)";
+    const int64_t calls0 = g_device->fused_kernel_calls;
+    for (int64_t dim : {0, 1})
+      for (bool desc : {false, true}) {
+        const std::string what = "dim " + std::to_string(dim) + (desc ? " descending" : "") + tag;
+        EXPECT_EQ(host(dev(x).argsort(dim, desc)).to_vector<int64_t>(), x.argsort(dim, desc).to_vector<int64_t>())
+            << "argsort " << what;
+        EXPECT_EQ(host(std::get<1>(dev(z).topk(2, dim, !desc))).to_vector<int64_t>(),
+                  std::get<1>(z.topk(2, dim, !desc)).to_vector<int64_t>())
+            << "topk " << what;
+      }
+    for (int64_t dim : {0, 1}) {
+      expect_match(dev(z).cumsum(dim), z.cumsum(dim), "cumsum" + tag, 1e-6, 1e-6);
+      Tensor zc = z.detach().requires_grad_(), zd = dev(z).detach().requires_grad_();
+      Tensor seed = randn({3, 4}, 5);
+      (zc.cumprod(dim) * seed).sum().backward();
+      (zd.cumprod(dim) * dev(seed)).sum().backward();
+      expect_match(zd.grad(), zc.grad(), "cumprod gradient with zeros" + tag, 1e-6, 1e-6);
+    }
+    Tensor iv = from_vector<int64_t>({3, -1, 3, 0, 2, 2, -5, 7}, {2, 4});
+    EXPECT_EQ(host(dev(iv).cumprod(1)).to_vector<int64_t>(), iv.cumprod(1).to_vector<int64_t>()) << tag;
+    EXPECT_EQ(host(dev(iv).argsort(1)).to_vector<int64_t>(), iv.argsort(1).to_vector<int64_t>()) << tag;
+    if (offered)
+      EXPECT_GT(g_device->fused_kernel_calls, calls0);
+    else
+      EXPECT_EQ(g_device->fused_kernel_calls, calls0);
+  }
+  g_device->offer_fused = true;
+}
+
 // Cross entropy (ignore_index, label smoothing, every reduction) and its gradient through the fallbacks.
 TEST(NoFusedOps, CrossEntropyMatchesTheCpusFusedKernels) {
   NEED_FAKE_DEVICE();

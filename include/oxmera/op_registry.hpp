@@ -96,7 +96,31 @@
   X(Cast, to, Layout, FloatInt, Grad, "torch.Tensor.to", "dtype conversion (differentiable between floats)")        \
   X(CrossEntropy, cross_entropy, Fused, Float, Grad, "torch.nn.functional.cross_entropy",                           \
     "log-softmax + NLL of class targets in one pass (label smoothing, ignore_index)")                               \
-  X(Conv2d, conv2d, Fused, Float, Grad, "torch.nn.functional.conv2d", "2-d convolution through im2col + matmul")
+  X(Conv2d, conv2d, Fused, Float, Grad, "torch.nn.functional.conv2d", "2-d convolution through im2col + matmul")    \
+  X(Tril, tril, Layout, FloatInt, Grad, "torch.tril", "lower triangle of the last two dims (diagonal offset)")      \
+  X(Triu, triu, Layout, FloatInt, Grad, "torch.triu", "upper triangle of the last two dims (diagonal offset)")      \
+  X(MaskedFill, masked_fill, Index, FloatInt, Grad, "torch.Tensor.masked_fill",                                     \
+    "value where a broadcast mask is nonzero (scalar or 0-d tensor value); zero gradient there")                    \
+  X(Cumsum, cumsum, Reduction, FloatInt, Grad, "torch.cumsum", "inclusive prefix sums along a dim")                 \
+  X(Cumprod, cumprod, Reduction, FloatInt, Grad, "torch.cumprod",                                                   \
+    "inclusive prefix products along a dim; gradient exact with zeros in the input")                                \
+  X(Sort, sort, Index, FloatInt, Grad, "torch.sort",                                                                \
+    "stable sort along a dim: values and i64 indices; NaN sorts as the largest")                                    \
+  X(Argsort, argsort, Index, FloatInt, NoGrad, "torch.argsort", "the i64 indices of a stable sort along a dim")     \
+  X(Topk, topk, Index, FloatInt, Grad, "torch.topk", "the k largest (or smallest) along a dim, values and indices") \
+  X(Chunk, chunk, Layout, FloatInt, Grad, "torch.chunk", "views: n pieces of ceil(size / n) along a dim")           \
+  X(Split, split, Layout, FloatInt, Grad, "torch.split", "views of a given size, or of given sizes, along a dim")   \
+  X(Unbind, unbind, Layout, FloatInt, Grad, "torch.unbind", "views: the slices along a dim, dim removed")           \
+  X(Var, var, Reduction, Float, Grad, "torch.var", "variance over dims with a correction (default 1), keepdim")     \
+  X(Std, std, Reduction, Float, Grad, "torch.std", "standard deviation over dims with a correction, keepdim")       \
+  X(Norm, norm, Reduction, Float, Grad, "torch.norm",                                                               \
+    "vector p-norm over dims (p = 0, 1, 2, inf, -inf or any p > 0); the 2-norm's gradient at 0 is 0")               \
+  X(Repeat, repeat, Layout, FloatInt, Grad, "torch.Tensor.repeat", "the tensor repeated along each dim")            \
+  X(Tile, tile, Layout, FloatInt, Grad, "torch.tile", "repeat with the repeats padded with leading 1s")             \
+  X(Flip, flip, Layout, FloatInt, Grad, "torch.flip", "reverses the order along dims (a copy)")                     \
+  X(Roll, roll, Layout, FloatInt, Grad, "torch.roll", "circular shift along dims, or of the flattened tensor")      \
+  X(Any, any, Reduction, FloatInt, NoGrad, "torch.any", "whether any element is nonzero, over dims (0/1 mask)")     \
+  X(All, all, Reduction, FloatInt, NoGrad, "torch.all", "whether every element is nonzero, over dims (0/1 mask)")
 
 namespace oxmera {
 class Tensor;

@@ -1,4 +1,5 @@
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -7,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -149,6 +151,82 @@ class Tensor {
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
   Tensor logsumexp(int64_t dim, bool keepdim = false) const;
+  // One dim as an integer, as in torch: x.sum(1), x.mean(-1, true). x.max(0) / x.min(0) return (values,
+  // indices) as libtorch's; the gradient flows to the selected element only. Templates, so that a braced list
+  // (x.sum({0, 1}), x.max({2}), x.sum({})) still means the Dims overload.
+  template <class I>
+  requires std::integral<I> &&(!std::same_as<I, bool>)Tensor sum(I dim, bool keepdim = false) const {
+    return sum(Dims{static_cast<int64_t>(dim)}, keepdim);
+  }
+  template <class I>
+  requires std::integral<I> &&(!std::same_as<I, bool>)Tensor mean(I dim, bool keepdim = false) const {
+    return mean(Dims{static_cast<int64_t>(dim)}, keepdim);
+  }
+  template <class I>
+  requires std::integral<I> &&
+      (!std::same_as<I, bool>)std::tuple<Tensor, Tensor> max(I dim, bool keepdim = false) const {
+    return max_with_indices(static_cast<int64_t>(dim), keepdim);
+  }
+  template <class I>
+  requires std::integral<I> &&
+      (!std::same_as<I, bool>)std::tuple<Tensor, Tensor> min(I dim, bool keepdim = false) const {
+    return min_with_indices(static_cast<int64_t>(dim), keepdim);
+  }
+  std::tuple<Tensor, Tensor> max_with_indices(int64_t dim, bool keepdim = false) const;
+  std::tuple<Tensor, Tensor> min_with_indices(int64_t dim, bool keepdim = false) const;
+  // Variance / standard deviation over dims (empty = all) divided by max(0, count - correction); correction
+  // 1 (Bessel) as in torch (a bool reads as libtorch's `unbiased`). f32 / f64.
+  Tensor var(const Dims& dims = {}, double correction = 1.0, bool keepdim = false) const;
+  Tensor std(const Dims& dims = {}, double correction = 1.0, bool keepdim = false) const;
+  template <class I>
+  requires std::integral<I> &&(!std::same_as<I, bool>)Tensor
+      var(I dim, double correction = 1.0, bool keepdim = false) const {
+    return var(Dims{static_cast<int64_t>(dim)}, correction, keepdim);
+  }
+  template <class I>
+  requires std::integral<I> &&(!std::same_as<I, bool>)Tensor
+      std(I dim, double correction = 1.0, bool keepdim = false) const {
+    return std(Dims{static_cast<int64_t>(dim)}, correction, keepdim);
+  }
+  // Vector p-norm over dims (empty = all): p = 2, 1, INFINITY, -INFINITY, 0 (count of nonzeros) or any p > 0.
+  Tensor norm(double p = 2.0, const Dims& dims = {}, bool keepdim = false) const;
+  // Whether any / every element over dims (empty = all) is nonzero (NaN counts as nonzero), as a 0/1 mask of
+  // this tensor's dtype, like the comparisons. Not differentiable.
+  Tensor any(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor all(const Dims& dims = {}, bool keepdim = false) const;
+  // Inclusive prefix sum / product along dim (the same dtype).
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  // Stable sort along dim: (values, i64 indices); NaN sorts as the largest (last ascending, first descending).
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  // The k largest (smallest) along dim, sorted (ties in index order): (values, i64 indices).
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+
+  // ---- structured layout ops
+  // Elements below / above diagonal `diagonal` of the last two dims kept, the others 0 (batched).
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  // A copy with `value` where mask (broadcastable to this shape; u8 or this dtype) is nonzero. A 0-d tensor
+  // value receives the gradient of the filled positions.
+  Tensor masked_fill(const Tensor& mask, double value) const;
+  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
+  // Views along dim, as torch: chunk into `chunks` pieces of ceil(size / chunks) (fewer when they run out);
+  // split into pieces of `size` (the last may be shorter) or of the given sizes (which must sum to the dim).
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  template <class I>
+  requires std::integral<I> &&(!std::same_as<I, bool>)std::vector<Tensor> split(I size, int64_t dim = 0) const {
+    return split_size(static_cast<int64_t>(size), dim);
+  }
+  std::vector<Tensor> split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;
+  std::vector<Tensor> split_size(int64_t size, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
+  // Copies: repeat (repeats.size() >= dim(); torch's Tensor.repeat), tile (repeats padded with leading 1s),
+  // flip (reversed along dims), roll (shifted circularly along dims; without dims, the flattened tensor).
+  Tensor repeat(const Shape& repeats) const;
+  Tensor tile(const Shape& repeats) const;
+  Tensor flip(const Dims& dims) const;
+  Tensor roll(const Dims& shifts, const Dims& dims = {}) const;
 
   // ---- linear algebra
   Tensor matmul(const Tensor& o) const;

@@ -5,10 +5,13 @@
 // im2col) but give the same values to rounding, which tests/test_fused.cpp checks against each kernel.
 #include "ops/fused.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/common/scan_math.hpp"
 #include "backend/common/spd_math.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/tensor.hpp"
@@ -313,6 +316,90 @@ void solve_triangular_fallback(FusedCall& call, Device) {
   write_back(c.x, x);
 }
 
+// ---------------------------------------------------------------- scans and sorting along a dim
+// A host round trip (none on the CPU) through the per-row functions the CUDA kernels run; the sort uses
+// std::stable_sort with their comparison (O(n log n) rather than the per-thread insertion sort).
+template <class F>
+void with_scan_dtype(DType d, const char* op, F f) {
+  switch (d) {
+    case DType::F32:
+      return f(float{});
+    case DType::F64:
+      return f(double{});
+    case DType::I64:
+      return f(int64_t{});
+    default:
+      OXM_FAIL(UnsupportedDType, op, ": dtype ", d, " is not supported (f32, f64, i64)");
+  }
+}
+
+// Where a host loop writes `dst`: dst itself on the CPU, else a host buffer for write_back.
+Tensor host_target(TensorImpl* dst) { return dst->device().is_cpu() ? borrow(dst) : empty(dst->shape, dst->dtype); }
+void finish(TensorImpl* dst, const Tensor& host) {
+  if (!dst->device().is_cpu()) write_back(dst, host);
+}
+
+template <class F>
+void each_row(const RowsAlongDim& r, F f) {
+  for (int64_t o = 0; o < r.outer; ++o)
+    for (int64_t i = 0; i < r.inner; ++i) f(o * r.n * r.inner + i);
+}
+
+void scan_fallback(FusedCall& call, Device) {
+  auto& c = std::get<ScanCall>(call);
+  NoGradGuard no_grad;
+  const Tensor x = host_copy(c.x);
+  Tensor out = host_target(c.out);
+  with_scan_dtype(x.dtype(), c.product ? "cumprod" : "cumsum", [&](auto zero) {
+    using T = decltype(zero);
+    const T* xp = x.impl()->ptr<T>();
+    T* op = out.impl()->ptr<T>();
+    each_row(c.rows, [&](int64_t base) {
+      detail::scan_row(xp + base, op + base, c.rows.n, c.rows.inner, c.product, c.reverse);
+    });
+  });
+  finish(c.out, out);
+}
+
+void cumprod_backward_fallback(FusedCall& call, Device) {
+  auto& c = std::get<CumprodBackwardCall>(call);
+  check_real(c.x->dtype, "cumprod backward");
+  NoGradGuard no_grad;
+  const Tensor x = host_copy(c.x), g = host_copy(c.g);
+  Tensor gx = host_target(c.grad_x);
+  with_scan_dtype(x.dtype(), "cumprod backward", [&](auto zero) {
+    using T = decltype(zero);
+    const T *xp = x.impl()->ptr<T>(), *gp = g.impl()->ptr<T>();
+    T* op = gx.impl()->ptr<T>();
+    each_row(c.rows, [&](int64_t base) {
+      detail::cumprod_backward_row(xp + base, gp + base, op + base, c.rows.n, c.rows.inner);
+    });
+  });
+  finish(c.grad_x, gx);
+}
+
+void sort_indices_fallback(FusedCall& call, Device) {
+  auto& c = std::get<SortIndicesCall>(call);
+  NoGradGuard no_grad;
+  const Tensor x = host_copy(c.x);
+  Tensor idx = host_target(c.indices);
+  with_scan_dtype(x.dtype(), "sort", [&](auto zero) {
+    using T = decltype(zero);
+    const T* xp = x.impl()->ptr<T>();
+    int64_t* ip = idx.impl()->ptr<int64_t>();
+    const int64_t n = c.rows.n, stride = c.rows.inner;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    each_row(c.rows, [&](int64_t base) {
+      std::iota(order.begin(), order.end(), int64_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return detail::sorts_before(xp[base + a * stride], xp[base + b * stride], c.descending);
+      });
+      for (int64_t k = 0; k < n; ++k) ip[base + k * stride] = order[static_cast<size_t>(k)];
+    });
+  });
+  finish(c.indices, idx);
+}
+
 // ---------------------------------------------------------------- the registry
 // "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
 constexpr FusedOpInfo kFusedOps[] = {
@@ -327,6 +414,12 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::CholeskySpd, "cholesky", cholesky_fallback, "cuda (f32, n <= 32); elsewhere linalg's host kernels"},
     {FusedOp::SolveTriangularSmall, "solve_triangular", solve_triangular_fallback,
      "cuda (f32, n <= 32); elsewhere linalg's host kernels"},
+    {FusedOp::Scan, "cumsum / cumprod", scan_fallback,
+     "cuda (f32, i64; one thread per row); elsewhere the host loop (no round trip on the cpu)"},
+    {FusedOp::CumprodBackward, "cumprod backward", cumprod_backward_fallback,
+     "cuda (f32; one thread per row); elsewhere the host loop"},
+    {FusedOp::SortIndices, "sort", sort_indices_fallback,
+     "cuda (f32, i64; one thread per row, insertion sort); elsewhere std::stable_sort on the host"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

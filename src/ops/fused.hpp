@@ -1,7 +1,8 @@
 #pragma once
 // Fused ops: kernels a backend may offer for work that ordinary ops can also do (cross entropy and its
-// backward, the grouped optimizer step, im2col / col2im, the small SPD linear algebra). Each op has an id, a
-// typed call struct (inputs, outputs, scalars) and a composite fallback built from ordinary ops. The Backend
+// backward, the grouped optimizer step, im2col / col2im, the small SPD linear algebra, scans and sorting along a
+// dim). Each op has an id, a typed call struct (inputs, outputs, scalars) and a composite fallback built from
+// ordinary ops (or a host loop). The Backend
 // contract has two entry points for all of them, `supports(call)` and `run(call)`; `ops::run_fused` asks the
 // backend and otherwise runs the fallback, so a backend that offers none still runs every model. The registry
 // (name, id, fallback, who offers it) is `fused_ops()` in fused.cpp. Adding a fused op: one X-macro entry and
@@ -69,7 +70,10 @@ namespace oxmera::ops {
   X(Col2im, Col2imCall)                             \
   X(LogdetSpd, LogdetSpdCall)                       \
   X(CholeskySpd, CholeskySpdCall)                   \
-  X(SolveTriangularSmall, SolveTriangularSmallCall)
+  X(SolveTriangularSmall, SolveTriangularSmallCall) \
+  X(Scan, ScanCall)                                 \
+  X(CumprodBackward, CumprodBackwardCall)           \
+  X(SortIndices, SortIndicesCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -164,9 +168,42 @@ struct SolveTriangularSmallCall {
   detail::SpdFailure fail;
 };
 
+// Ops along one dim of contiguous tensors seen as [outer, n, inner]: `outer * inner` rows of n elements `inner`
+// apart (row (o, i) starts at o * n * inner + i); the per-row math is src/backend/common/scan_math.hpp.
+struct RowsAlongDim {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+// out = the inclusive running sum or product of x along each row (from its end when `reverse`); x and out
+// contiguous, one shape and dtype (f32, f64, i64). Floats accumulate in f64, i64 wraps.
+struct ScanCall {
+  static constexpr FusedOp kOp = FusedOp::Scan;
+  const TensorImpl* x = nullptr;
+  TensorImpl* out = nullptr;
+  RowsAlongDim rows;
+  bool product = false, reverse = false;
+};
+// cumprod's gradient grad_x from g and x (all contiguous, one shape and float dtype), exact with zeros in x.
+struct CumprodBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::CumprodBackward;
+  const TensorImpl* x = nullptr;
+  const TensorImpl* g = nullptr;
+  TensorImpl* grad_x = nullptr;
+  RowsAlongDim rows;
+};
+// indices (contiguous I64, x's shape) = each row's positions in stable sorted order, ascending or descending;
+// NaN is the largest value. x contiguous (f32, f64, i64).
+struct SortIndicesCall {
+  static constexpr FusedOp kOp = FusedOp::SortIndices;
+  const TensorImpl* x = nullptr;
+  TensorImpl* indices = nullptr;
+  RowsAlongDim rows;
+  bool descending = false;
+};
+
 // One fused call; its index is its FusedOp.
-using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
-                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall>;
+using FusedCall =
+    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
+                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <vector>
 
 #include "oxmera/autograd.hpp"
@@ -279,6 +280,83 @@ Tensor apply(const std::string& op, const Params& p, const std::vector<Tensor>& 
   if (op == "logsumexp") {
     need(1);
     return in[0].logsumexp(p.i("dim"), p.b("keepdim"));
+  }
+  // structured ops of issue #13; tuple results pick one with out=0|1, piece lists come back as
+  // cat / stack of piece i times (i + 1) (test_torch_parity.py does the same in torch)
+  auto reassemble = [](const std::vector<Tensor>& pieces, int64_t dim, bool stacked) {
+    std::vector<Tensor> scaled;
+    for (size_t i = 0; i < pieces.size(); ++i) scaled.push_back(pieces[i] * static_cast<double>(i + 1));
+    return stacked ? stack(scaled, dim) : cat(scaled, dim);
+  };
+  auto pick = [&](const std::tuple<Tensor, Tensor>& t) { return p.i("out") == 0 ? std::get<0>(t) : std::get<1>(t); };
+  if (op == "tril" || op == "triu") {
+    need(1);
+    return op == "tril" ? in[0].tril(p.i("diagonal")) : in[0].triu(p.i("diagonal"));
+  }
+  if (op == "masked_fill") {
+    if (in.size() == 3) return in[0].masked_fill(in[1], in[2]);
+    need(2);
+    return in[0].masked_fill(in[1], p.d("value"));
+  }
+  if (op == "cumsum" || op == "cumprod") {
+    need(1);
+    return op == "cumsum" ? in[0].cumsum(p.i("dim")) : in[0].cumprod(p.i("dim"));
+  }
+  if (op == "sort") {
+    need(1);
+    return pick(in[0].sort(p.i("dim"), p.b("descending")));
+  }
+  if (op == "argsort") {
+    need(1);
+    return in[0].argsort(p.i("dim"), p.b("descending"));
+  }
+  if (op == "topk") {
+    need(1);
+    return pick(in[0].topk(p.i("k"), p.i("dim"), p.b("largest")));
+  }
+  if (op == "max_dim" || op == "min_dim") {
+    need(1);
+    return pick(op == "max_dim" ? in[0].max(p.i("dim"), p.b("keepdim")) : in[0].min(p.i("dim"), p.b("keepdim")));
+  }
+  if (op == "chunk") {
+    need(1);
+    return reassemble(in[0].chunk(p.i("chunks"), p.i("dim")), p.i("dim"), false);
+  }
+  if (op == "split") {
+    need(1);
+    return reassemble(p.has("sizes") ? in[0].split(p.list("sizes"), p.i("dim")) : in[0].split(p.i("size"), p.i("dim")),
+                      p.i("dim"), false);
+  }
+  if (op == "unbind") {
+    need(1);
+    return reassemble(in[0].unbind(p.i("dim")), p.i("dim"), true);
+  }
+  if (op == "var" || op == "std") {
+    need(1);
+    const Dims dims(p.list("dims"));
+    return op == "var" ? in[0].var(dims, p.d("correction"), p.b("keepdim"))
+                       : in[0].std(dims, p.d("correction"), p.b("keepdim"));
+  }
+  if (op == "norm") {
+    need(1);
+    return in[0].norm(p.d("p"), Dims(p.list("dims")), p.b("keepdim"));
+  }
+  if (op == "repeat" || op == "tile") {
+    need(1);
+    return op == "repeat" ? in[0].repeat(Shape(p.list("reps"))) : in[0].tile(Shape(p.list("reps")));
+  }
+  if (op == "flip") {
+    need(1);
+    return in[0].flip(Dims(p.list("dims")));
+  }
+  if (op == "roll") {
+    need(1);
+    return in[0].roll(Dims(p.list("shifts")), Dims(p.list("dims")));
+  }
+  if (op == "any" || op == "all") {
+    need(1);
+    return op == "any" ? in[0].any(Dims(p.list("dims")), p.b("keepdim"))
+                       : in[0].all(Dims(p.list("dims")), p.b("keepdim"));
   }
   // views / conversion
   if (op == "reshape") {

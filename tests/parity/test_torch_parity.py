@@ -153,6 +153,158 @@ def t_slice(p, x):
     return x[tuple(idx)]
 
 
+def t_reassemble(pieces, dim, stacked):
+    scaled = [t * float(i + 1) for i, t in enumerate(pieces)]
+    return torch.stack(scaled, dim) if stacked else torch.cat(scaled, dim)
+
+
+def t_any_all(fn):
+    def f(p, x):
+        if x.dim() == 0:
+            return fn(x)
+        out = x
+        dims = sorted(d % x.dim() for d in p["dims"]) if p["dims"] else list(range(x.dim()))
+        for d in reversed(dims):  # torch 1.13's any/all take one dim
+            out = fn(out, d, keepdim=True)
+        return out if p["keepdim"] else out.reshape([s for i, s in enumerate(out.shape) if i not in dims])
+    return f
+
+
+def t_var(fn):
+    def f(p, x):
+        dims = tuple(p["dims"]) if p["dims"] else None
+        return fn(x, dim=dims, correction=int(p["correction"]), keepdim=bool(p["keepdim"]))
+    return f
+
+
+STRUCTURED_C_OPS = {
+    "tril": lambda p, x: torch.tril(x, p["diagonal"]), "triu": lambda p, x: torch.triu(x, p["diagonal"]),
+    "masked_fill": lambda p, x, m, *v: x.masked_fill(m != 0, v[0] if v else p["value"]),
+    "cumsum": lambda p, x: torch.cumsum(x, p["dim"]), "cumprod": lambda p, x: torch.cumprod(x, p["dim"]),
+    "sort": lambda p, x: torch.sort(x, dim=p["dim"], descending=bool(p["descending"]), stable=True)[p["out"]],
+    "argsort": lambda p, x: torch.sort(x, dim=p["dim"], descending=bool(p["descending"]), stable=True)[1],
+    "topk": lambda p, x: torch.topk(x, p["k"], dim=p["dim"], largest=bool(p["largest"]))[p["out"]],
+    "max_dim": lambda p, x: torch.max(x, p["dim"], keepdim=bool(p["keepdim"]))[p["out"]],
+    "min_dim": lambda p, x: torch.min(x, p["dim"], keepdim=bool(p["keepdim"]))[p["out"]],
+    "chunk": lambda p, x: t_reassemble(torch.chunk(x, p["chunks"], p["dim"]), p["dim"], False),
+    "split": lambda p, x: t_reassemble(torch.split(x, p["sizes"] if "sizes" in p else p["size"], p["dim"]),
+                                       p["dim"], False),
+    "unbind": lambda p, x: t_reassemble(torch.unbind(x, p["dim"]), p["dim"], True),
+    "var": t_var(torch.var), "std": t_var(torch.std),
+    "norm": lambda p, x: torch.linalg.vector_norm(x, ord=p["p"], dim=tuple(p["dims"]) if p["dims"] else None,
+                                                  keepdim=bool(p["keepdim"])),
+    "repeat": lambda p, x: x.repeat(p["reps"]), "tile": lambda p, x: torch.tile(x, tuple(p["reps"])),
+    "flip": lambda p, x: torch.flip(x, p["dims"]),
+    "roll": lambda p, x: torch.roll(x, p["shifts"], p["dims"]) if p["dims"] else torch.roll(x, p["shifts"]),
+    "any": t_any_all(torch.any), "all": t_any_all(torch.all),
+}
+
+
+def structured_c_cases(add, dt):
+    """tril/triu, masked_fill, scans, sorting, splitting, statistics, repeat/flip/roll, any/all (issue #13)."""
+    layouts = (([3, 4, 5], 0), ([3, 4, 5], 1), ([3, 4, 5], 2))
+    for op in ("tril", "triu"):
+        for shape, nc in layouts + (([2, 0, 3], 0), ([6, 4], 1)):
+            for k in (0, 1, -2):
+                add(Case(op, dt, [(rnd(shape, dt), nc, 1)], params={"diagonal": k}, exact=True))
+        add(Case(op, "i64", [(rng.integers(-9, 9, size=[4, 5]), 0, 0)], params={"diagonal": 1}, grad=False,
+                 exact=True))
+    for shape, nc in layouts:
+        m = rng.integers(0, 2, size=[4, 1]).astype(np.uint8)
+        add(Case("masked_fill", dt, [(rnd(shape, dt), nc, 1), (m, 0, 0)], params={"value": -1.5}, exact=True))
+        add(Case("masked_fill", dt, [(rnd(shape, dt), nc, 1), (rnd_int([5], dt, 0, 1), 0, 0), (rnd([], dt), 0, 1)],
+                 note="0-d tensor value"))
+    add(Case("masked_fill", dt, [(rnd([4, 4], dt), 0, 1), (np.triu(np.ones([4, 4]), 1).astype(np.uint8), 0, 0)],
+             params={"value": -math.inf}, exact=True, note="causal mask, -inf"))
+    for op in ("cumsum", "cumprod"):
+        for shape, nc in layouts + (([0, 3], 0), ([], 0)):
+            for dim in (0, 1, -1):
+                if dim >= max(1, len(shape)) or (shape == [] and dim != 0):
+                    continue
+                x = rnd(shape, dt, 0.5, 1.5) if op == "cumprod" else rnd(shape, dt)
+                add(Case(op, dt, [(x, nc, 1)], params={"dim": dim}, kfwd=4))
+        add(Case(op, "i64", [(rng.integers(-3, 4, size=[3, 4]), 0, 0)], params={"dim": 1}, grad=False, exact=True))
+    z = np.array([[0.5, 0, 1.5, -2], [0.7, 0, 0, 1.2], [0, 1.1, -0.9, 1.3], [0.8, 1.4, -1.1, 0]], dtype=NP_OF[dt])
+    for dim in (0, 1):
+        add(Case("cumprod", dt, [(z, 0, 1)], params={"dim": dim}, note="zeros in the input"))
+    for shape, nc in layouts:
+        for dim in (0, 1, -1):
+            for desc in (0, 1):
+                x = rnd(shape, dt)
+                add(Case("sort", dt, [(x, nc, 1)], params={"dim": dim, "descending": desc, "out": 0}, exact=True))
+                add(Case("sort", dt, [(x, nc, 0)], params={"dim": dim, "descending": desc, "out": 1}, grad=False,
+                         exact=True))
+                add(Case("argsort", dt, [(x, nc, 0)], params={"dim": dim, "descending": desc}, grad=False, exact=True))
+                for out in (0, 1):
+                    add(Case("topk", dt, [(x, nc, out == 0)], params={"k": 2, "dim": dim, "largest": 1 - desc,
+                                                                       "out": out}, grad=out == 0, exact=True))
+                    add(Case("max_dim" if desc else "min_dim", dt, [(x, nc, out == 0)],
+                             params={"dim": dim, "keepdim": desc, "out": out}, grad=out == 0, exact=True))
+    ties = np.array([1, math.nan, 0, 1, 2, 0, math.nan, 1], dtype=NP_OF[dt])
+    for desc in (0, 1):
+        add(Case("argsort", dt, [(ties, 0, 0)], params={"dim": 0, "descending": desc}, grad=False, exact=True,
+                 note="ties (stable) and NaN (largest)"))
+        add(Case("sort", dt, [(ties, 0, 0)], params={"dim": 0, "descending": desc, "out": 0}, grad=False,
+                 exact=True, note="NaN sorts as the largest"))
+    add(Case("sort", "i64", [(rng.integers(-3, 4, size=[4, 6]), 0, 0)], params={"dim": 1, "descending": 0,
+                                                                               "out": 1}, grad=False, exact=True))
+    add(Case("sort", dt, [(rnd([0, 3], dt), 0, 1)], params={"dim": 1, "descending": 0, "out": 0}, note="empty"))
+    for shape, nc in layouts + (([3, 0, 5], 0),):
+        for dim in (0, 1, -1):
+            for n in (1, 2, 3, 7):
+                add(Case("chunk", dt, [(rnd(shape, dt), nc, 1)], params={"chunks": n, "dim": dim}, exact=True))
+            for size in (1, 2, 3):
+                add(Case("split", dt, [(rnd(shape, dt), nc, 1)], params={"size": size, "dim": dim}, exact=True))
+            if shape[dim] > 0:
+                add(Case("split", dt, [(rnd(shape, dt), nc, 1)], params={"sizes": [1, 0, shape[dim] - 1],
+                                                                          "dim": dim}, exact=True))
+            if shape[dim] > 0:
+                add(Case("unbind", dt, [(rnd(shape, dt), nc, 1)], params={"dim": dim}, exact=True))
+    for op in ("var", "std"):
+        for shape, nc in layouts + (([1000], 0), ([7, 300], 2)):
+            for dims in ([], [0], [-1], [0, 2]):
+                if any(d >= len(shape) for d in dims):
+                    continue
+                for corr in (1, 0, 2):
+                    for keep in (0, 1):
+                        k = int(np.prod([shape[d] for d in dims])) if dims else int(np.prod(shape))
+                        add(Case(op, dt, [(rnd(shape, dt), nc, 1)], params={"dims": dims, "correction": corr,
+                                                                           "keepdim": keep}, kfwd=k))
+        add(Case(op, dt, [(rnd([1, 3], dt), 0, 0)], params={"dims": [0], "correction": 1, "keepdim": 0},
+                 grad=False, note="one element: NaN"))
+    for shape, nc in layouts + (([0, 5], 0),):
+        for p in (2.0, 1.0, math.inf, -math.inf, 3.0, 0.0):
+            for dims in ([], [1], [0, 2]):
+                if any(d >= len(shape) for d in dims) or (shape[0] == 0 and math.isinf(p) and dims != [1]):
+                    continue
+                k = int(np.prod([shape[d] for d in dims])) if dims else int(np.prod(shape))
+                add(Case("norm", dt, [(rnd_away(shape, dt), nc, 1)], params={"p": p, "dims": dims, "keepdim": 0},
+                         kfwd=k, grad=p != 0))  # p = 0: a count, no gradient (torch: zeros)
+    add(Case("norm", dt, [(np.array([[0, 0, 0], [1, -2, 2]], dtype=NP_OF[dt]), 0, 1)],
+             params={"p": 2.0, "dims": [1], "keepdim": 1}, note="gradient 0 at 0"))
+    for op, reps in (("repeat", [2, 1, 3]), ("repeat", [2, 1, 1, 2]), ("repeat", [1, 0, 2]), ("tile", [2]),
+                     ("tile", [2, 1, 1, 3]), ("tile", [])):
+        for shape, nc in layouts + (([0, 2], 0),):
+            add(Case(op, dt, [(rnd(shape, dt), nc, 1)], params={"reps": reps}, exact=True, kfwd=4))
+    for shape, nc in layouts + (([0, 2, 3], 0),):
+        for dims in ([0], [-1], [0, 2]):
+            add(Case("flip", dt, [(rnd(shape, dt), nc, 1)], params={"dims": dims}, exact=True))
+        for shifts, dims in (([1], [0]), ([-2], [-1]), ([7], [1]), ([1, -3], [0, 2]), ([3], []), ([-25], [])):
+            add(Case("roll", dt, [(rnd(shape, dt), nc, 1)], params={"shifts": shifts, "dims": dims}, exact=True))
+    for op in ("any", "all"):
+        for shape, nc in layouts + (([0, 3], 0),):
+            x = rnd_int(shape, dt, 0, 1) if op == "any" else rnd_int(shape, dt, 0, 3)
+            if x.size:
+                x.reshape(-1)[::7] = math.nan
+            for dims in ([], [1], [0, 2], [-1]):
+                if any(d >= len(shape) for d in dims):
+                    continue
+                for keep in (0, 1):
+                    add(Case(op, dt, [(x, nc, 0)], params={"dims": dims, "keepdim": keep}, grad=False, exact=True))
+        add(Case(op, "i64", [(rng.integers(0, 2, size=[3, 4]), 0, 0)], params={"dims": [1], "keepdim": 0},
+                 grad=False, exact=True))
+
+
 TORCH_OPS = {
     # the elementwise ops come from the op registry (load_registry)
     "where": lambda p, m, a, b: torch.where(m != 0, a, b),
@@ -179,6 +331,7 @@ TORCH_OPS = {
     "x_mul_x": lambda p, x: x * x, "x_plus_xt": lambda p, x: x + x.transpose(-2, -1),
     "softmax_x_matmul_xt": lambda p, x: torch.softmax(x, -1).matmul(x.transpose(-2, -1)),
     "rows_sum": lambda p, x: x.select(0, 0) * x.select(0, 1) + x.narrow(0, 1, 1).squeeze(0),
+    **STRUCTURED_C_OPS,
 }
 
 
@@ -435,6 +588,8 @@ def gen_cases():
         for op in ("max", "min"):
             add(Case(op, dt, [(tie, 0, 1)], params={"dims": [1], "keepdim": False}, note="ties"))
             add(Case(op, dt, [(tie, 0, 1)], params={"dims": [], "keepdim": False}, note="ties"))
+    for dt in ("f32", "f64"):
+        structured_c_cases(add, dt)
     # ---- error cases: the oxmera ErrorKind must match
     f32, f64 = "f32", "f64"
     add(Case("add", f32, [(rnd([2], f32), 0, 0), (rnd([2], f64), 0, 0)], grad=False, error="DTypeMismatch"))
@@ -463,6 +618,21 @@ def gen_cases():
     add(Case("sum", f32, [(rnd([2, 3], f32), 0, 0)], params={"dims": [2], "keepdim": False}, grad=False,
              error="IndexOutOfBounds"))
     add(Case("softmax", f64, [(rnd([2, 3], f64), 0, 0)], params={"dim": -3}, grad=False, error="IndexOutOfBounds"))
+    # issue #13's structured ops: typed errors (torch raises too, with its own exception types)
+    for op, ins, p, err in (
+            ("tril", [(rnd([4], f32), 0, 0)], {"diagonal": 0}, "InvalidArgument"),
+            ("masked_fill", [(rnd([1, 3], f32), 0, 0), (np.ones([2, 3], dtype=np.uint8), 0, 0)], {"value": 1.0},
+             "ShapeMismatch"),
+            ("masked_fill", [(rnd([2, 3], f32), 0, 0), (rnd([2, 3], f64), 0, 0)], {"value": 1.0}, "DTypeMismatch"),
+            ("var", [(rng.integers(0, 3, size=[3]), 0, 0)], {"dims": [], "correction": 1, "keepdim": 0},
+             "UnsupportedDType"),
+            ("topk", [(rnd([2, 3], f32), 0, 0)], {"k": 4, "dim": 1, "largest": 1, "out": 0}, "InvalidArgument"),
+            ("split", [(rnd([2, 3], f32), 0, 0)], {"sizes": [1, 1], "dim": 1}, "ShapeMismatch"),
+            ("cumsum", [(rnd([2, 3], f32), 0, 0)], {"dim": 2}, "IndexOutOfBounds"),
+            ("repeat", [(rnd([2, 3], f32), 0, 0)], {"reps": [2]}, "InvalidArgument"),
+            ("roll", [(rnd([2, 3], f32), 0, 0)], {"shifts": [1, 2], "dims": [0]}, "InvalidArgument"),
+            ("norm", [(rnd([0], f32), 0, 0)], {"p": math.inf, "dims": [], "keepdim": 0}, "EmptyReduction")):
+        add(Case(op, f32, ins, params=p, grad=False, error=err))
     for i, c in enumerate(cases):
         c.id = i
     return cases

@@ -60,14 +60,21 @@ void index_select_t(const TensorImpl& x, int64_t dim, const TensorImpl& idx, Ten
   T* op = out.ptr<T>();
   const bool rows = is_unit_inner(ax);
   parallel_for(O * n, std::max<int64_t>(1, 32768 / std::max<int64_t>(I, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t u = b; u < e; ++u) {
-      const int64_t o = u / n, i = u % n;
-      const T* src = xp + offset_of(o, ax.outer_shape, ax.outer_strides) + ip[i * istride] * ax.dim_stride;
-      T* dst = op + u * I;
-      if (rows) {
-        std::memcpy(dst, src, static_cast<size_t>(I) * sizeof(T));
-      } else {
-        for (int64_t j = 0; j < I; ++j) dst[j] = src[offset_of(j, ax.inner_shape, ax.inner_strides)];
+    // One outer offset per outer slice, not per element: selecting along the last dim (I == 1, as flip and
+    // roll do) is then a plain gather loop.
+    for (int64_t u = b; u < e;) {
+      const int64_t o = u / n, stop = std::min(e, (o + 1) * n);
+      const T* base = xp + offset_of(o, ax.outer_shape, ax.outer_strides);
+      for (int64_t i = u % n; u < stop; ++u, ++i) {
+        const T* src = base + ip[i * istride] * ax.dim_stride;
+        T* dst = op + u * I;
+        if (rows && I == 1) {
+          *dst = *src;
+        } else if (rows) {
+          std::memcpy(dst, src, static_cast<size_t>(I) * sizeof(T));
+        } else {
+          for (int64_t j = 0; j < I; ++j) dst[j] = src[offset_of(j, ax.inner_shape, ax.inner_strides)];
+        }
       }
     }
   });

@@ -267,8 +267,9 @@ class CudaBackend final : public Backend {
   void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
     cuda::scatter_add(out, dim, idx, src);
   }
-  // Fused ops: f32 cross entropy (rows up to INT32_MAX), im2col / col2im, the grouped optimizer steps, and the
-  // small SPD linear algebra (n <= 32); anything else takes the composite fallback.
+  // Fused ops: f32 cross entropy (rows up to INT32_MAX), im2col / col2im, the grouped optimizer steps, the
+  // small SPD linear algebra (n <= 32), and scans / sort indices along a dim (f32, i64); anything else takes the
+  // composite fallback.
   bool supports(const ops::FusedCall& call) const override {
     switch (ops::fused_op(call)) {
       case ops::FusedOp::CrossEntropy: {
@@ -299,6 +300,12 @@ class CudaBackend final : public Backend {
         const auto& c = std::get<ops::SolveTriangularSmallCall>(call);
         return c.count >= 1 && c.k >= 1 && cuda::has_small_linalg(c.t->dtype, c.n);
       }
+      case ops::FusedOp::Scan:
+        return cuda::has_scan_sort(std::get<ops::ScanCall>(call).x->dtype);
+      case ops::FusedOp::CumprodBackward:
+        return std::get<ops::CumprodBackwardCall>(call).x->dtype == DType::F32;
+      case ops::FusedOp::SortIndices:
+        return cuda::has_scan_sort(std::get<ops::SortIndicesCall>(call).x->dtype);
     }
     return false;
   }
@@ -339,6 +346,12 @@ class CudaBackend final : public Backend {
         if (!cuda::solve_triangular_small(*c.t, *c.x, c.count, c.n, c.k, c.upper, c.fail)) break;
         return;
       }
+      case ops::FusedOp::Scan:
+        return cuda::scan(std::get<ops::ScanCall>(call));
+      case ops::FusedOp::CumprodBackward:
+        return cuda::cumprod_backward(std::get<ops::CumprodBackwardCall>(call));
+      case ops::FusedOp::SortIndices:
+        return cuda::sort_indices(std::get<ops::SortIndicesCall>(call));
     }
     Backend::run(call);  // not offered (supports() said so)
   }

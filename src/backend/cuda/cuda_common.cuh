@@ -80,4 +80,9 @@ bool cholesky_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& L, 
 bool solve_triangular_small(const TensorImpl& t, TensorImpl& x, int64_t count, int64_t n, int64_t k, bool upper,
                             SpdFailure& fail);
 
+// Scans and sorting along a dim (cuda_scan_sort.cu): f32 and i64 (cumprod's backward: f32).
+bool has_scan_sort(DType dtype);
+void scan(const ops::ScanCall& c);
+void cumprod_backward(const ops::CumprodBackwardCall& c);
+void sort_indices(const ops::SortIndicesCall& c);
 }  // namespace oxmera::detail::cuda
