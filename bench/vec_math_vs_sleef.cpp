@@ -44,7 +44,8 @@ double max_ulp(const std::vector<T>& x, const std::vector<T>& y, long double (*r
 }
 
 template <class T, class Own, class Sleef>
-void compare(const char* name, const std::vector<T>& x, int reps, Own own, Sleef sleef, long double (*ref)(long double)) {
+void compare(const char* name, const std::vector<T>& x, int reps, Own own, Sleef sleef,
+             long double (*ref)(long double)) {
   std::vector<T> y(x.size()), z(x.size());
   const size_t n = x.size();
   const double t_own = best_ms(reps, [&] {
@@ -52,15 +53,14 @@ void compare(const char* name, const std::vector<T>& x, int reps, Own own, Sleef
   });
   const double t_sleef = best_ms(reps, [&] { sleef(x.data(), z.data(), n); });
   std::printf("%-5s %s  own %7.3f ms  sleef %7.3f ms  own/sleef %.2f   max ulp own %.2f sleef %.2f\n", name,
-              sizeof(T) == 4 ? "f32" : "f64", t_own, t_sleef, t_own / t_sleef, max_ulp(x, y, ref),
-              max_ulp(x, z, ref));
+              sizeof(T) == 4 ? "f32" : "f64", t_own, t_sleef, t_own / t_sleef, max_ulp(x, y, ref), max_ulp(x, z, ref));
 }
 
-#define SLEEF_LOOP(T, VT, W, load, store, fn)            \
-  [](const T* in, T* out, size_t n) {                    \
-    size_t i = 0;                                        \
+#define SLEEF_LOOP(T, VT, W, load, store, fn)                    \
+  [](const T* in, T* out, size_t n) {                            \
+    size_t i = 0;                                                \
     for (; i + W <= n; i += W) store(out + i, fn(load(in + i))); \
-    for (; i < n; ++i) out[i] = in[i];                   \
+    for (; i < n; ++i) out[i] = in[i];                           \
   }
 
 long double ld_exp(long double v) { return std::exp(v); }
@@ -77,17 +77,23 @@ int main(int argc, char** argv) {
   std::vector<float> xf(n);
   std::vector<double> xd(n);
   for (size_t i = 0; i < n; ++i) xd[i] = xf[i] = static_cast<float>(d(rng));
-  compare<float>("exp", xf, reps, [](float v) { return vm::exp(v); },
-                 SLEEF_LOOP(float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, Sleef_expf8_u10avx2), ld_exp);
-  compare<float>("tanh", xf, reps, [](float v) { return vm::tanh(v); },
-                 SLEEF_LOOP(float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, Sleef_tanhf8_u10avx2), ld_tanh);
-  compare<float>("erf", xf, reps, [](float v) { return vm::erf(v); },
-                 SLEEF_LOOP(float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, Sleef_erff8_u10avx2), ld_erf);
-  compare<double>("exp", xd, reps, [](double v) { return vm::exp(v); },
-                  SLEEF_LOOP(double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, Sleef_expd4_u10avx2), ld_exp);
-  compare<double>("tanh", xd, reps, [](double v) { return vm::tanh(v); },
-                  SLEEF_LOOP(double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, Sleef_tanhd4_u10avx2), ld_tanh);
-  compare<double>("erf", xd, reps, [](double v) { return vm::erf(v); },
-                  SLEEF_LOOP(double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, Sleef_erfd4_u10avx2), ld_erf);
+  compare<float>(
+      "exp", xf, reps, [](float v) { return vm::exp(v); },
+      SLEEF_LOOP(float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, Sleef_expf8_u10avx2), ld_exp);
+  compare<float>(
+      "tanh", xf, reps, [](float v) { return vm::tanh(v); },
+      SLEEF_LOOP(float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, Sleef_tanhf8_u10avx2), ld_tanh);
+  compare<float>(
+      "erf", xf, reps, [](float v) { return vm::erf(v); },
+      SLEEF_LOOP(float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, Sleef_erff8_u10avx2), ld_erf);
+  compare<double>(
+      "exp", xd, reps, [](double v) { return vm::exp(v); },
+      SLEEF_LOOP(double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, Sleef_expd4_u10avx2), ld_exp);
+  compare<double>(
+      "tanh", xd, reps, [](double v) { return vm::tanh(v); },
+      SLEEF_LOOP(double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, Sleef_tanhd4_u10avx2), ld_tanh);
+  compare<double>(
+      "erf", xd, reps, [](double v) { return vm::erf(v); },
+      SLEEF_LOOP(double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, Sleef_erfd4_u10avx2), ld_erf);
   return 0;
 }

@@ -48,20 +48,32 @@ TEST(Activations, ParametersOtherThanTheDefaults) {
     for (double v : in) want.push_back(f(v));
     expect_close(values(got), want, 1e-14, 1e-14, what);
   };
-  expect_fn(x.softplus(), [](double v) { return v > 20 ? v : std::log1p(std::exp(v)); }, "softplus");
-  expect_fn(x.softplus(2, 1), [](double v) { return 2 * v > 1 ? v : std::log1p(std::exp(2 * v)) / 2; },
-            "softplus(2, 1)");
-  expect_fn(x.elu(0.5), [](double v) { return v > 0 ? v : 0.5 * (std::exp(v) - 1); }, "elu(0.5)");
-  expect_fn(x.leaky_relu(), [](double v) { return v > 0 ? v : 0.01 * v; }, "leaky_relu");
-  expect_fn(x.leaky_relu(0.2), [](double v) { return v > 0 ? v : 0.2 * v; }, "leaky_relu(0.2)");
-  expect_fn(x.hardtanh(), [](double v) { return std::clamp(v, -1.0, 1.0); }, "hardtanh");
-  expect_fn(x.hardtanh(-0.5, 2), [](double v) { return std::clamp(v, -0.5, 2.0); }, "hardtanh(-0.5, 2)");
-  expect_fn(F::softplus(x, 0.5, 20), [](double v) { return std::log1p(std::exp(0.5 * v)) / 0.5; }, "F::softplus");
-  expect_fn(F::silu(x), [](double v) { return v / (1 + std::exp(-v)); }, "F::silu");
-  expect_fn(F::mish(x), [](double v) { return v * std::tanh(std::log1p(std::exp(v))); }, "F::mish");
-  expect_fn(F::elu(x, 2), [](double v) { return v > 0 ? v : 2 * (std::exp(v) - 1); }, "F::elu");
-  expect_fn(F::leaky_relu(x, 0.3), [](double v) { return v > 0 ? v : 0.3 * v; }, "F::leaky_relu");
-  expect_fn(F::hardtanh(x, 0, 1), [](double v) { return std::clamp(v, 0.0, 1.0); }, "F::hardtanh");
+  expect_fn(
+      x.softplus(), [](double v) { return v > 20 ? v : std::log1p(std::exp(v)); }, "softplus");
+  expect_fn(
+      x.softplus(2, 1), [](double v) { return 2 * v > 1 ? v : std::log1p(std::exp(2 * v)) / 2; }, "softplus(2, 1)");
+  expect_fn(
+      x.elu(0.5), [](double v) { return v > 0 ? v : 0.5 * (std::exp(v) - 1); }, "elu(0.5)");
+  expect_fn(
+      x.leaky_relu(), [](double v) { return v > 0 ? v : 0.01 * v; }, "leaky_relu");
+  expect_fn(
+      x.leaky_relu(0.2), [](double v) { return v > 0 ? v : 0.2 * v; }, "leaky_relu(0.2)");
+  expect_fn(
+      x.hardtanh(), [](double v) { return std::clamp(v, -1.0, 1.0); }, "hardtanh");
+  expect_fn(
+      x.hardtanh(-0.5, 2), [](double v) { return std::clamp(v, -0.5, 2.0); }, "hardtanh(-0.5, 2)");
+  expect_fn(
+      F::softplus(x, 0.5, 20), [](double v) { return std::log1p(std::exp(0.5 * v)) / 0.5; }, "F::softplus");
+  expect_fn(
+      F::silu(x), [](double v) { return v / (1 + std::exp(-v)); }, "F::silu");
+  expect_fn(
+      F::mish(x), [](double v) { return v * std::tanh(std::log1p(std::exp(v))); }, "F::mish");
+  expect_fn(
+      F::elu(x, 2), [](double v) { return v > 0 ? v : 2 * (std::exp(v) - 1); }, "F::elu");
+  expect_fn(
+      F::leaky_relu(x, 0.3), [](double v) { return v > 0 ? v : 0.3 * v; }, "F::leaky_relu");
+  expect_fn(
+      F::hardtanh(x, 0, 1), [](double v) { return std::clamp(v, 0.0, 1.0); }, "F::hardtanh");
   // gradients with the parameters, by finite differences
   Tensor a = leaf_away({3, 4}, 2);
   expect_gradcheck([](const std::vector<Tensor>& v) { return v[0].softplus(2, 1); }, {a}, "softplus(2, 1)");

@@ -63,9 +63,11 @@ std::vector<T> log_points(int elo, int ehi, int n, bool both, uint32_t seed) {
 template <class T>
 std::vector<T> specials() {
   using L = std::numeric_limits<T>;
-  return {T(0),          -T(0),          L::infinity(),   -L::infinity(), L::quiet_NaN(), L::denorm_min(),
-          -L::denorm_min(), L::min(),    -L::min(),       L::min() / 3,   L::max(),       -L::max(),
-          T(1),          T(-1),          T(0.5),          T(-0.5),        T(1e-30),       T(-1e-30)};
+  return {T(0),           -T(0),           L::infinity(),    -L::infinity(),
+          L::quiet_NaN(), L::denorm_min(), -L::denorm_min(), L::min(),
+          -L::min(),      L::min() / 3,    L::max(),         -L::max(),
+          T(1),           T(-1),           T(0.5),           T(-0.5),
+          T(1e-30),       T(-1e-30)};
 }
 
 template <class T>
@@ -92,8 +94,7 @@ double max_ulp_op(const std::function<Tensor(const Tensor&)>& op, const Ref& ref
   Tensor t = from_vector<T>(xs, {static_cast<int64_t>(xs.size())});
   std::vector<T> got = op(t).template to_vector<T>();
   double m = 0;
-  for (size_t i = 0; i < xs.size(); ++i)
-    m = std::max(m, ulp_error<T>(got[i], ref(static_cast<long double>(xs[i]))));
+  for (size_t i = 0; i < xs.size(); ++i) m = std::max(m, ulp_error<T>(got[i], ref(static_cast<long double>(xs[i]))));
   return m;
 }
 
@@ -123,9 +124,9 @@ std::vector<Case<T>> cases() {
   for (T b : {T(vm::ExpLimits<T>::hi), T(vm::ExpLimits<T>::lo), T(f32 ? 88.72283935546875 : 709.79),
               T(f32 ? -87.33654 : -708.39641853226408), T(f32 ? -103.97208 : -745.13321910194110)})
     for (T v : {b, std::nextafter(b, T(-INFINITY)), std::nextafter(b, T(INFINITY))}) exp_pts.push_back(v);
-  const auto log_pts = concat(concat(log_points<T>(f32 ? -149 : -1074, f32 ? 127 : 1023, 20000, false, 3),
-                                     uniform_points<T>(0.5, 2, 5000, 4)),
-                              concat(sp, uniform_points<T>(-3, -0.001, 100, 5)));
+  const auto log_pts = concat(
+      concat(log_points<T>(f32 ? -149 : -1074, f32 ? 127 : 1023, 20000, false, 3), uniform_points<T>(0.5, 2, 5000, 4)),
+      concat(sp, uniform_points<T>(-3, -0.001, 100, 5)));
   const auto log1p_pts = concat(concat(uniform_points<T>(-1, 3, 20000, 6), log_points<T>(-60, 60, 5000, false, 7)),
                                 concat(sp, log_points<T>(-60, -1, 2000, true, 8)));
   const auto tanh_pts =
@@ -150,10 +151,8 @@ std::vector<Case<T>> cases() {
        [](const Tensor& t) { return t.tanh(); }, tanh_pts, 3},
       {"erf", [](T x) { return vm::erf(x); }, [](long double x) { return std::erf(x); },
        [](const Tensor& t) { return t.erf(); }, erf_pts, 3},
-      {"sin", [](T x) { return vm::sin(x); }, [](long double x) { return std::sin(x); }, nullptr, trig_fn_pts,
-       2.5},
-      {"cos", [](T x) { return vm::cos(x); }, [](long double x) { return std::cos(x); }, nullptr, trig_fn_pts,
-       2.5},
+      {"sin", [](T x) { return vm::sin(x); }, [](long double x) { return std::sin(x); }, nullptr, trig_fn_pts, 2.5},
+      {"cos", [](T x) { return vm::cos(x); }, [](long double x) { return std::cos(x); }, nullptr, trig_fn_pts, 2.5},
       {"sin (op)", nullptr, [](long double x) { return std::sin(x); }, [](const Tensor& t) { return t.sin(); },
        trig_op_pts, 2.5},
       {"cos (op)", nullptr, [](long double x) { return std::cos(x); }, [](const Tensor& t) { return t.cos(); },
@@ -236,8 +235,8 @@ TEST(VecMath, PowF32) {
   EXPECT_LE(worst, 1.0);
   const float inf = INFINITY;
   const std::vector<std::pair<float, float>> sp = {
-      {0.f, 0.f},  {NAN, 0.f},   {1.f, NAN},  {-1.f, inf}, {-1.f, -inf}, {0.f, -1.f}, {-0.f, -1.f}, {-0.f, 3.f},
-      {-0.f, 2.f}, {-2.f, 0.5f}, {inf, 2.f},  {inf, -2.f}, {-inf, 3.f},  {-inf, 2.f}, {-inf, 0.5f}, {0.5f, inf},
+      {0.f, 0.f},  {NAN, 0.f},   {1.f, NAN},  {-1.f, inf}, {-1.f, -inf}, {0.f, -1.f},    {-0.f, -1.f}, {-0.f, 3.f},
+      {-0.f, 2.f}, {-2.f, 0.5f}, {inf, 2.f},  {inf, -2.f}, {-inf, 3.f},  {-inf, 2.f},    {-inf, 0.5f}, {0.5f, inf},
       {2.f, inf},  {0.5f, -inf}, {2.f, -inf}, {NAN, 1.f},  {2.f, NAN},   {-8.f, 1.f / 3}};
   for (auto [a, b] : sp) {
     const float want = std::pow(a, b), got = vm::powf(a, b);

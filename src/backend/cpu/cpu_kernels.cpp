@@ -130,6 +130,20 @@ using CpuMath = VecMath;
 // C library in a second, scalar pass (rare in practice; a scan otherwise).
 template <class Def>
 constexpr bool kRangeLimited = std::is_same_v<Def, ops::defs::Sin> || std::is_same_v<Def, ops::defs::Cos>;
+// Whether any of n strided elements is beyond that range: an integer OR reduction (vectorised when contiguous; a
+// bool one is not), so the common case costs one cheap read pass, not a branch per element.
+template <class T>
+bool any_needs_libm(const char* p, int64_t stride, int64_t n) {
+  using I = typename vm::Fp<T>::I;
+  I any = 0;
+  if (stride == sizeof(T)) {
+    const T* x = reinterpret_cast<const T*>(p);
+    for (int64_t i = 0; i < n; ++i) any |= I(vm::trig_needs_libm(x[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) any |= I(vm::trig_needs_libm(*reinterpret_cast<const T*>(p + i * stride)));
+  }
+  return any != 0;
+}
 
 template <class Def, class T>
 void unary_typed(const TensorImpl& x, TensorImpl& out, int64_t grain, const ops::OpParams& prm) {
@@ -146,9 +160,11 @@ void unary_typed(const TensorImpl& x, TensorImpl& out, int64_t grain, const ops:
         at<T>(ptr[0], s[0], i) = ops::unary_fwd<Def, T, CpuMath>(at<T>(ptr[1], s[1], i), params);
     }
     if constexpr (kRangeLimited<Def> && std::is_floating_point_v<T>) {
-      for (int64_t i = 0; i < n; ++i) {
-        const T xv = at<T>(ptr[1], s[1], i);
-        if (vm::trig_needs_libm(xv)) at<T>(ptr[0], s[0], i) = ops::unary_fwd<Def, T>(xv, params);
+      if (any_needs_libm<T>(ptr[1], s[1], n)) {
+        for (int64_t i = 0; i < n; ++i) {
+          const T xv = at<T>(ptr[1], s[1], i);
+          if (vm::trig_needs_libm(xv)) at<T>(ptr[0], s[0], i) = ops::unary_fwd<Def, T>(xv, params);
+        }
       }
     }
   });
@@ -247,11 +263,13 @@ void unary_grad_typed(const TensorImpl& g, const TensorImpl& x, const TensorImpl
         at<T>(ptr[0], s[0], i) = f(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
     }
     if constexpr (kRangeLimited<Def>) {
-      for (int64_t i = 0; i < n; ++i) {
-        const T xv = at<T>(ptr[2], s[2], i);
-        if (vm::trig_needs_libm(xv))
-          at<T>(ptr[0], s[0], i) =
-              ops::unary_grad_of<Def, T>(at<T>(ptr[1], s[1], i), xv, at<T>(ptr[3], s[3], i), params);
+      if (any_needs_libm<T>(ptr[2], s[2], n)) {
+        for (int64_t i = 0; i < n; ++i) {
+          const T xv = at<T>(ptr[2], s[2], i);
+          if (vm::trig_needs_libm(xv))
+            at<T>(ptr[0], s[0], i) =
+                ops::unary_grad_of<Def, T>(at<T>(ptr[1], s[1], i), xv, at<T>(ptr[3], s[3], i), params);
+        }
       }
     }
   });
