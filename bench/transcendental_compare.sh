@@ -3,7 +3,8 @@
 # [1024, 4096] f32 tensor at 1 thread (bench/bench_ops.cpp BM_Tx/*, bench/transcendental_torch.py). Alternates
 # oxmera / torch ROUNDS times (A B A B ...); per op prints the median over rounds of each side's min-of-reps ms and
 # the median (min/max) of the per-round ratios oxmera/torch (< 1: oxmera faster).
-# Usage: bench/transcendental_compare.sh [build-dir] [filter] ; env ROUNDS (3), REPS (5), MIN_TIME (0.3 s)
+# Usage: bench/transcendental_compare.sh [build-dir] [op] ; env ROUNDS (3), REPS (5), MIN_TIME (0.3 s)
+#   op: one word, a substring of the op names (gelu, sin, ...), for both sides
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
