@@ -259,6 +259,67 @@ void BM_Repeat2x2(benchmark::State& state) {
   structured(state, [&] { return x.repeat({2, 2}); });
 }
 BENCHMARK(BM_Repeat2x2)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// ---------------------------------------------------------------- transcendental ops, [1024, 4096] f32
+// Forward (BM_Tx/<op>/fwd) and forward + backward with a given output gradient (BM_Tx/<op>/fwdbwd) of each op the
+// CPU runs with vectorised math; bench/transcendental_compare.sh runs these next to bench/transcendental_torch.py
+// (same ops, shapes and input distributions) at 1 thread.
+namespace tx {
+
+struct TxOp {
+  const char* name;
+  int inputs;     // 1, or 2 for pow (both differentiable)
+  double lo, hi;  // inputs uniform in [lo, hi) (pow's exponent: [-2, 2))
+  ox::Tensor (*f)(const ox::Tensor&, const ox::Tensor&);
+};
+const TxOp kOps[] = {
+    {"exp", 1, -4, 4, [](const ox::Tensor& x, const ox::Tensor&) { return x.exp(); }},
+    {"log", 1, 0.01, 10, [](const ox::Tensor& x, const ox::Tensor&) { return x.log(); }},
+    {"tanh", 1, -4, 4, [](const ox::Tensor& x, const ox::Tensor&) { return x.tanh(); }},
+    {"erf", 1, -4, 4, [](const ox::Tensor& x, const ox::Tensor&) { return x.erf(); }},
+    {"sigmoid", 1, -8, 8, [](const ox::Tensor& x, const ox::Tensor&) { return x.sigmoid(); }},
+    {"gelu", 1, -4, 4, [](const ox::Tensor& x, const ox::Tensor&) { return x.gelu(); }},
+    {"gelu_tanh", 1, -4, 4, [](const ox::Tensor& x, const ox::Tensor&) { return x.gelu("tanh"); }},
+    {"silu", 1, -8, 8, [](const ox::Tensor& x, const ox::Tensor&) { return x.silu(); }},
+    {"softplus", 1, -8, 8, [](const ox::Tensor& x, const ox::Tensor&) { return x.softplus(); }},
+    {"sin", 1, -10, 10, [](const ox::Tensor& x, const ox::Tensor&) { return x.sin(); }},
+    {"cos", 1, -10, 10, [](const ox::Tensor& x, const ox::Tensor&) { return x.cos(); }},
+    {"pow", 2, 0.1, 4, [](const ox::Tensor& a, const ox::Tensor& b) { return a.pow(b); }},
+};
+
+void run(benchmark::State& state, const TxOp& op, bool backward) {
+  const ox::Shape shape{1024, 4096};
+  ox::Tensor x = (ox::rand(shape, 1) * (op.hi - op.lo) + op.lo).requires_grad_(backward);
+  ox::Tensor b = (ox::rand(shape, 2) * 4.0 - 2.0).requires_grad_(backward && op.inputs == 2);
+  ox::Tensor g = ox::randn(shape, 3);
+  for (auto _ : state) {
+    if (backward) {
+      x.zero_grad();
+      b.zero_grad();
+      ox::Tensor y = op.f(x, b);
+      y.backward(g);
+      benchmark::DoNotOptimize(x.grad().impl());
+    } else {
+      ox::NoGradGuard ng;
+      ox::Tensor y = op.f(x, b);
+      benchmark::DoNotOptimize(y.impl());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * shape.product());
+}
+
+const bool registered = [] {
+  for (const TxOp& op : kOps)
+    for (bool bwd : {false, true})
+      benchmark::RegisterBenchmark((std::string("BM_Tx/") + op.name + (bwd ? "/fwdbwd" : "/fwd")).c_str(),
+                                   [&op, bwd](benchmark::State& s) { run(s, op, bwd); })
+          ->ComputeStatistics("min", min_of)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+  return true;
+}();
+
+}  // namespace tx
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

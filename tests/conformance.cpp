@@ -56,13 +56,18 @@ std::vector<std::pair<std::string, Input>> layouts(const Gen& g, uint64_t seed) 
 }
 
 // ---------------------------------------------------------------- elementwise entries
-using UnaryMethod = Tensor (Tensor::*)() const;
+using UnaryMethod = Tensor (*)(const Tensor&);
 using BinaryMethod = Tensor (Tensor::*)(const Tensor&) const;
 // The generated Tensor methods, so the suite calls what users call.
 UnaryMethod unary_method(ops::UnaryOp op) {
+  // Lambdas, so parameterised methods are called with their default arguments; null for Internal entries.
   static const UnaryMethod table[] = {
-#define OXM_X(id, name, ...) &Tensor::name,
+#define OXM_X(id, name, api, ...) OXM_UNARY_METHOD_OR_NULL_##api(name)
+#define OXM_UNARY_METHOD_OR_NULL_Public(name) +[](const Tensor& t) { return t.name(); },
+#define OXM_UNARY_METHOD_OR_NULL_Internal(name) nullptr,
       OXMERA_UNARY_OPS(OXM_X)
+#undef OXM_UNARY_METHOD_OR_NULL_Public
+#undef OXM_UNARY_METHOD_OR_NULL_Internal
 #undef OXM_X
   };
   return table[static_cast<int>(op)];
@@ -83,9 +88,7 @@ BinaryMethod binary_method(ops::BinaryOp op) {
 std::vector<Case> unary_cases(const OpInfo& info) {
   const auto op = static_cast<ops::UnaryOp>(info.id);
   const bool pub = info.is_public;
-  auto call = [op, pub](const std::vector<Tensor>& v) {
-    return pub ? (v[0].*unary_method(op))() : ops::unary(op, v[0]);
-  };
+  auto call = [op, pub](const std::vector<Tensor>& v) { return pub ? unary_method(op)(v[0]) : ops::unary(op, v[0]); };
   const Gen g{info.lo[0], info.hi[0], info.lo[0] < 0 && info.hi[0] > 0};
   const bool grad = info.differentiable;
   std::vector<Case> cs;

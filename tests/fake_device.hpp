@@ -56,9 +56,9 @@ class HostMemoryDevice final : public d::Backend {
   void empty_cache() override {}
 
   // Kernels: the memory is host memory, so the CPU backend's kernels run on it as they are.
-  void unary(ops::UnaryOp op, const d::TensorImpl& x, d::TensorImpl& out) override {
+  void unary(ops::UnaryOp op, const d::TensorImpl& x, d::TensorImpl& out, const ops::OpParams& p) override {
     note_kernel(__func__);
-    cpu().unary(op, x, out);
+    cpu().unary(op, x, out, p);
   }
   void binary(ops::BinaryOp op, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
     note_kernel(__func__);
@@ -74,9 +74,9 @@ class HostMemoryDevice final : public d::Backend {
     cpu().binary_grad(op, side, g, a, b, out);
   }
   void unary_grad(ops::UnaryOp op, const d::TensorImpl& g, const d::TensorImpl& x, const d::TensorImpl& y,
-                  d::TensorImpl& out) override {
+                  d::TensorImpl& out, const ops::OpParams& p) override {
     note_kernel(__func__);
-    cpu().unary_grad(op, g, x, y, out);
+    cpu().unary_grad(op, g, x, y, out, p);
   }
   void where(const d::TensorImpl& m, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
     note_kernel(__func__);

@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -126,10 +127,12 @@ class Tensor {
   Tensor to(Device device) const;
 
   // ---- elementwise ops: one method per entry of the op registry (oxmera/op_registry.hpp, which documents
-  // each): unary x.exp(), x.tanh(), x.gelu() (tanh approximation), x.sign() (gradient 0), ...; binary
-  // a.add(b), a.pow(b), a.maximum(b), and the comparisons a.eq(b), a.lt(b), ... (masks of a's dtype holding 0
-  // or 1; not differentiable).
-#define OXM_X(id, name, ...) Tensor name() const;
+  // each): unary x.exp(), x.tanh(), x.gelu() (exact, torch's default), x.sign() (gradient 0), x.isnan() (a 0/1
+  // mask), parameterised ones with torch's defaults (x.softplus(beta = 1, threshold = 20), x.leaky_relu(0.01),
+  // ...); binary a.add(b), a.pow(b), a.remainder(b), a.maximum(b), and the comparisons a.eq(b), a.lt(b), ...
+  // (masks of a's dtype holding 0 or 1; not differentiable).
+#define OXM_X(id, name, api, dtypes, grad, cost, lo, hi, params, ...) \
+  OXM_IF_PUBLIC(api, Tensor name(OXM_PARAM_DECL(params)) const;)
   OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
 #define OXM_X(id, name, api, ...) OXM_IF_PUBLIC(api, Tensor name(const Tensor& other) const;)
@@ -139,7 +142,17 @@ class Tensor {
 #define OXM_X(id, name, api, ...) OXM_IF_PUBLIC(api, Tensor name(double other) const;)
   OXMERA_BINARY_OPS(OXM_X)
 #undef OXM_X
+  // torch's approximate= argument: "none" (exact, as gelu()) or "tanh"; anything else is InvalidArgument.
+  Tensor gelu(std::string_view approximate) const;
   Tensor clamp(double lo, double hi) const;
+  // Tensor bounds (broadcast with self, same dtype); either may be undefined (Tensor{}) for no bound, not both.
+  // Computed as min(max(x, lo), hi), as torch; the gradient reaches x where lo <= x <= hi and each bound where it
+  // is the result.
+  Tensor clamp(const Tensor& lo, const Tensor& hi) const;
+  Tensor clamp_min(double lo) const;
+  Tensor clamp_min(const Tensor& lo) const;
+  Tensor clamp_max(double hi) const;
+  Tensor clamp_max(const Tensor& hi) const;
 
   // ---- reductions (empty dims = all dims)
   Tensor sum(const Dims& dims = {}, bool keepdim = false) const;

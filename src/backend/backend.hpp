@@ -34,7 +34,8 @@ class Backend {
 
   // ---- kernels. Every input is a view already broadcast to the output's shape (stride 0 where
   // broadcast); outputs are freshly allocated and contiguous unless a comment says otherwise.
-  virtual void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) = 0;
+  // `params`: the op's scalar parameters (the registry's params column; zeros for ops without), by value.
+  virtual void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out, const ops::OpParams& params) = 0;
   virtual void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) = 0;
   // A binary op with one operand a host scalar passed by value: out = op(s, t) when scalar_left, else op(t, s);
   // t has out's shape (any strides). Saves a device-side 0-d tensor (one fill launch) per scalar operand.
@@ -47,7 +48,7 @@ class Backend {
   // The backward of a unary op in one pass: out = Def::grad(g, x, y) elementwise (float dtypes). x and y are
   // the op's saved input and output; one it does not save is passed as g (never read).
   virtual void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
-                          TensorImpl& out) = 0;
+                          TensorImpl& out, const ops::OpParams& params) = 0;
   // out = mask != 0 ? a : b; mask may be U8 or the dtype of a/b.
   virtual void where(const TensorImpl& mask, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) = 0;
   // Strided copy with dtype conversion; `dst` may be any (non-overlapping) strided view.

@@ -30,14 +30,14 @@ Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& a, cons
 }
 
 // One pass over the output: out = Def::grad(g, x, y). g, x and y have one shape, dtype and device.
-Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y) {
+Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y, const OpParams& params) {
   const auto &gi = *g.impl(), &xi = *x.impl(), &yi = *y.impl();
   OXM_CHECK(xi.shape == gi.shape && yi.shape == gi.shape && xi.dtype == gi.dtype && yi.dtype == gi.dtype &&
                 xi.device() == gi.device() && yi.device() == gi.device(),
             InvalidArgument, unary_name(op), " backward: gradient ", gi.shape, " ", gi.dtype, " on ", gi.device(),
             " does not match the saved tensors ", xi.shape, " ", xi.dtype, " and ", yi.shape, " ", yi.dtype);
   Tensor out = detail::make_empty(gi.shape, gi.dtype, gi.device(), unary_name(op));
-  detail::backend_for(gi.device(), unary_name(op)).unary_grad(op, gi, xi, yi, *out.impl());
+  detail::backend_for(gi.device(), unary_name(op)).unary_grad(op, gi, xi, yi, *out.impl(), params);
   return out;
 }
 
@@ -55,28 +55,40 @@ struct UnaryNode final : Node {
     y.reset();
     return had;
   }
+  OpParams params;
   const char* name() const override { return Def::name; }
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor& g = gout[0];
     Tensor xs, ys;
     if constexpr (Def::saves == Saves::Input || Def::saves == Saves::Both) xs = x.get(Def::name);
     if constexpr (Def::saves == Saves::Output || Def::saves == Saves::Both) ys = y.get(Def::name);
-    gin[0] = unary_grad(Def::id, g, xs.defined() ? xs : g, ys.defined() ? ys : g);
+    gin[0] = unary_grad(Def::id, g, xs.defined() ? xs : g, ys.defined() ? ys : g, params);
   }
 };
 
+// Parameters torch refuses.
 template <class Def>
-Tensor unary_impl(const Tensor& x) {
+void check_params(const OpParams& p) {
+  if constexpr (Def::id == UnaryOp::Hardtanh)
+    OXM_CHECK(p.v[0] <= p.v[1], InvalidArgument, "hardtanh: min_val ", p.v[0], " exceeds max_val ", p.v[1]);
+  if constexpr (Def::id == UnaryOp::Softplus)
+    OXM_CHECK(p.v[0] != 0, InvalidArgument, "softplus: beta must not be 0 (it divides by beta)");
+}
+
+template <class Def>
+Tensor unary_impl(const Tensor& x, const OpParams& params) {
   detail::check_defined(x, Def::name);
+  check_params<Def>(params);
   const auto& xi = *x.impl();
   OXM_CHECK(is_floating(xi.dtype) || (Def::ints && xi.dtype == DType::I64), UnsupportedDType, Def::name, ": dtype ",
             xi.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)",
             "; cast with .to(DType::F32)");
   Tensor out = detail::make_empty(xi.shape, xi.dtype, xi.device(), Def::name);
-  detail::backend_for(xi.device(), Def::name).unary(Def::id, xi, *out.impl());
+  detail::backend_for(xi.device(), Def::name).unary(Def::id, xi, *out.impl(), params);
   if constexpr (Def::diff) {
     if (detail::needs_tape(x)) {
       auto* n = new UnaryNode<Def>();
+      n->params = params;
       n->next.push_back(detail::edge_of(x));
       if constexpr (Def::saves == Saves::Input || Def::saves == Saves::Both) n->x.save(x, false);
       if constexpr (Def::saves == Saves::Output || Def::saves == Saves::Both) n->y.save(out, true);
@@ -224,10 +236,14 @@ Tensor binary_impl(const Tensor& a, const Tensor& b) {
 }
 
 Tensor unary(UnaryOp op, const Tensor& x) {
+  OXM_CHECK(op < UnaryOp::Count, InvalidArgument, "unary: unknown op");
+  return unary(op, x, default_params(op));
+}
+Tensor unary(UnaryOp op, const Tensor& x, const OpParams& params) {
   switch (op) {
 #define OXM_X(id, ...) \
   case UnaryOp::id:    \
-    return unary_impl<defs::id>(x);
+    return unary_impl<defs::id>(x, params);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default:
@@ -302,10 +318,18 @@ using ops::BinaryOp;
 using ops::UnaryOp;
 
 // The registry's public methods and free functions (declared in tensor.hpp from the same entries).
-#define OXM_X(id, name, ...) \
-  Tensor Tensor::name() const { return ops::unary(UnaryOp::id, *this); }
+#define OXM_X(id, name, api, dtypes, grad, cost, lo, hi, params, ...) \
+  OXM_IF_PUBLIC(                                                      \
+      api, Tensor Tensor::name(OXM_PARAM_DEF(params))                 \
+               const { return ops::unary(UnaryOp::id, *this, OXM_PARAM_VALUES(params)); })
 OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
+
+Tensor Tensor::gelu(std::string_view approximate) const {
+  if (approximate == "none") return gelu();
+  if (approximate == "tanh") return ops::unary(UnaryOp::GeluTanh, *this);
+  OXM_FAIL(InvalidArgument, "gelu: approximate must be \"none\" or \"tanh\", not \"", approximate, "\"");
+}
 #define OXM_X(id, name, api, ...)                                                                                  \
   OXM_IF_PUBLIC(                                                                                                   \
       api, Tensor Tensor::name(const Tensor& o) const { return ops::binary(BinaryOp::id, *this, o); } Tensor name( \
@@ -332,6 +356,36 @@ Tensor Tensor::clamp(double lo, double hi) const {
   // and NaN propagates.
   Tensor lo_t = ops::scalar_on_device_of(lo, *this, "clamp"), hi_t = ops::scalar_on_device_of(hi, *this, "clamp");
   return where(lt(lo_t), lo_t, where(gt(hi_t), hi_t, *this));
+}
+
+// Tensor bounds: min(max(x, lo), hi) as two selects, so each bound's gradient is where it is the result and x's
+// where lo <= x <= hi (torch's rule); NaN in x propagates (both comparisons are false).
+Tensor Tensor::clamp(const Tensor& lo, const Tensor& hi) const {
+  detail::check_defined(*this, "clamp");
+  OXM_CHECK(lo.defined() || hi.defined(), InvalidArgument,
+            "clamp: at least one of the bounds must be given (both are undefined tensors)");
+  for (const Tensor* bound : {&lo, &hi})
+    if (bound->defined()) ops::check_binary(*this, *bound, "clamp");  // dtype, device and shape, named clamp
+  Tensor r = *this;
+  if (lo.defined()) r = where(r.lt(lo), lo, r);
+  if (hi.defined()) r = where(r.gt(hi), hi, r);
+  return r;
+}
+Tensor Tensor::clamp_min(const Tensor& lo) const {
+  detail::check_defined(lo, "clamp_min", "bound");
+  return clamp(lo, Tensor());
+}
+Tensor Tensor::clamp_max(const Tensor& hi) const {
+  detail::check_defined(hi, "clamp_max", "bound");
+  return clamp(Tensor(), hi);
+}
+Tensor Tensor::clamp_min(double lo) const {
+  detail::check_defined(*this, "clamp_min");
+  return clamp_min(ops::scalar_on_device_of(lo, *this, "clamp_min"));
+}
+Tensor Tensor::clamp_max(double hi) const {
+  detail::check_defined(*this, "clamp_max");
+  return clamp_max(ops::scalar_on_device_of(hi, *this, "clamp_max"));
 }
 
 Tensor operator-(const Tensor& a) { return a.neg(); }

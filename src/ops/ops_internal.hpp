@@ -6,7 +6,7 @@ namespace oxmera::ops {
 
 // ops::unary / ops::binary (the generic entry points) are declared in oxmera/op_registry.hpp.
 // The backward of unary op `op` in one kernel (see defs::*::grad); x, y: what the op saves, else g.
-Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y);
+Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y, const OpParams& params = {});
 // One operand's gradient of binary op `op` in one kernel (see defs::*::grad_a / grad_b).
 Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& a, const Tensor& b);
 Shape check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_host_scalar = false);

@@ -192,7 +192,11 @@ Tensor apply(const std::string& op, const Params& p, const std::vector<Tensor>& 
   if (const ops::OpInfo* e = ops::find_op(op); e && (e->kind == ops::OpKind::Unary || e->kind == ops::OpKind::Binary)) {
     if (e->kind == ops::OpKind::Unary) {
       need(1);
-      return ops::unary(static_cast<ops::UnaryOp>(e->id), in[0]);
+      // the entry's parameters: the case's values where it gives them, else the registry's defaults
+      ops::OpParams prm;
+      for (int k = 0; k < e->nparams; ++k)
+        prm.v[k] = p.has(e->param_names[k]) ? p.d(e->param_names[k]) : e->param_defaults[k];
+      return ops::unary(static_cast<ops::UnaryOp>(e->id), in[0], prm);
     }
     need(2);
     return ops::binary(static_cast<ops::BinaryOp>(e->id), in[0], in[1]);
@@ -243,6 +247,23 @@ Tensor apply(const std::string& op, const Params& p, const std::vector<Tensor>& 
   if (op == "clamp") {
     need(1);
     return in[0].clamp(p.d("lo"), p.d("hi"));
+  }
+  if (op == "clamp_t") {  // tensor bounds; "omit" = lo or hi: that bound is an undefined tensor
+    need(3);
+    const std::string omit = p.has("omit") ? p.get("omit") : "";
+    return in[0].clamp(omit == "lo" ? Tensor() : in[1], omit == "hi" ? Tensor() : in[2]);
+  }
+  if (op == "clamp_min_t" || op == "clamp_max_t") {
+    need(2);
+    return op == "clamp_min_t" ? in[0].clamp_min(in[1]) : in[0].clamp_max(in[1]);
+  }
+  if (op == "clamp_min_s" || op == "clamp_max_s") {
+    need(1);
+    return op == "clamp_min_s" ? in[0].clamp_min(p.d("s")) : in[0].clamp_max(p.d("s"));
+  }
+  if (op == "gelu_approx") {
+    need(1);
+    return in[0].gelu(p.get("approximate"));
   }
   // reductions
   if (op == "sum") {
@@ -508,12 +529,21 @@ std::string run_case(const std::string& line) {
 }  // namespace
 
 // `--registry`: one line per elementwise registry entry, for the Python side to generate its cases:
-//   <name> <arity> <differentiable> <public> <lo_a> <hi_a> <lo_b> <hi_b> <torch expression...>
+//   <name> <arity> <differentiable> <public> <lo_a> <hi_a> <lo_b> <hi_b> <params> <torch expression...>
+// <params>: "-" or name=default,... (the unary entry's scalar parameters, named in the torch expression).
 void print_registry() {
   for (auto table : {ops::unary_ops(), ops::binary_ops()})
-    for (const ops::OpInfo& e : table)
-      std::printf("%s %d %d %d %.17g %.17g %.17g %.17g %s\n", e.name, e.kind == ops::OpKind::Unary ? 1 : 2,
-                  e.differentiable ? 1 : 0, e.is_public ? 1 : 0, e.lo[0], e.hi[0], e.lo[1], e.hi[1], e.torch);
+    for (const ops::OpInfo& e : table) {
+      std::string params;
+      for (int k = 0; k < e.nparams; ++k) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s%s=%.17g", k ? "," : "", e.param_names[k], e.param_defaults[k]);
+        params += buf;
+      }
+      std::printf("%s %d %d %d %.17g %.17g %.17g %.17g %s %s\n", e.name, e.kind == ops::OpKind::Unary ? 1 : 2,
+                  e.differentiable ? 1 : 0, e.is_public ? 1 : 0, e.lo[0], e.hi[0], e.lo[1], e.hi[1],
+                  params.empty() ? "-" : params.c_str(), e.torch);
+    }
 }
 
 int main(int argc, char** argv) {

@@ -311,6 +311,11 @@ TORCH_OPS = {
     "add_s": lambda p, x: x + p["s"], "sub_s": lambda p, x: x - p["s"], "mul_s": lambda p, x: x * p["s"],
     "div_s": lambda p, x: x / p["s"], "rsub_s": lambda p, x: p["s"] - x, "rdiv_s": lambda p, x: p["s"] / x,
     "pow_s": lambda p, x: torch.pow(x, p["s"]), "clamp": lambda p, x: torch.clamp(x, p["lo"], p["hi"]),
+    "clamp_t": lambda p, x, lo, hi: torch.clamp(x, None if p.get("omit") == "lo" else lo,
+                                                None if p.get("omit") == "hi" else hi),
+    "clamp_min_t": lambda p, x, lo: torch.clamp_min(x, lo), "clamp_max_t": lambda p, x, hi: torch.clamp_max(x, hi),
+    "clamp_min_s": lambda p, x: torch.clamp_min(x, p["s"]), "clamp_max_s": lambda p, x: torch.clamp_max(x, p["s"]),
+    "gelu_approx": lambda p, x: torch.nn.functional.gelu(x, approximate=p["approximate"]),
     "sum": red(t_sum), "mean": red(t_mean), "max": red(t_amax), "min": red(t_amin),
     "argmax": lambda p, x: torch.argmax(x, dim=p["dim"], keepdim=p["keepdim"]),
     "argmin": lambda p, x: torch.argmin(x, dim=p["dim"], keepdim=p["keepdim"]),
@@ -386,6 +391,12 @@ BINARY = []  # the registry's differentiable public binary ops
 COMPARE = []  # its non-differentiable ones (comparisons)
 INTERNAL = []  # binary entries without a public method (random inputs only)
 DOMAIN = {}  # name -> ((lo_a, hi_a), (lo_b, hi_b)), the registry's test domains
+NOGRAD_UNARY = set()  # the registry's non-differentiable unary ops (isnan, ...)
+PARAMS = {}  # name -> {param: default}, the registry's parameterised unary ops
+# Non-default parameters each parameterised unary op is also run with (beyond its defaults).
+PARAM_CASES = {"softplus": [{"beta": 2.0, "threshold": 1.0}, {"beta": 0.5, "threshold": 20.0}],
+               "elu": [{"alpha": 0.5}, {"alpha": 2.0}], "leaky_relu": [{"negative_slope": 0.2}],
+               "hardtanh": [{"min_val": -0.5, "max_val": 2.0}]}
 
 
 def load_registry(driver):
@@ -393,11 +404,19 @@ def load_registry(driver):
     out = subprocess.run([driver, "--registry"], capture_output=True, text=True, timeout=60, check=True).stdout
     names = []
     for line in out.splitlines():
-        name, arity, diff, public, la, ha, lb, hb, expr = line.split(" ", 8)
+        name, arity, diff, public, la, ha, lb, hb, params, expr = line.split(" ", 9)
         if not expr.strip():
             raise RuntimeError("registry entry %s has no torch expression" % name)
         args = "x" if arity == "1" else "a, b"
-        TORCH_OPS[name] = eval("lambda p, %s: %s" % (args, expr), {"torch": torch})  # noqa: S307 - our registry
+        dflt = {} if params == "-" else {k: float(v) for k, v in (kv.split("=") for kv in params.split(","))}
+        # the expression names the parameters: bound from the case's params, else the registry's defaults
+        body = eval("lambda %s: %s" % (", ".join([args] + list(dflt)), expr), {"torch": torch})  # noqa: S307
+        TORCH_OPS[name] = (lambda body, dflt: lambda p, *t: body(*t, *[p.get(k, v) for k, v in dflt.items()]))(
+            body, dflt)
+        if dflt:
+            PARAMS[name] = dflt
+        if arity == "1" and diff == "0":
+            NOGRAD_UNARY.add(name)
         DOMAIN[name] = ((float(la), float(ha)), (float(lb), float(hb)))
         if arity == "1":
             UNARY.append(name)
@@ -447,7 +466,10 @@ def gen_cases():
                 if is_big(shape) and op not in BIG_OPS:
                     continue
                 # sign: oxmera records no autograd history (by design; torch gives a zero gradient)
-                add(Case(op, dt, [(gen(shape, dt), nc, 1)], grad=op != "sign"))
+                add(Case(op, dt, [(gen(shape, dt), nc, 1)], grad=op != "sign" and op not in NOGRAD_UNARY))
+            for prm in PARAM_CASES.get(op, []):
+                for shape, nc in (([3, 5], 1), ([2, 3, 4], 0)):
+                    add(Case(op, dt, [(gen(shape, dt), nc, 1)], params=prm))
             sp = np.array(SPECIAL, dtype=NP_OF[dt])
             # sign(nan) is nan in oxmera by design (torch: 0)
             ovr = (lambda o, sp=sp: np.where(np.isnan(sp), np.nan, o).astype(o.dtype)) if op == "sign" else None
@@ -479,6 +501,18 @@ def gen_cases():
                 x = rnd([3, 4], dt, 0.2, 3.0)
             add(Case(op, dt, [(x, 1, 1)], params={"s": s}))
         add(Case("clamp", dt, [(rnd([4, 5], dt), 1, 1)], params={"lo": -0.5, "hi": 0.7}))
+        # tensor bounds, broadcast and non-contiguous, each bound differentiable; one omitted; lo > hi somewhere
+        for omit in ("", "lo", "hi"):
+            add(Case("clamp_t", dt, [(rnd([4, 5], dt), 1, 1), (rnd([5], dt, -1.0, 0.0), 0, 1),
+                                     (rnd([4, 1], dt, 0.0, 1.0), 0, 1)], params={"omit": omit} if omit else {}))
+        add(Case("clamp_t", dt, [(rnd([3, 4], dt), 0, 1), (rnd([3, 4], dt), 2, 1), (rnd([3, 4], dt), 1, 1)],
+                 note="random bounds, lo > hi in places"))
+        for op in ("clamp_min_t", "clamp_max_t"):
+            add(Case(op, dt, [(rnd([4, 5], dt), 1, 1), (rnd([5], dt), 0, 1)]))
+        for op in ("clamp_min_s", "clamp_max_s"):
+            add(Case(op, dt, [(rnd([4, 5], dt), 1, 1)], params={"s": 0.25}))
+        for approx in ("none", "tanh"):
+            add(Case("gelu_approx", dt, [(rnd([3, 5], dt), 1, 1)], params={"approximate": approx}))
         # ---- where
         m = rnd_int([3, 1], dt, 0, 1)
         add(Case("where", dt, [(m, 0, 0), (rnd([3, 4], dt), 0, 1), (rnd([4], dt), 0, 1)]))
@@ -791,6 +825,9 @@ def main():
     verbose = "-v" in sys.argv[2:]
     t0 = time.time()
     registry = load_registry(driver)
+    if set(PARAMS) != set(PARAM_CASES):
+        print("FAIL parameterised registry entries and PARAM_CASES differ: %s vs %s" % (sorted(PARAMS), sorted(PARAM_CASES)))
+        return 1
     cases = gen_cases()
     covered = {c.op for c in cases}
     missing = [n for n in registry if n not in covered]

@@ -42,4 +42,14 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 // Rows of weight [V, D] for I64 indices of any shape: [..., D].
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 
+// Activations as torch.nn.functional names them (the Tensor methods of the op registry, f32 and f64).
+// approximate: "none" (exact, the default) or "tanh".
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+Tensor silu(const Tensor& x);
+Tensor mish(const Tensor& x);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+
 }  // namespace oxmera::nn::functional

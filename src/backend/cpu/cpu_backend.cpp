@@ -42,7 +42,9 @@ class CpuBackend final : public Backend {
   void empty_cache() override { host_empty_cache(); }
   void copy_from_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
-  void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) override { k_->unary(op, x, out); }
+  void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out, const ops::OpParams& p) override {
+    k_->unary(op, x, out, p);
+  }
   void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
     k_->binary(op, a, b, out);
   }
@@ -53,9 +55,9 @@ class CpuBackend final : public Backend {
                    TensorImpl& out) override {
     k_->binary_grad(op, side, g, a, b, out);
   }
-  void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
-                  TensorImpl& out) override {
-    k_->unary_grad(op, g, x, y, out);
+  void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out,
+                  const ops::OpParams& p) override {
+    k_->unary_grad(op, g, x, y, out, p);
   }
   void where(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
     k_->where(m, a, b, out);

@@ -119,42 +119,66 @@ inline T& at(char* p, int64_t stride, int64_t i) {
 }
 
 // ---------------------------------------------------------------- unary / binary
-// The per-element function a CPU kernel runs: the op registry's definition, except where a vectorisable
-// implementation of the same function exists (checked against the f64 reference by the op tests).
-template <class Def, class T>
-inline T cpu_fwd(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    if constexpr (std::is_same_v<Def, ops::defs::Exp>) return exp_f32(x);
-    if constexpr (std::is_same_v<Def, ops::defs::Tanh>) return tanh_f32(x);
-    if constexpr (std::is_same_v<Def, ops::defs::Sigmoid>) return sigmoid_f32(x);
+// The per-element math a CPU kernel runs: the op registry's definition with the vectorisable elementary
+// functions (VecMath, vec_math.hpp), so the loops below compile to SIMD code.
+using CpuMath = VecMath;
+// On the elementwise inner loops: inline the whole per-element math (the op's def, its gradient and the
+// vectorised functions) into the loop, which the vectoriser needs; GCC's size heuristics otherwise leave calls
+// in the bigger gradients (gelu, erf, pow) and those loops run scalar.
+#define OXM_FLATTEN __attribute__((flatten))
+// Ops whose vectorised math holds for |x| <= vm::trig_limit only: their kernels recompute larger arguments with the
+// C library in a second, scalar pass (rare in practice; a scan otherwise).
+template <class Def>
+constexpr bool kRangeLimited = std::is_same_v<Def, ops::defs::Sin> || std::is_same_v<Def, ops::defs::Cos>;
+// Whether any of n strided elements is beyond that range: an integer OR reduction (vectorised when contiguous; a
+// bool one is not), so the common case costs one cheap read pass, not a branch per element.
+template <class T>
+bool any_needs_libm(const char* p, int64_t stride, int64_t n) {
+  using I = typename vm::Fp<T>::I;
+  I any = 0;
+  if (stride == sizeof(T)) {
+    const T* x = reinterpret_cast<const T*>(p);
+    for (int64_t i = 0; i < n; ++i) any |= I(vm::trig_needs_libm(x[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) any |= I(vm::trig_needs_libm(*reinterpret_cast<const T*>(p + i * stride)));
   }
-  return Def::template fwd<T>(x);
+  return any != 0;
 }
 
 template <class Def, class T>
-void unary_typed(const TensorImpl& x, TensorImpl& out, int64_t grain) {
+void unary_typed(const TensorImpl& x, TensorImpl& out, int64_t grain, const ops::OpParams& prm) {
   const TensorImpl* ops[2] = {&out, &x};
   const auto p = make_plan(out.shape, ops);
-  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
+  const ops::OpParams params = prm;
+  run_plan(p, grain, [params](char** ptr, const int64_t* s, int64_t n) OXM_FLATTEN {
     T* o = reinterpret_cast<T*>(ptr[0]);
     const T* a = reinterpret_cast<const T*>(ptr[1]);
     if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
-      for (int64_t i = 0; i < n; ++i) o[i] = cpu_fwd<Def, T>(a[i]);
+      for (int64_t i = 0; i < n; ++i) o[i] = ops::unary_fwd<Def, T, CpuMath>(a[i], params);
     } else {
-      for (int64_t i = 0; i < n; ++i) at<T>(ptr[0], s[0], i) = cpu_fwd<Def, T>(at<T>(ptr[1], s[1], i));
+      for (int64_t i = 0; i < n; ++i)
+        at<T>(ptr[0], s[0], i) = ops::unary_fwd<Def, T, CpuMath>(at<T>(ptr[1], s[1], i), params);
+    }
+    if constexpr (kRangeLimited<Def> && std::is_floating_point_v<T>) {
+      if (any_needs_libm<T>(ptr[1], s[1], n)) {
+        for (int64_t i = 0; i < n; ++i) {
+          const T xv = at<T>(ptr[1], s[1], i);
+          if (vm::trig_needs_libm(xv)) at<T>(ptr[0], s[0], i) = ops::unary_fwd<Def, T>(xv, params);
+        }
+      }
     }
   });
 }
 
 template <class Def>
-void unary_dispatch(const TensorImpl& x, TensorImpl& out, int64_t grain) {
+void unary_dispatch(const TensorImpl& x, TensorImpl& out, int64_t grain, const ops::OpParams& p) {
   switch (x.dtype) {
     case DType::F32:
-      return unary_typed<Def, float>(x, out, grain);
+      return unary_typed<Def, float>(x, out, grain, p);
     case DType::F64:
-      return unary_typed<Def, double>(x, out, grain);
+      return unary_typed<Def, double>(x, out, grain, p);
     case DType::I64:
-      if constexpr (Def::ints) return unary_typed<Def, int64_t>(x, out, grain);
+      if constexpr (Def::ints) return unary_typed<Def, int64_t>(x, out, grain, p);
       break;
     default:
       break;
@@ -165,12 +189,12 @@ void unary_dispatch(const TensorImpl& x, TensorImpl& out, int64_t grain) {
 // The registry's cost class picks the parallel grain.
 bool is_cheap(UnaryOp op) { return !ops::info(op).costly; }
 
-void unary(UnaryOp op, const TensorImpl& x, TensorImpl& out) {
+void unary(UnaryOp op, const TensorImpl& x, TensorImpl& out, const ops::OpParams& p) {
   int64_t grain = is_cheap(op) ? kGrainCheap : kGrainCostly;
   switch (op) {
 #define OXM_X(id, ...) \
   case UnaryOp::id:    \
-    return unary_dispatch<ops::defs::id>(x, out, grain);
+    return unary_dispatch<ops::defs::id>(x, out, grain, p);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default:
@@ -227,24 +251,38 @@ bool grad_run(char** ptr, const int64_t* s, int64_t n, F f) {
 }
 
 template <class Def, class T>
-void unary_grad_typed(const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out, int64_t grain) {
+void unary_grad_typed(const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out, int64_t grain,
+                      const ops::OpParams& prm) {
   const TensorImpl* ops[4] = {&out, &g, &x, &y};
   const auto p = make_plan(out.shape, ops);
-  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
-    auto f = [](T gv, T xv, T yv) { return Def::template grad<T>(gv, xv, yv); };
-    if (grad_run<T>(ptr, s, n, f)) return;
-    for (int64_t i = 0; i < n; ++i)
-      at<T>(ptr[0], s[0], i) = f(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
+  const ops::OpParams params = prm;
+  run_plan(p, grain, [params](char** ptr, const int64_t* s, int64_t n) OXM_FLATTEN {
+    auto f = [params](T gv, T xv, T yv) { return ops::unary_grad_of<Def, T, CpuMath>(gv, xv, yv, params); };
+    if (!grad_run<T>(ptr, s, n, f)) {
+      for (int64_t i = 0; i < n; ++i)
+        at<T>(ptr[0], s[0], i) = f(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i), at<T>(ptr[3], s[3], i));
+    }
+    if constexpr (kRangeLimited<Def>) {
+      if (any_needs_libm<T>(ptr[2], s[2], n)) {
+        for (int64_t i = 0; i < n; ++i) {
+          const T xv = at<T>(ptr[2], s[2], i);
+          if (vm::trig_needs_libm(xv))
+            at<T>(ptr[0], s[0], i) =
+                ops::unary_grad_of<Def, T>(at<T>(ptr[1], s[1], i), xv, at<T>(ptr[3], s[3], i), params);
+        }
+      }
+    }
   });
 }
 
-void unary_grad(UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out) {
+void unary_grad(UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out,
+                const ops::OpParams& p) {
   const int64_t grain = is_cheap(op) ? kGrainCheap : kGrainCostly;
   switch (op) {
-#define OXM_X(id, ...)                                                                              \
-  case UnaryOp::id:                                                                                 \
-    if (g.dtype == DType::F32) return unary_grad_typed<ops::defs::id, float>(g, x, y, out, grain);  \
-    if (g.dtype == DType::F64) return unary_grad_typed<ops::defs::id, double>(g, x, y, out, grain); \
+#define OXM_X(id, ...)                                                                                 \
+  case UnaryOp::id:                                                                                    \
+    if (g.dtype == DType::F32) return unary_grad_typed<ops::defs::id, float>(g, x, y, out, grain, p);  \
+    if (g.dtype == DType::F64) return unary_grad_typed<ops::defs::id, double>(g, x, y, out, grain, p); \
     break;
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
@@ -264,22 +302,22 @@ template <class Def, class T>
 void binary_typed(const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[3] = {&out, &a, &b};
   const auto p = make_plan(out.shape, ops);
-  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
+  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) OXM_FLATTEN {
     T* o = reinterpret_cast<T*>(ptr[0]);
     const T* x = reinterpret_cast<const T*>(ptr[1]);
     const T* y = reinterpret_cast<const T*>(ptr[2]);
     constexpr int64_t e = sizeof(T);
     if (s[0] == e && s[1] == e && s[2] == e) {
-      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(x[i], y[i]);
+      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T, CpuMath>(x[i], y[i]);
     } else if (s[0] == e && s[1] == e && s[2] == 0) {
       const T yv = *y;
-      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(x[i], yv);
+      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T, CpuMath>(x[i], yv);
     } else if (s[0] == e && s[1] == 0 && s[2] == e) {
       const T xv = *x;
-      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(xv, y[i]);
+      for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T, CpuMath>(xv, y[i]);
     } else {
       for (int64_t i = 0; i < n; ++i)
-        at<T>(ptr[0], s[0], i) = Def::template fwd<T>(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i));
+        at<T>(ptr[0], s[0], i) = Def::template fwd<T, CpuMath>(at<T>(ptr[1], s[1], i), at<T>(ptr[2], s[2], i));
     }
   });
 }
@@ -317,12 +355,12 @@ template <class Def, class T, int Side>
 void binary_grad_typed(const TensorImpl& g, const TensorImpl& a, const TensorImpl& b, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[4] = {&out, &g, &a, &b};
   const auto p = make_plan(out.shape, ops);
-  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) {
+  run_plan(p, grain, [](char** ptr, const int64_t* s, int64_t n) OXM_FLATTEN {
     auto f = [](T gv, T av, T bv) {
       if constexpr (Side == 0)
-        return Def::template grad_a<T>(gv, av, bv);
+        return Def::template grad_a<T, CpuMath>(gv, av, bv);
       else
-        return Def::template grad_b<T>(gv, av, bv);
+        return Def::template grad_b<T, CpuMath>(gv, av, bv);
     };
     if (grad_run<T>(ptr, s, n, f)) return;
     for (int64_t i = 0; i < n; ++i)
@@ -360,19 +398,19 @@ template <class Def, class T>
 void binary_scalar_typed(const TensorImpl& t, T s, bool left, TensorImpl& out, int64_t grain) {
   const TensorImpl* ops[2] = {&out, &t};
   const auto p = make_plan(out.shape, ops);
-  run_plan(p, grain, [s, left](char** ptr, const int64_t* st, int64_t n) {
+  run_plan(p, grain, [s, left](char** ptr, const int64_t* st, int64_t n) OXM_FLATTEN {
     if (st[0] == sizeof(T) && st[1] == sizeof(T)) {
       T* o = reinterpret_cast<T*>(ptr[0]);
       const T* x = reinterpret_cast<const T*>(ptr[1]);
       if (left) {
-        for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(s, x[i]);
+        for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T, CpuMath>(s, x[i]);
       } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T>(x[i], s);
+        for (int64_t i = 0; i < n; ++i) o[i] = Def::template fwd<T, CpuMath>(x[i], s);
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
         const T x = at<T>(ptr[1], st[1], i);
-        at<T>(ptr[0], st[0], i) = left ? Def::template fwd<T>(s, x) : Def::template fwd<T>(x, s);
+        at<T>(ptr[0], st[0], i) = left ? Def::template fwd<T, CpuMath>(s, x) : Def::template fwd<T, CpuMath>(x, s);
       }
     }
   });

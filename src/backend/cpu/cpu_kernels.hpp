@@ -10,11 +10,12 @@ struct OptimizerStep;
 
 struct CpuKernels {
   const char* isa;
-  void (*unary)(ops::UnaryOp, const TensorImpl&, TensorImpl&);
+  void (*unary)(ops::UnaryOp, const TensorImpl&, TensorImpl&, const ops::OpParams&);
   void (*binary)(ops::BinaryOp, const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*binary_scalar)(ops::BinaryOp, const TensorImpl&, double, bool, TensorImpl&);
   void (*binary_grad)(ops::BinaryOp, int, const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
-  void (*unary_grad)(ops::UnaryOp, const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
+  void (*unary_grad)(ops::UnaryOp, const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&,
+                     const ops::OpParams&);
   void (*where)(const TensorImpl&, const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*copy)(const TensorImpl&, TensorImpl&);
   void (*fill)(TensorImpl&, double);

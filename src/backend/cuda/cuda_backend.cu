@@ -225,7 +225,9 @@ class CudaBackend final : public Backend {
           "synchronisation (an earlier asynchronous kernel may have failed)");
   }
   void synchronize() override { check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize"); }
-  void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) override { cuda::unary(op, x, out); }
+  void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out, const ops::OpParams& p) override {
+    cuda::unary(op, x, out, p);
+  }
   void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
                    TensorImpl& out) override {
     cuda::binary_grad(op, side, g, a, b, out);
@@ -233,9 +235,9 @@ class CudaBackend final : public Backend {
   void binary_scalar(ops::BinaryOp op, const TensorImpl& t, double s, bool left, TensorImpl& out) override {
     cuda::binary_scalar(op, t, s, left, out);
   }
-  void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y,
-                  TensorImpl& out) override {
-    cuda::unary_grad(op, g, x, y, out);
+  void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out,
+                  const ops::OpParams& p) override {
+    cuda::unary_grad(op, g, x, y, out, p);
   }
   void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out) override {
     cuda::binary(op, a, b, out);

@@ -50,8 +50,9 @@ inline unsigned blocks(int64_t n) { return static_cast<unsigned>(grid_blocks(n, 
 void check_rank(const TensorImpl& t, const char* op);
 
 // ---- kernels (cuda_elementwise.cu, cuda_reduce.cu, cuda_index.cu)
-void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out);
-void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out);
+void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out, const ops::OpParams& p);
+void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out,
+                const ops::OpParams& p);
 void binary(ops::BinaryOp op, const TensorImpl& a, const TensorImpl& b, TensorImpl& out);
 void binary_grad(ops::BinaryOp op, int side, const TensorImpl& g, const TensorImpl& a, const TensorImpl& b,
                  TensorImpl& out);

@@ -61,14 +61,17 @@ __device__ inline T& at(char* p, int64_t i) {
 
 template <class Def, class T>
 struct UnaryF {
+  ops::OpParams params;
   __device__ void operator()(const Ptrs<2>& p, const int64_t* o) const {
-    at<T>(p.p[0], o[0]) = Def::template fwd<T>(at<T>(p.p[1], o[1]));
+    at<T>(p.p[0], o[0]) = ops::unary_fwd<Def, T>(at<T>(p.p[1], o[1]), params);
   }
 };
 template <class Def, class T>
 struct UnaryGradF {
+  ops::OpParams params;
   __device__ void operator()(const Ptrs<4>& p, const int64_t* o) const {
-    at<T>(p.p[0], o[0]) = Def::template grad<T>(at<T>(p.p[1], o[1]), at<T>(p.p[2], o[2]), at<T>(p.p[3], o[3]));
+    at<T>(p.p[0], o[0]) =
+        ops::unary_grad_of<Def, T>(at<T>(p.p[1], o[1]), at<T>(p.p[2], o[2]), at<T>(p.p[3], o[3]), params);
   }
 };
 template <class Def, class T>
@@ -121,11 +124,11 @@ struct FillF {
 const char* gpu_dtypes(bool ints) { return ints ? "f32, i64" : "f32"; }
 
 template <class Def>
-void unary_dispatch(const TensorImpl& x, TensorImpl& out) {
+void unary_dispatch(const TensorImpl& x, TensorImpl& out, const ops::OpParams& params) {
   const TensorImpl* ts[2] = {&out, &x};
-  if (x.dtype == DType::F32) return launch<2>(ts, UnaryF<Def, float>{}, Def::name);
+  if (x.dtype == DType::F32) return launch<2>(ts, UnaryF<Def, float>{params}, Def::name);
   if constexpr (Def::ints)
-    if (x.dtype == DType::I64) return launch<2>(ts, UnaryF<Def, int64_t>{}, Def::name);
+    if (x.dtype == DType::I64) return launch<2>(ts, UnaryF<Def, int64_t>{params}, Def::name);
   OXM_FAIL(UnsupportedDType, Def::name, ": dtype ", x.dtype, " is not supported on cuda (", gpu_dtypes(Def::ints), ")");
 }
 template <class Def>
@@ -186,11 +189,11 @@ void copy_from(const TensorImpl& src, TensorImpl& dst) {
 
 }  // namespace
 
-void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) {
+void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out, const ops::OpParams& p) {
   switch (op) {
 #define OXM_X(id, ...)   \
   case ops::UnaryOp::id: \
-    return unary_dispatch<ops::defs::id>(x, out);
+    return unary_dispatch<ops::defs::id>(x, out, p);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default:
@@ -199,14 +202,15 @@ void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out) {
   OXM_FAIL(NotImplemented, "cuda: unknown unary op");
 }
 
-void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out) {
+void unary_grad(ops::UnaryOp op, const TensorImpl& g, const TensorImpl& x, const TensorImpl& y, TensorImpl& out,
+                const ops::OpParams& p) {
   OXM_CHECK(g.dtype == DType::F32, UnsupportedDType, ops::unary_name(op), " backward: dtype ", g.dtype,
             " is not supported on cuda (f32)");
   const TensorImpl* ts[4] = {&out, &g, &x, &y};
   switch (op) {
 #define OXM_X(id, ...)   \
   case ops::UnaryOp::id: \
-    return launch<4>(ts, UnaryGradF<ops::defs::id, float>{}, ops::defs::id::name);
+    return launch<4>(ts, UnaryGradF<ops::defs::id, float>{p}, ops::defs::id::name);
     OXMERA_UNARY_OPS(OXM_X)
 #undef OXM_X
     default:
