@@ -66,7 +66,8 @@ OXM_VM_INLINE T reduce_ln2(T x, typename Fp<T>::I& n) {
   constexpr T ln2_lo = std::is_same_v<T, float> ? T(1.428606765330187045e-06) : T(1.90821492927058770002e-10);
   const T shifted = x * log2e + Fp<T>::magic;
   const T nf = shifted - Fp<T>::magic;
-  n = std::bit_cast<I>(shifted) - std::bit_cast<I>(Fp<T>::magic);
+  using U = std::make_unsigned_t<I>;  // unsigned: no overflow UB for lanes whose result is replaced anyway
+  n = static_cast<I>(static_cast<U>(std::bit_cast<I>(shifted)) - static_cast<U>(std::bit_cast<I>(Fp<T>::magic)));
   return (x - nf * ln2_hi) - nf * ln2_lo;
 }
 
@@ -262,7 +263,9 @@ OXM_VM_INLINE void sincos_reduced(T x, T& s, T& c, typename Fp<T>::I& q) {
   constexpr T p3 = std::is_same_v<T, float> ? T(-8.705515752716053e-10) : T(2.02226624879595063154e-21);
   const T shifted = x * two_over_pi + Fp<T>::magic;
   const T nf = shifted - Fp<T>::magic;
-  q = std::bit_cast<I>(shifted) - std::bit_cast<I>(Fp<T>::magic);
+  // In unsigned arithmetic: beyond trig_limit the difference overflows (those lanes are recomputed with libm).
+  using U = std::make_unsigned_t<I>;
+  q = static_cast<I>(static_cast<U>(std::bit_cast<I>(shifted)) - static_cast<U>(std::bit_cast<I>(Fp<T>::magic)));
   const T r = ((x - nf * p1) - nf * p2) - nf * p3;
   const T r2 = r * r;
   if constexpr (std::is_same_v<T, float>) {
