@@ -320,6 +320,11 @@ TEST(TensorApi, IndexPutWritesAndAccumulates) {
   Tensor t = base.t();
   t.index_put_({idx({2, 0}), idx({1, 0})}, from_vector<double>({5, 6}, {2}));
   EXPECT_EQ(values(base), (std::vector<double>{6, 0, 0, 0, 0, 5}));
+  // Index dims after a slice stay in place (result [3, 2]); values are taken back to the indexed order.
+  Tensor c = zeros({3, 4}, DType::F64);
+  c.index_put_({Slice(), idx({2, 0})}, seq({3, 2}));
+  EXPECT_EQ(values(c), (std::vector<double>{1, 0, 0, 0, 3, 0, 2, 0, 5, 0, 4, 0}));
+  EXPECT_EQ(values(c.index({Slice(), idx({2, 0})})), values(seq({3, 2})));
   // Values broadcast to the indexed shape; a value of another dtype is converted.
   Tensor w = zeros({2, 3}, DType::F32);
   w.index_put_({idx({1})}, from_vector<double>({1, 2, 3}, {3}));

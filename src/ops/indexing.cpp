@@ -191,24 +191,16 @@ Advanced plan_advanced(const Indexed& ix, const char* op) {
   return a;
 }
 
-// Moves the batch dims (the leading batch.size() dims of a [B..., rest...] tensor) to position `place`.
-Tensor place_batch(const Tensor& t, size_t nbatch, int64_t place) {
-  if (place == 0) return t;
-  const int64_t rank = t.dim(), nb = static_cast<int64_t>(nbatch);
-  Dims order;
-  for (int64_t d = 0; d < place; ++d) order.push_back(nb + d);
-  for (int64_t d = 0; d < nb; ++d) order.push_back(d);
-  for (int64_t d = nb + place; d < rank; ++d) order.push_back(d);
-  return t.permute(order);
-}
-// The inverse of place_batch.
-Tensor unplace_batch(const Tensor& t, size_t nbatch, int64_t place) {
-  if (place == 0) return t;
-  const int64_t rank = t.dim(), nb = static_cast<int64_t>(nbatch);
-  Dims order;
-  for (int64_t d = 0; d < nb; ++d) order.push_back(place + d);
-  for (int64_t d = 0; d < place; ++d) order.push_back(d);
-  for (int64_t d = place + nb; d < rank; ++d) order.push_back(d);
+// t with its dims [from, from + count) moved to start at dim `to` of the result (the other dims keep their order):
+// index() puts the broadcast index dims where torch does, index_put_ takes its values back to the front.
+Tensor move_dims(const Tensor& t, int64_t from, int64_t count, int64_t to) {
+  if (from == to) return t;
+  Dims rest, order;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (d < from || d >= from + count) rest.push_back(d);
+  for (int64_t i = 0; i < to; ++i) order.push_back(rest[i]);
+  for (int64_t k = 0; k < count; ++k) order.push_back(from + k);
+  for (size_t i = static_cast<size_t>(to); i < rest.size(); ++i) order.push_back(rest[i]);
   return t.permute(order);
 }
 
@@ -224,7 +216,7 @@ Tensor index_impl(const Tensor& self, std::span<const TensorIndex> indices) {
   Advanced a = plan_advanced(ix, "index");
   Tensor flat = a.permuted.reshape(a.merged);
   Tensor picked = flat.index_select(0, a.linear.reshape({-1}));
-  return place_batch(picked.reshape(concat(a.batch, a.rest)), a.batch.size(), a.place);
+  return move_dims(picked.reshape(concat(a.batch, a.rest)), 0, static_cast<int64_t>(a.batch.size()), a.place);
 }
 
 Tensor& index_put_impl(Tensor& self, std::span<const TensorIndex> indices, const Tensor& values_in, bool accumulate) {
@@ -258,7 +250,7 @@ Tensor& index_put_impl(Tensor& self, std::span<const TensorIndex> indices, const
   const int64_t k = a.batch.product();
   if (k == 0 || a.merged[0] == 0) return self;
   // values as rows [K, rest...] in the order of the linear index
-  Tensor rows = unplace_batch(values.broadcast_to(result_shape), a.batch.size(), a.place)
+  Tensor rows = move_dims(values.broadcast_to(result_shape), a.place, static_cast<int64_t>(a.batch.size()), 0)
                     .contiguous()
                     .reshape(concat({k}, a.rest));
   Tensor lin = a.linear.reshape({-1});
