@@ -47,6 +47,8 @@ std::vector<const ops::OpInfo*> registry_entries();
 std::string registry_entry_name(const ::testing::TestParamInfo<const ops::OpInfo*>& p);
 // The finite-difference gradchecks of every differentiable case (instantiated by the CPU suite).
 class ConformanceGradcheck : public ::testing::TestWithParam<const ops::OpInfo*> {};
+// The same cases' second derivatives (gradgradcheck, create_graph = true), CPU suite only.
+class ConformanceGradgradcheck : public ::testing::TestWithParam<const ops::OpInfo*> {};
 
 // The cases of one registry entry; empty for an entry without a case builder (a registry test fails then).
 std::vector<Case> cases_for(const ops::OpInfo& op);

@@ -6,4 +6,6 @@ oxc::Target oxc::conformance_target() { return {Device::cpu(), {DType::F32}, tru
 
 namespace oxc {
 INSTANTIATE_TEST_SUITE_P(Registry, ConformanceGradcheck, ::testing::ValuesIn(registry_entries()), registry_entry_name);
+INSTANTIATE_TEST_SUITE_P(Registry, ConformanceGradgradcheck, ::testing::ValuesIn(registry_entries()),
+                         registry_entry_name);
 }  // namespace oxc

@@ -23,12 +23,26 @@ class NoGradGuard {
   bool prev_;
 };
 
+// Sets tape recording on this thread to `enabled` for its lifetime (libtorch's AutoGradMode): AutoGradMode(true)
+// records again inside a NoGradGuard.
+class AutoGradMode {
+ public:
+  explicit AutoGradMode(bool enabled) noexcept : prev_(grad_enabled()) { set_grad_enabled(enabled); }
+  ~AutoGradMode() { set_grad_enabled(prev_); }
+  AutoGradMode(const AutoGradMode&) = delete;
+  AutoGradMode& operator=(const AutoGradMode&) = delete;
+
+ private:
+  bool prev_;
+};
+
 namespace autograd {
 // The gradients of `outputs` (seeded with grad_outputs, which may be empty or hold undefined tensors for
 // one-element outputs) with respect to `inputs`, as torch.autograd.grad: returned, not accumulated into any
 // .grad. Only the part of the graph between them runs. An input the outputs do not depend on is
 // InvalidArgument unless allow_unused (then its gradient is an undefined tensor). retain_graph keeps the graph's
-// saved tensors for another backward; create_graph is NotImplemented (docs/LIMITATIONS.md).
+// saved tensors for another backward; create_graph records the backward, so the returned gradients have histories
+// and can be differentiated again (Hessian-vector products, gradient penalties, MAML), and keeps the graph.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool create_graph = false, bool allow_unused = false);
@@ -56,5 +70,11 @@ struct GradcheckResult {
 // ones that require grad are checked. f must be a pure function of its inputs.
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
+
+// Second derivatives, as torch.autograd.gradgradcheck: for a random (seeded) output gradient v, gradchecks the map
+// (inputs, v) -> the gradients of <v, f(inputs)> with respect to the inputs that require grad, computed with
+// create_graph = true. So it checks the derivative of every backward rule f goes through (and of v's role).
+GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                              const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
 
 }  // namespace oxmera

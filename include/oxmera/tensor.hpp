@@ -298,8 +298,9 @@ class Tensor {
   void backward(const Tensor& seed) const;
   // As torch's backward(gradient, retain_graph, create_graph): gradient may be undefined for a one-element
   // tensor. Without retain_graph the saved tensors of the graph are freed as the backward passes, and a second
-  // backward through a node that had saved tensors is InvalidArgument. create_graph is NotImplemented (the
-  // backward rules are not recorded yet; docs/LIMITATIONS.md).
+  // backward through a node that had saved tensors is InvalidArgument. With create_graph the backward rules are
+  // recorded: .grad gets a history of its own and can be differentiated again (higher-order gradients); the graph
+  // is then kept, as torch's retain_graph = create_graph default.
   void backward(const Tensor& gradient, bool retain_graph, bool create_graph = false) const;
   // Hooks on the gradient flowing into this tensor (which must require grad), run in registration order when
   // backward reaches it, before it is accumulated into .grad or passed on: a hook returning a Tensor replaces the

@@ -39,13 +39,24 @@ void destroy(Node* n) noexcept {
   tearing_down = false;
 }
 
-void SavedTensor::save(const Tensor& t, bool is_output) {
+namespace {
+thread_local Node* t_applying = nullptr;
+}
+Node* applying_node() noexcept { return t_applying; }
+
+void SavedTensor::save(const Tensor& t, bool is_output, uint32_t output_nr) {
   if (!t.defined()) return;
   const TensorImpl& s = *t.impl();
+  is_output_ = is_output;
+  output_nr_ = output_nr;
   if (is_output || s.grad_fn) {
-    // Alias without history: saving an output with its grad_fn would be a reference cycle, and the
-    // backward rules compute with saved values, not through them.
+    // Alias without history: saving an output with its grad_fn would be a reference cycle. A non-leaf input's
+    // producer is kept on the side (no cycle: it is upstream), to be re-attached under create_graph.
     tensor_ = make_view(t, s.shape, s.strides, s.offset);
+    if (!is_output) {
+      producer_ = s.grad_fn;
+      output_nr_ = s.output_nr;
+    }
   } else {
     tensor_ = t;
   }
@@ -56,7 +67,17 @@ Tensor SavedTensor::get(const char* op) const {
   OXM_CHECK(!tensor_.defined() || tensor_.impl()->storage->version == version_, InvalidArgument, "backward of ", op,
             ": a tensor saved for the gradient was modified in place after it was used; clone it before "
             "modifying it, or modify it before the forward pass");
-  return tensor_;
+  if (!t_grad_enabled || !tensor_.defined()) return tensor_;
+  // create_graph: the gradient must know how it depends on what was saved.
+  Node* history = is_output_ ? t_applying : producer_.get();
+  if (!history) return tensor_;
+  const TensorImpl& s = *tensor_.impl();
+  Tensor t = make_view(tensor_, s.shape, s.strides, s.offset);
+  TensorImpl& o = *t.impl();
+  o.grad_fn = Ref<Node>::share(history);
+  o.output_nr = output_nr_;
+  o.requires_grad = true;
+  return t;
 }
 
 Edge edge_of(const Tensor& t) {
@@ -146,6 +167,7 @@ std::atomic<uint64_t> g_epoch{0};
 struct BackwardTask {
   std::vector<Tensor> roots, seeds;
   bool retain_graph = false;
+  bool create_graph = false;  // run the rules under grad mode: the gradients get histories of their own
   const std::vector<Tensor>* inputs = nullptr;
   std::vector<Tensor>* captured = nullptr;
 };
@@ -154,8 +176,23 @@ namespace {
 
 void add_into(Tensor& slot, Tensor g) { slot = slot.defined() ? slot + g : std::move(g); }
 
+// Sets grad mode for one backward and restores it (also when a rule throws).
+struct GradModeScope {
+  bool prev;
+  explicit GradModeScope(bool on) : prev(t_grad_enabled) { t_grad_enabled = on; }
+  ~GradModeScope() { t_grad_enabled = prev; }
+};
+struct ApplyingScope {
+  Node* prev;
+  explicit ApplyingScope(Node* n) : prev(t_applying) { t_applying = n; }
+  ~ApplyingScope() { t_applying = prev; }
+};
+
 void run_task(BackwardTask& task) {
-  NoGradGuard no_grad;  // backward rules are not themselves recorded (no higher-order gradients)
+  // Backward rules are recorded only for create_graph (higher-order gradients), which also keeps the graph: the
+  // new graph refers to the old one's saved tensors (torch's default retain_graph = create_graph).
+  GradModeScope grad_mode(task.create_graph);
+  const bool retain = task.retain_graph || task.create_graph;
   const bool capture = task.captured != nullptr;
   // Where captured gradients go: leaves by impl, non-leaves by (node, output_nr).
   std::vector<std::pair<const TensorImpl*, size_t>> leaf_slots;
@@ -299,8 +336,17 @@ void run_task(BackwardTask& task) {
     }
     const bool run = any && active && (!capture || needed_of(n));
     grad_in.assign(n->next.size(), Tensor());
-    if (run) n->apply(grad_out.data(), grad_in.data());
-    if (run && !task.retain_graph && n->release_saved()) n->released = true;
+    if (run) {
+      OXM_CHECK(!task.create_graph || n->differentiable_backward(), NotImplemented,
+                "backward with create_graph: the "
+                "gradient of '",
+                n->name(),
+                "' is computed by a kernel of its own and has no derivative yet, so "
+                "higher-order gradients through it are not available; see docs/LIMITATIONS.md (Autograd)");
+      ApplyingScope applying(n);
+      n->apply(grad_out.data(), grad_in.data());
+    }
+    if (run && !retain && n->release_saved()) n->released = true;
     // Drop the incoming gradients now: a view node's output shares their storage, and a leaf can take
     // ownership of a gradient (no copy) only when nothing else holds it.
     for (Tensor& g : grad_out) g = Tensor();
@@ -330,11 +376,12 @@ void run_task(BackwardTask& task) {
 
 void run_task_for_grad(BackwardTask& task) { run_task(task); }
 
-void run_backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
+void run_backward(const Tensor& root, const Tensor& seed, bool retain_graph, bool create_graph) {
   BackwardTask task;
   task.roots.push_back(root);
   task.seeds.push_back(seed);
   task.retain_graph = retain_graph;
+  task.create_graph = create_graph;
   run_task(task);
 }
 
@@ -457,32 +504,26 @@ Tensor checked_seed(const Tensor& out, const Tensor& given, const char* op, size
             which, " is on ", out.device());
   return given;
 }
-void refuse_create_graph(bool create_graph, const char* op) {
-  OXM_CHECK(!create_graph, NotImplemented, op,
-            ": create_graph = true (higher-order gradients) is not implemented yet: backward rules are not recorded; "
-            "see docs/LIMITATIONS.md (Autograd)");
-}
 }  // namespace
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
   detail::check_defined(*this, "backward");
-  refuse_create_graph(create_graph, "backward");
   OXM_CHECK(impl_->requires_grad, InvalidArgument,
             "backward: this tensor does not require grad and has no history; call requires_grad_() on an input "
             "before computing it (and not under NoGradGuard)");
-  detail::run_backward(*this, checked_seed(*this, gradient, "backward", 0), retain_graph);
+  detail::run_backward(*this, checked_seed(*this, gradient, "backward", 0), retain_graph, create_graph);
 }
 
 std::vector<Tensor> autograd::grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                    const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
                                    bool allow_unused) {
   const char* op = "autograd::grad";
-  refuse_create_graph(create_graph, op);
   OXM_CHECK(!outputs.empty(), InvalidArgument, op, ": no outputs given");
   OXM_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), InvalidArgument, op, ": ",
             grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs; pass one per output (or none)");
   detail::BackwardTask task;
   task.retain_graph = retain_graph;
+  task.create_graph = create_graph;
   for (size_t i = 0; i < outputs.size(); ++i) {
     detail::check_defined(outputs[i], op, "output");
     OXM_CHECK(outputs[i].requires_grad(), InvalidArgument, op, ": output ", i,

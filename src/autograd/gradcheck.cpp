@@ -78,4 +78,51 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   return res;
 }
 
+GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                              const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
+  std::vector<Tensor> extended;
+  for (const Tensor& x : inputs) {
+    detail::check_defined(x, "gradgradcheck");
+    extended.push_back(x);
+  }
+  Tensor y0;
+  {
+    NoGradGuard ng;
+    y0 = f(inputs);
+  }
+  OXM_CHECK(is_floating(y0.dtype()), UnsupportedDType, "gradgradcheck: f must return a float tensor, got ", y0.dtype());
+  Generator gen(opt.seed ^ 0x9e3779b97f4a7c15ULL);
+  Tensor v = randn(y0.shape(), gen, DType::F64).to(y0.dtype());
+  extended.push_back(v.requires_grad_(true));
+  const size_t n = inputs.size();
+  auto first_derivatives = [&](const std::vector<Tensor>& xv) {
+    // The finite differences run this under NoGradGuard; the gradient itself needs the tape.
+    const bool outer = grad_enabled();
+    Tensor r;
+    {
+      AutoGradMode on(true);
+      std::vector<Tensor> xs(xv.begin(), xv.begin() + static_cast<std::ptrdiff_t>(n)), diff;
+      for (const Tensor& x : xs)
+        if (x.requires_grad()) diff.push_back(x);
+      OXM_CHECK(!diff.empty(), InvalidArgument, "gradgradcheck: no input requires grad");
+      Tensor y = f(xs);
+      OXM_CHECK(y.requires_grad(), InvalidArgument,
+                "gradgradcheck: f's output does not depend on any input that requires grad");
+      std::vector<Tensor> grads = autograd::grad({y}, diff, {xv[n]}, true, true, true);
+      std::vector<Tensor> parts;
+      for (size_t i = 0; i < grads.size(); ++i)
+        parts.push_back(grads[i].defined() ? grads[i].reshape({-1}) : zeros({diff[i].numel()}, diff[i].dtype()));
+      r = cat(parts, 0);
+      // First derivatives that are constants (sign, floor, ...) have no history: their derivative is exactly 0,
+      // which gradcheck can then compare with the finite differences.
+      if (!r.requires_grad()) r = r + xv[n].sum() * 0.0;
+    }
+    return outer ? r : r.detach();
+  };
+  GradcheckResult res = gradcheck(first_derivatives, extended, opt);
+  res.message = "grad" + res.message;
+  if (res.worst_input == static_cast<int>(n)) res.message += " (the input is the output gradient v)";
+  return res;
+}
+
 }  // namespace oxmera

@@ -66,24 +66,39 @@ struct Node {
   // Frees the tensors saved for backward (after a backward without retain_graph); returns whether there were
   // any. A node that saves nothing keeps the default, and may be run backward again, as in torch.
   virtual bool release_saved() { return false; }
+  // Whether apply() computes its gradients with recorded ops when grad mode is on, as the engine runs it for
+  // create_graph = true (higher-order gradients). A rule built on kernels of its own says false, and the engine
+  // refuses create_graph through it (NotImplemented) rather than return a gradient without history.
+  virtual bool differentiable_backward() const { return false; }
   bool needs_grad(size_t i) const { return i < next.size() && next[i].active(); }
 };
 
-// A tensor saved for backward. Outputs are saved as aliases without grad_fn (no reference cycle); the
-// storage version is checked at backward time so an in-place write in between is an error, not a wrong
-// gradient.
+// A tensor saved for backward. Outputs and non-leaf inputs are kept as aliases without grad_fn (an output with
+// its grad_fn would be a reference cycle); the storage version is checked at backward time so an in-place write in
+// between is an error, not a wrong gradient. Under grad mode (a backward with create_graph = true) get() hands the
+// tensor back with its history: an input's producer, or for an output (`output_nr` of the node that saved it) the
+// node being applied, so the gradient the rule computes is itself differentiable.
 class SavedTensor {
  public:
   SavedTensor() = default;
-  void save(const Tensor& t, bool is_output);
+  void save(const Tensor& t, bool is_output, uint32_t output_nr = 0);
   Tensor get(const char* op) const;
   bool defined() const { return tensor_.defined(); }
-  void reset() { tensor_ = Tensor(); }
+  void reset() {
+    tensor_ = Tensor();
+    producer_.reset();
+  }
 
  private:
   Tensor tensor_;
-  uint32_t version_ = 0;
+  Ref<Node> producer_;  // a non-leaf input's grad_fn
+  uint32_t version_ = 0, output_nr_ = 0;
+  bool is_output_ = false;
 };
+
+// The node whose apply() the engine is running on this thread (null outside backward): what a saved output is
+// re-attached to under create_graph.
+Node* applying_node() noexcept;
 
 // The edge through which a gradient flows back into `t` (inactive when t needs none).
 Edge edge_of(const Tensor& t);

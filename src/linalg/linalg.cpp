@@ -257,6 +257,7 @@ struct SolveTriangularNode final : Node {
     return had;
   }
   const char* name() const override { return "solve_triangular"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor t = T.get(name()), x = X.get(name());
     // gB = T^{-T} gX;  gT = -gB X^T restricted to T's triangle.
@@ -435,6 +436,7 @@ struct EighNode final : Node {
     return had;
   }
   const char* name() const override { return "eigh"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor wv = w.get(name()), Vv = V.get(name());
     const int64_t n = wv.shape()[wv.dim() - 1];
@@ -474,6 +476,7 @@ struct CholeskyOpsNode final : Node {
     return had;
   }
   const char* name() const override { return "cholesky"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor Lf = L.get("cholesky"), Lt = Lf.transpose(-2, -1);
     const int64_t n = Lf.shape()[Lf.dim() - 1];

@@ -12,15 +12,36 @@
 namespace oxmera::nn::functional {
 namespace {
 
+Tensor unfold_impl(const Tensor& x, const detail::ConvGeometry& g, double pad_value, const char* op);
+
+// The backward of unfold's backward (col2im) is unfold again: what create_graph records on col2im's result.
+struct FoldNode final : detail::Node {
+  detail::ConvGeometry g;
+  const char* name() const override { return "unfold_backward"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override { gin[0] = unfold_impl(gout[0], g, 0.0, "unfold"); }
+};
+
 struct UnfoldNode final : detail::Node {
   detail::ConvGeometry g;
   Shape in_shape;
   const char* name() const override { return "unfold"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
-    Tensor gx = zeros(in_shape, gout[0].dtype()).to(gout[0].device());
-    Tensor gc = gout[0].contiguous();
+    Tensor gx, gc;
+    {
+      NoGradGuard ng;
+      gx = zeros(in_shape, gout[0].dtype()).to(gout[0].device());
+      gc = gout[0].contiguous();
+    }
     ops::FusedCall call = ops::Col2imCall{gc.impl(), gx.impl(), g};
     ops::run_fused(call, gx.device());
+    if (detail::needs_tape(gout[0])) {  // create_graph
+      auto* n = new FoldNode();
+      n->g = g;
+      n->next.push_back(detail::edge_of(gout[0]));
+      detail::set_history(gx, n);
+    }
     gin[0] = gx;
   }
 };

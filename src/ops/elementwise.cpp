@@ -57,11 +57,17 @@ struct UnaryNode final : Node {
   }
   OpParams params;
   const char* name() const override { return Def::name; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor& g = gout[0];
     Tensor xs, ys;
     if constexpr (Def::saves == Saves::Input || Def::saves == Saves::Both) xs = x.get(Def::name);
     if constexpr (Def::saves == Saves::Output || Def::saves == Saves::Both) ys = y.get(Def::name);
+    // create_graph: the same gradient from recorded ops (the fused kernel has no derivative of its own).
+    if (grad_enabled()) {
+      gin[0] = unary_grad_graph(Def::id, g, xs, ys, params);
+      return;
+    }
     gin[0] = unary_grad(Def::id, g, xs.defined() ? xs : g, ys.defined() ? ys : g, params);
   }
 };
@@ -111,6 +117,7 @@ struct BinaryNode final : Node {
     return had;
   }
   const char* name() const override { return Def::name; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor& g = gout[0];
     Tensor av, bv;
@@ -119,6 +126,11 @@ struct BinaryNode final : Node {
       bv = b.get(Def::name);
     }
     const auto op = Def::id;
+    if (grad_enabled()) {  // create_graph: recorded ops instead of the fused kernels
+      if (needs_grad(0)) gin[0] = detail::sum_to(Def::grad_a_is_g ? g : binary_grad_graph(op, 0, g, av, bv), a_shape);
+      if (needs_grad(1)) gin[1] = detail::sum_to(Def::grad_b_is_g ? g : binary_grad_graph(op, 1, g, av, bv), b_shape);
+      return;
+    }
     // Operands a gradient does not read are replaced by g (same layout: the kernel's runs stay long).
     auto operand = [&](unsigned reads, unsigned which, const Tensor& t) -> const Tensor& {
       return (reads & which) && t.defined() ? t : g;
@@ -303,6 +315,7 @@ struct WhereNode final : Node {
     return had;
   }
   const char* name() const override { return "where"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor m = mask.get("where");
     Tensor z = zeros_like(gout[0]);

@@ -55,6 +55,7 @@ struct IndexSelectNode final : Node {
     return had;
   }
   const char* name() const override { return "index_select"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
     gin[0] = zeros(in_shape, g[0].dtype()).to(g[0].device()).index_add(dim, index, g[0]);
   }
@@ -68,6 +69,7 @@ struct IndexAddNode final : Node {
     return had;
   }
   const char* name() const override { return "index_add"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
     if (needs_grad(0)) gin[0] = g[0];
     if (needs_grad(1)) gin[1] = g[0].index_select(dim, index);
@@ -83,6 +85,7 @@ struct GatherNode final : Node {
     return had;
   }
   const char* name() const override { return "gather"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
     gin[0] = zeros(in_shape, g[0].dtype()).to(g[0].device()).scatter_add(dim, index, g[0]);
   }
@@ -97,6 +100,7 @@ struct ScatterAddNode final : Node {
     return had;
   }
   const char* name() const override { return "scatter_add"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
     if (needs_grad(0)) gin[0] = g[0];
     if (needs_grad(1)) {
@@ -113,6 +117,7 @@ struct CatNode final : Node {
   int64_t dim;
   std::vector<int64_t> sizes;
   const char* name() const override { return "cat"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
     int64_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {

@@ -19,6 +19,7 @@ struct MatmulNode final : detail::Node {
     return had;
   }
   const char* name() const override { return "matmul"; }
+  bool differentiable_backward() const override { return true; }
   bool a_column_major = false, b_column_major = false;
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor& g = gout[0];

@@ -54,6 +54,7 @@ struct ReduceNode final : detail::Node {
     return had;
   }
   const char* name() const override { return rkind_name(kind); }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor g = gout[0].reshape(keep_shape);
     switch (kind) {
@@ -161,6 +162,7 @@ struct SoftmaxNode final : detail::Node {
     return had;
   }
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor yv = y.get(name());
     const Tensor& g = gout[0];

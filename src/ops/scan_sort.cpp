@@ -61,14 +61,40 @@ Tensor scan(const Tensor& x, int64_t d, bool product, bool reverse) {
 struct CumsumNode final : detail::Node {
   int64_t dim = 0;
   const char* name() const override { return "cumsum"; }
-  void apply(Tensor* gout, Tensor* gin) override { gin[0] = scan(gout[0], dim, false, true); }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    // The reverse prefix sum; under create_graph the same from recorded ops.
+    gin[0] = grad_enabled() ? gout[0].flip({dim}).cumsum(dim).flip({dim}) : scan(gout[0], dim, false, true);
+  }
 };
 
 struct CumprodNode final : detail::Node {
   int64_t dim = 0;
   detail::SavedTensor x;
+  bool release_saved() override {
+    const bool had = x.defined();
+    x.reset();
+    return had;
+  }
   const char* name() const override { return "cumprod"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
+    if (grad_enabled()) {
+      // create_graph: dx_i = sum_{j >= i} g_j prod_{k <= j, k != i} x_k from recorded ops, exact with zeros in x
+      // (the fused kernel's zero-aware form has no derivative of its own). O(n^2) per row along dim: the
+      // higher-order path only.
+      Tensor xs = x.get(name()).transpose(dim, -1), g = gout[0].transpose(dim, -1);
+      const int64_t n = xs.size(-1);
+      Tensor on_diag = eye(n, DType::F64).to(xs.dtype()).to(xs.device());
+      Shape square;  // xs's shape with n inserted before the last dim
+      for (int64_t d = 0; d + 1 < xs.dim(); ++d) square.push_back(xs.size(d));
+      square.push_back(n);
+      square.push_back(n);
+      Tensor m = where(on_diag, 1.0, xs.unsqueeze(-2).broadcast_to(square));  // [.., i, k]: x_k, 1 at k == i
+      Tensor later = ones({n, n}, xs.dtype()).to(xs.device()).triu();         // j >= i
+      gin[0] = (m.cumprod(-1) * later * g.unsqueeze(-2)).sum({-1}).transpose(dim, -1);
+      return;
+    }
     const Tensor xs = plain_contiguous(x.get(name())), g = plain_contiguous(gout[0]);
     Tensor gx = empty(xs.shape(), xs.dtype(), xs.device());
     if (xs.numel() > 0) {

@@ -37,10 +37,19 @@ Tensor variance(const Tensor& x, const Dims& dims, double correction, bool keepd
 // sqrt(sum x^2) whose gradient g * x / y is 0 where y == 0 (torch's subgradient), not NaN.
 struct Norm2Node final : detail::Node {
   Shape keep_shape;
+  Dims dims;
   detail::SavedTensor x, y_keep;
+  bool release_saved() override {
+    const bool had = x.defined() || y_keep.defined();
+    x.reset();
+    y_keep.reset();
+    return had;
+  }
   const char* name() const override { return "norm"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
-    Tensor y = y_keep.get(name());
+    // create_graph: the norm again from x, with history (the saved one is a constant).
+    Tensor y = grad_enabled() ? (x.get(name()) * x.get(name())).sum(dims, true).sqrt() : y_keep.get(name());
     Tensor q = gout[0].reshape(keep_shape) / y;
     q = where(y.eq(ops::scalar_like(0.0, y, "norm")), ops::scalar_on_device_of(0.0, y, "norm"), q);
     gin[0] = q * x.get(name());
@@ -59,12 +68,13 @@ Tensor norm2(const Tensor& x, const Dims& dims, bool keepdim) {
     if (!(mask >> d & 1)) out_shape.push_back(x.size(d));
   Tensor out = keepdim ? y_keep.detach() : y_keep.detach().reshape(out_shape);
   if (detail::needs_tape(x)) {
-    out = out.clone();  // a fresh tensor that holds the node (y_keep is saved as an output alias)
+    out = out.clone();  // a fresh tensor that holds the node
     auto* n = new Norm2Node();
     n->keep_shape = y_keep.shape();
+    n->dims = dims;
     n->next.push_back(detail::edge_of(x));
     n->x.save(x, false);
-    n->y_keep.save(y_keep, true);
+    n->y_keep.save(y_keep, false);  // no history of its own: a plain constant
     detail::set_history(out, n);
   }
   return out;

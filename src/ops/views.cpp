@@ -16,50 +16,90 @@ using detail::Node;
 struct ReshapeNode final : Node {
   Shape in_shape;
   const char* name() const override { return "reshape"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override { gin[0] = g[0].reshape(in_shape); }
 };
 struct PermuteNode final : Node {
   Dims inverse;
   const char* name() const override { return "permute"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override { gin[0] = g[0].permute(inverse); }
 };
 struct ExpandNode final : Node {
   Shape in_shape;
   const char* name() const override { return "broadcast_to"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override { gin[0] = detail::sum_to(g[0], in_shape); }
 };
+// Where a slice / select / diagonal view took its elements from.
+struct ViewPlace {
+  enum Kind : uint8_t { Slice, Select, Diagonal } kind = Slice;
+  int64_t dim = 0, start = 0, end = 0, step = 1;  // Diagonal: dim, end = dim1, dim2; start = offset
+  Tensor of(const Tensor& t) const {
+    switch (kind) {
+      case Select:
+        return t.select(dim, start);
+      case Diagonal:
+        return t.diagonal(start, dim, end);
+      default:
+        return t.slice(dim, start, end, step);
+    }
+  }
+};
+// The backward of a view's backward: the gradient embedded in zeros is read back through the same view.
+struct EmbedNode final : Node {
+  ViewPlace place;
+  const char* name() const override { return "view_backward"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* g, Tensor* gin) override { gin[0] = place.of(g[0]); }
+};
+// Zeros of in_shape with g written at `place`; recorded (as EmbedNode) when g has history (create_graph).
+Tensor embed(const Tensor& g, const Shape& in_shape, const ViewPlace& place) {
+  Tensor z;
+  {
+    NoGradGuard ng;
+    z = zeros(in_shape, g.dtype()).to(g.device());
+    place.of(z).copy_(g);
+  }
+  if (detail::needs_tape(g)) {
+    auto* n = new EmbedNode();
+    n->place = place;
+    n->next.push_back(detail::edge_of(g));
+    detail::set_history(z, n);
+  }
+  return z;
+}
 struct SliceNode final : Node {
   Shape in_shape;
   int64_t dim = 0, start = 0, end = 0, step = 1;
   bool select = false;
   const char* name() const override { return select ? "select" : "slice"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
-    Tensor z = zeros(in_shape, g[0].dtype()).to(g[0].device());
-    Tensor v = select ? z.select(dim, start) : z.slice(dim, start, end, step);
-    v.copy_(g[0]);
-    gin[0] = z;
+    gin[0] = embed(g[0], in_shape, {select ? ViewPlace::Select : ViewPlace::Slice, dim, start, end, step});
   }
 };
 struct DiagonalNode final : Node {
   Shape in_shape;
   int64_t offset = 0, dim1 = 0, dim2 = 1;
   const char* name() const override { return "diagonal"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
-    Tensor z = zeros(in_shape, g[0].dtype()).to(g[0].device());
-    z.diagonal(offset, dim1, dim2).copy_(g[0]);
-    gin[0] = z;
+    gin[0] = embed(g[0], in_shape, {ViewPlace::Diagonal, dim1, offset, dim2, 1});
   }
 };
 struct IdentityNode final : Node {
   const char* name_;
   explicit IdentityNode(const char* n) : name_(n) {}
   const char* name() const override { return name_; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override { gin[0] = g[0]; }
 };
 struct CastNode final : Node {
   DType in_dtype;
   Device in_device;
   const char* name() const override { return "to"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override { gin[0] = g[0].to(in_dtype).to(in_device); }
 };
 
@@ -73,7 +113,8 @@ void record(Tensor& out, const Tensor& in, N* n) {
 // Strides for viewing (shape, strides) as new_shape without copying, if possible (same rule as NumPy).
 std::optional<Strides> view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape) {
   Strides out(new_shape.size());
-  if (shape.product() == 0) return contiguous_strides(new_shape);
+  // No elements, or one (a 0-d tensor has no dims to walk): any strides address it.
+  if (shape.product() <= 1) return contiguous_strides(new_shape);
   int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
   int64_t chunk_base_stride = strides.empty() ? 1 : strides.back();
   int64_t tensor_numel = 1, view_numel = 1;
@@ -134,7 +175,7 @@ Tensor view_impl(const Tensor& self, const Shape& req, bool allow_copy, const ch
               " cannot be viewed as ", s, " without copying; use reshape (or contiguous().view)");
     NoGradGuard ng;
     Tensor c = self.contiguous();
-    out = detail::make_view(c, s, contiguous_strides(s), 0);
+    out = detail::make_view(c, s, contiguous_strides(s), c.impl()->offset);  // a contiguous c may start at an offset
   }
   if (detail::needs_tape(self)) {
     auto* n = new ReshapeNode();
