@@ -105,9 +105,7 @@ TEST(HigherOrder, GradgradcheckOfConv2dThroughUnfold) {
   Generator gen(11);
   Tensor x = randn({1, 2, 4, 4}, gen, DType::F64).requires_grad_(true);
   Tensor w = randn({2, 2, 3, 3}, gen, DType::F64).requires_grad_(true);
-  auto f = [](const std::vector<Tensor>& v) {
-    return nn::functional::conv2d(v[0], v[1], {}, {1, 1}, {1, 1}).tanh();
-  };
+  auto f = [](const std::vector<Tensor>& v) { return nn::functional::conv2d(v[0], v[1], {}, {1, 1}, {1, 1}).tanh(); };
   GradcheckResult r = gradgradcheck(f, {x, w});
   EXPECT_TRUE(r.ok) << r.message;
 }

@@ -65,7 +65,7 @@ struct UnaryNode final : Node {
     if constexpr (Def::saves == Saves::Output || Def::saves == Saves::Both) ys = y.get(Def::name);
     // create_graph: the same gradient from recorded ops (the fused kernel has no derivative of its own).
     if (grad_enabled()) {
-      gin[0] = unary_grad_graph(Def::id, g, xs, ys, params);
+      gin[0] = Def::template grad_graph<Tensor>(g, xs, ys, params);
       return;
     }
     gin[0] = unary_grad(Def::id, g, xs.defined() ? xs : g, ys.defined() ? ys : g, params);
@@ -127,8 +127,18 @@ struct BinaryNode final : Node {
     }
     const auto op = Def::id;
     if (grad_enabled()) {  // create_graph: recorded ops instead of the fused kernels
-      if (needs_grad(0)) gin[0] = detail::sum_to(Def::grad_a_is_g ? g : binary_grad_graph(op, 0, g, av, bv), a_shape);
-      if (needs_grad(1)) gin[1] = detail::sum_to(Def::grad_b_is_g ? g : binary_grad_graph(op, 1, g, av, bv), b_shape);
+      if (needs_grad(0)) {
+        if constexpr (Def::grad_a_is_g)
+          gin[0] = detail::sum_to(g, a_shape);
+        else
+          gin[0] = detail::sum_to(Def::template grad_a_graph<Tensor>(g, av, bv), a_shape);
+      }
+      if (needs_grad(1)) {
+        if constexpr (Def::grad_b_is_g)
+          gin[1] = detail::sum_to(g, b_shape);
+        else
+          gin[1] = detail::sum_to(Def::template grad_b_graph<Tensor>(g, av, bv), b_shape);
+      }
       return;
     }
     // Operands a gradient does not read are replaced by g (same layout: the kernel's runs stay long).

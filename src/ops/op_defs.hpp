@@ -3,7 +3,8 @@
 // math here, as `defs::<Id>` deriving from its registry facts (UnaryEntry / BinaryEntry: id, name, dtypes,
 // differentiable, cost): the forward and the per-element backward, host and device compilable, so every
 // backend's kernel runs the same code and a forward or a backward is one pass over memory (one launch on a GPU).
-// Gradients are not themselves recorded (no higher-order gradients; docs/LIMITATIONS.md).
+// Each differentiable def also writes its gradient with recorded ops (grad_graph, grad_a_graph, grad_b_graph; Tn is
+// Tensor), which a backward with create_graph = true runs instead, so higher-order gradients exist.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -76,6 +77,13 @@ OXM_HD inline bool is_nan(T v) {
 // every backend's kernels, so a unary backward is one pass (one launch).
 struct Neg : UnaryEntry<UnaryOp::Neg> {
   static constexpr Saves saves = Saves::None;
+  // The same gradient from recorded ops (Tn = Tensor; a template, so only the autograd node instantiates it, never
+  // an ISA-specific or CUDA object): what create_graph = true runs, itself differentiable.
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return -g;
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return -x;
@@ -87,6 +95,11 @@ struct Neg : UnaryEntry<UnaryOp::Neg> {
 };
 struct Exp : UnaryEntry<UnaryOp::Exp> {
   static constexpr Saves saves = Saves::Output;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * y;
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::exp(x);
@@ -98,6 +111,11 @@ struct Exp : UnaryEntry<UnaryOp::Exp> {
 };
 struct Log : UnaryEntry<UnaryOp::Log> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g / x;
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::log(x);
@@ -109,6 +127,11 @@ struct Log : UnaryEntry<UnaryOp::Log> {
 };
 struct Abs : UnaryEntry<UnaryOp::Abs> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * x.sign();
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return x < T(0) ? -x : x;
@@ -121,6 +144,11 @@ struct Abs : UnaryEntry<UnaryOp::Abs> {
 };
 struct Sqrt : UnaryEntry<UnaryOp::Sqrt> {
   static constexpr Saves saves = Saves::Output;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g / (2.0 * y);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return std::sqrt(x);
@@ -132,6 +160,11 @@ struct Sqrt : UnaryEntry<UnaryOp::Sqrt> {
 };
 struct Rsqrt : UnaryEntry<UnaryOp::Rsqrt> {
   static constexpr Saves saves = Saves::Both;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * -0.5 * y / x;
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return T(1) / std::sqrt(x);
@@ -143,6 +176,11 @@ struct Rsqrt : UnaryEntry<UnaryOp::Rsqrt> {
 };
 struct Sin : UnaryEntry<UnaryOp::Sin> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * x.cos();
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::sin(x);
@@ -154,6 +192,11 @@ struct Sin : UnaryEntry<UnaryOp::Sin> {
 };
 struct Cos : UnaryEntry<UnaryOp::Cos> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return -(g * x.sin());
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::cos(x);
@@ -165,6 +208,11 @@ struct Cos : UnaryEntry<UnaryOp::Cos> {
 };
 struct Tanh : UnaryEntry<UnaryOp::Tanh> {
   static constexpr Saves saves = Saves::Output;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * (1.0 - y * y);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::tanh(x);
@@ -176,6 +224,11 @@ struct Tanh : UnaryEntry<UnaryOp::Tanh> {
 };
 struct Relu : UnaryEntry<UnaryOp::Relu> {
   static constexpr Saves saves = Saves::Output;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * y.gt(0.0);  // a mask: NaN in g still propagates
+  }
   // NaN propagates (x > 0 is false for NaN, so keep x explicitly).
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
@@ -190,6 +243,11 @@ struct Relu : UnaryEntry<UnaryOp::Relu> {
 // GELU, exact (torch's default): x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); d/dx = Phi(x) + x phi(x).
 struct Gelu : UnaryEntry<UnaryOp::Gelu> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * (0.5 * (1.0 + (x * 0.70710678118654752440).erf()) + x * (x * x * -0.5).exp() * 0.39894228040143267794);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return T(0.5) * x * (T(1) + M::erf(x * T(0.70710678118654752440)));
@@ -201,9 +259,16 @@ struct Gelu : UnaryEntry<UnaryOp::Gelu> {
     return g * (cdf + x * pdf);
   }
 };
+// tanh approximation (torch's approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 struct GeluTanh : UnaryEntry<UnaryOp::GeluTanh> {
-  // tanh approximation (torch's approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    const double k = 0.7978845608028654, c = 0.044715;
+    const Tn x2 = x * x, th = (k * (x + c * x2 * x)).tanh();
+    return g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * (k * (1.0 + 3.0 * c * x2)));
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     const T k = T(0.7978845608028654), c = T(0.044715);
@@ -219,6 +284,11 @@ struct GeluTanh : UnaryEntry<UnaryOp::GeluTanh> {
 };
 struct Sigmoid : UnaryEntry<UnaryOp::Sigmoid> {
   static constexpr Saves saves = Saves::Output;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * y * (1.0 - y);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     // Stable for large |x| (e^-|x| never overflows); branch-free so that CPU loops over it vectorise.
@@ -233,6 +303,11 @@ struct Sigmoid : UnaryEntry<UnaryOp::Sigmoid> {
 };
 struct Square : UnaryEntry<UnaryOp::Square> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * (2.0 * x);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return x * x;
@@ -244,6 +319,11 @@ struct Square : UnaryEntry<UnaryOp::Square> {
 };
 struct Reciprocal : UnaryEntry<UnaryOp::Reciprocal> {
   static constexpr Saves saves = Saves::Output;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return -(g * y * y);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return T(1) / x;
@@ -255,6 +335,11 @@ struct Reciprocal : UnaryEntry<UnaryOp::Reciprocal> {
 };
 struct Log1p : UnaryEntry<UnaryOp::Log1p> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g / (1.0 + x);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::log1p(x);
@@ -266,6 +351,11 @@ struct Log1p : UnaryEntry<UnaryOp::Log1p> {
 };
 struct Expm1 : UnaryEntry<UnaryOp::Expm1> {
   static constexpr Saves saves = Saves::Output;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * (y + 1.0);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::expm1(x);
@@ -277,6 +367,11 @@ struct Expm1 : UnaryEntry<UnaryOp::Expm1> {
 };
 struct Sign : UnaryEntry<UnaryOp::Sign> {
   static constexpr Saves saves = Saves::None;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return zeros_like(g);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     if (is_nan(x)) return x;
@@ -290,6 +385,11 @@ struct Sign : UnaryEntry<UnaryOp::Sign> {
 
 struct Erf : UnaryEntry<UnaryOp::Erf> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return g * (1.12837916709551257390 * (-(x * x)).exp());
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::erf(x);
@@ -301,6 +401,11 @@ struct Erf : UnaryEntry<UnaryOp::Erf> {
 };
 struct Erfc : UnaryEntry<UnaryOp::Erfc> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return -(g * (1.12837916709551257390 * (-(x * x)).exp()));
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return M::erfc(x);
@@ -313,6 +418,12 @@ struct Erfc : UnaryEntry<UnaryOp::Erfc> {
 // x sigmoid(x); d/dx = s (1 + x (1 - s)).
 struct Silu : UnaryEntry<UnaryOp::Silu> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    const Tn s = x.sigmoid();
+    return g * (s * (1.0 + x * (1.0 - s)));
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return x * Sigmoid::fwd<T, M>(x);
@@ -332,6 +443,12 @@ OXM_HD inline T softplus_stable(T x) {
 // x tanh(softplus(x)); d/dx = t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)) (torch's formula).
 struct Mish : UnaryEntry<UnaryOp::Mish> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    const Tn t = x.softplus().tanh();
+    return g * (t + x * x.sigmoid() * (1.0 - t * t));
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
     return x * M::tanh(softplus_stable<T, M>(x));
@@ -347,6 +464,12 @@ struct Mish : UnaryEntry<UnaryOp::Mish> {
 // d/dx = sigmoid(beta x) (1 in the linear region).
 struct Softplus : UnaryEntry<UnaryOp::Softplus> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    const Tn bx = x * p.v[0];
+    return where(bx.gt(p.v[1]), g, g * bx.sigmoid());
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x, const OpParams& p) {
     const T beta = T(p.v[0]), bx = beta * x;
@@ -363,6 +486,12 @@ struct Softplus : UnaryEntry<UnaryOp::Softplus> {
 // elu(alpha): x for x > 0, alpha (e^x - 1) otherwise; d/dx = alpha e^x for x <= 0 (torch's rule at 0).
 struct Elu : UnaryEntry<UnaryOp::Elu> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    // exp of min(x, 0): the branch where() discards must stay finite (its zero gradient times inf is NaN).
+    return where(x.gt(0.0), g, g * (p.v[0] * x.clamp_max(0.0).exp()));
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x, const OpParams& p) {
     const T neg = T(p.v[0]) * M::expm1(x);
@@ -376,6 +505,11 @@ struct Elu : UnaryEntry<UnaryOp::Elu> {
 };
 struct LeakyRelu : UnaryEntry<UnaryOp::LeakyRelu> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return where(x.gt(0.0), g, g * p.v[0]);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x, const OpParams& p) {
     return x > T(0) ? x : x * T(p.v[0]);
@@ -388,6 +522,11 @@ struct LeakyRelu : UnaryEntry<UnaryOp::LeakyRelu> {
 // hardtanh(min_val, max_val): NaN propagates; the gradient is 0 at and beyond the bounds (torch's rule).
 struct Hardtanh : UnaryEntry<UnaryOp::Hardtanh> {
   static constexpr Saves saves = Saves::Input;
+  template <class Tn>
+  static Tn grad_graph([[maybe_unused]] const Tn& g, [[maybe_unused]] const Tn& x, [[maybe_unused]] const Tn& y,
+                       [[maybe_unused]] const OpParams& p) {
+    return where(x.le(p.v[0]) + x.ge(p.v[1]), 0.0, g);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x, const OpParams& p) {
     const T lo = T(p.v[0]), hi = T(p.v[1]);
@@ -399,20 +538,24 @@ struct Hardtanh : UnaryEntry<UnaryOp::Hardtanh> {
   }
 };
 // Rounding: integers are their own result; the gradient is 0 (torch's).
-#define OXM_ROUNDING(Name, fn)                  \
-  struct Name : UnaryEntry<UnaryOp::Name> {     \
-    static constexpr Saves saves = Saves::None; \
-    template <class T, class M = Math>          \
-    OXM_HD static T fwd(T x) {                  \
-      if constexpr (std::is_integral_v<T>)      \
-        return x;                               \
-      else                                      \
-        return fn(x);                           \
-    }                                           \
-    template <class T, class M = Math>          \
-    OXM_HD static T grad(T, T, T) {             \
-      return T(0);                              \
-    }                                           \
+#define OXM_ROUNDING(Name, fn)                                                 \
+  struct Name : UnaryEntry<UnaryOp::Name> {                                    \
+    static constexpr Saves saves = Saves::None;                                \
+    template <class T, class M = Math>                                         \
+    OXM_HD static T fwd(T x) {                                                 \
+      if constexpr (std::is_integral_v<T>)                                     \
+        return x;                                                              \
+      else                                                                     \
+        return fn(x);                                                          \
+    }                                                                          \
+    template <class T, class M = Math>                                         \
+    OXM_HD static T grad(T, T, T) {                                            \
+      return T(0);                                                             \
+    }                                                                          \
+    template <class Tn>                                                        \
+    static Tn grad_graph(const Tn& g, const Tn&, const Tn&, const OpParams&) { \
+      return zeros_like(g);                                                    \
+    }                                                                          \
   };
 OXM_ROUNDING(Floor, std::floor)
 OXM_ROUNDING(Ceil, std::ceil)
@@ -466,6 +609,10 @@ struct Add : BinaryEntry<BinaryOp::Add> {
 struct Sub : BinaryEntry<BinaryOp::Sub> {
   static constexpr bool saves_inputs = false, grad_a_is_g = true, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = 0;
+  template <class Tn>
+  static Tn grad_b_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return -g;
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
     return a - b;
@@ -482,6 +629,14 @@ struct Sub : BinaryEntry<BinaryOp::Sub> {
 struct Mul : BinaryEntry<BinaryOp::Mul> {
   static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsB, grad_b_reads = kReadsA;
+  template <class Tn>
+  static Tn grad_a_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return g * b;
+  }
+  template <class Tn>
+  static Tn grad_b_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return g * a;
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
     return a * b;
@@ -498,6 +653,14 @@ struct Mul : BinaryEntry<BinaryOp::Mul> {
 struct Div : BinaryEntry<BinaryOp::Div> {
   static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsB, grad_b_reads = kReadsA | kReadsB;
+  template <class Tn>
+  static Tn grad_a_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return g / b;
+  }
+  template <class Tn>
+  static Tn grad_b_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return -((g / b) * a / b);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
     return a / b;
@@ -514,6 +677,14 @@ struct Div : BinaryEntry<BinaryOp::Div> {
 struct Pow : BinaryEntry<BinaryOp::Pow> {
   static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
+  template <class Tn>
+  static Tn grad_a_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return where(b.eq(0.0), 0.0, g * (b * a.pow(b - 1.0)));
+  }
+  template <class Tn>
+  static Tn grad_b_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return where(a.eq(0.0), 0.0, g * a.pow(b) * a.log());
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
     return M::pow(a, b);
@@ -535,6 +706,15 @@ template <bool IsMax>
 struct Extremum : BinaryEntry<IsMax ? BinaryOp::Maximum : BinaryOp::Minimum> {
   static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA | kReadsB;
+  // Ties split evenly; NaN sends the gradient to b (both masks false), as the kernel.
+  template <class Tn>
+  static Tn grad_a_graph(const Tn& g, const Tn& a, const Tn& b) {
+    return g * ((IsMax ? a.gt(b) : a.lt(b)) + 0.5 * a.eq(b));
+  }
+  template <class Tn>
+  static Tn grad_b_graph(const Tn& g, const Tn& a, const Tn& b) {
+    return g * (1.0 - ((IsMax ? a.gt(b) : a.lt(b)) + 0.5 * a.eq(b)));
+  }
   template <class T, class M = Math>
   OXM_HD static bool a_wins(T a, T b) {
     return IsMax ? a > b : a < b;
@@ -563,6 +743,10 @@ using Minimum = Extremum<false>;
 struct Remainder : BinaryEntry<BinaryOp::Remainder> {
   static constexpr bool saves_inputs = true, grad_a_is_g = true, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = kReadsA | kReadsB;
+  template <class Tn>
+  static Tn grad_b_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return -(g * (a / b).floor());
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
     const T r = std::fmod(a, b);
@@ -581,6 +765,10 @@ struct Remainder : BinaryEntry<BinaryOp::Remainder> {
 struct Fmod : BinaryEntry<BinaryOp::Fmod> {
   static constexpr bool saves_inputs = true, grad_a_is_g = true, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = kReadsA | kReadsB;
+  template <class Tn>
+  static Tn grad_b_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return -(g * (a / b).trunc());
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
     return std::fmod(a, b);
@@ -600,6 +788,14 @@ struct Fmod : BinaryEntry<BinaryOp::Fmod> {
 struct BceLogits : BinaryEntry<BinaryOp::BceLogits> {
   static constexpr bool saves_inputs = true, grad_a_is_g = false, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = kReadsA | kReadsB, grad_b_reads = kReadsA;
+  template <class Tn>
+  static Tn grad_a_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return g * (a.sigmoid() - b);
+  }
+  template <class Tn>
+  static Tn grad_b_graph(const Tn& g, [[maybe_unused]] const Tn& a, [[maybe_unused]] const Tn& b) {
+    return -(g * a);
+  }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x, T t) {
     const T m = -x > T(0) ? -x : T(0);

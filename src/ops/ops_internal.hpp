@@ -9,11 +9,6 @@ namespace oxmera::ops {
 Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y, const OpParams& params = {});
 // One operand's gradient of binary op `op` in one kernel (see defs::*::grad_a / grad_b).
 Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& a, const Tensor& b);
-// The same gradients built from recorded ops (src/ops/grad_graph.cpp): what create_graph = true runs, so that the
-// gradient is itself differentiable. x / y (a / b): what the op saves, undefined otherwise; binary results have
-// g's (broadcast) shape.
-Tensor unary_grad_graph(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y, const OpParams& params);
-Tensor binary_grad_graph(BinaryOp op, int side, const Tensor& g, const Tensor& a, const Tensor& b);
 Shape check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_host_scalar = false);
 Tensor broadcast_view(const Tensor& t, const Shape& shape);
 // A 0-d CPU tensor of like's dtype: a scalar operand for binary ops on any device (passed by value).
