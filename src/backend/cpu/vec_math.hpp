@@ -90,27 +90,29 @@ template <>
 struct ExpLimits<float> {
   static constexpr float hi = 88.72283172607421875f;  // the largest float whose e^x is finite
   static constexpr float lo = -104.0f;                // e^x rounds to 0 below
+  // exp clamps to [lo, over]: e^lo rounds to 0 and 2^128 (two factors) overflows to inf by itself, so no select on
+  // the result is needed; NaN passes the clamp and propagates through the arithmetic.
+  static constexpr float over = 89.0f;
 };
 template <>
 struct ExpLimits<double> {
   static constexpr double hi = 709.782712893383973096;  // log(DBL_MAX)
   static constexpr double lo = -746.0;
+  static constexpr double over = 710.0;
 };
 
 template <class T>
 OXM_VM_INLINE T exp(T x) {
   using I = typename Fp<T>::I;
-  constexpr T hi = ExpLimits<T>::hi, lo = ExpLimits<T>::lo;
-  const T xc = x < lo ? lo : (x > hi ? hi : x);
+  constexpr T lo = ExpLimits<T>::lo, over = ExpLimits<T>::over;
+  const T xc = x < lo ? lo : (x > over ? over : x);  // NaN: both false, stays NaN
   I n;
   const T r = reduce_ln2(xc, n);
   const T p = expm1_poly(r);
-  // 2^n in two factors, so that n = 128 (f32) / 1024 (f64) and subnormal results are right (one rounding).
+  // 2^n in two factors, so that n = 128 (f32) / 1024 (f64) overflows and subnormal results are right (one
+  // rounding): the clamp's ends give 0 and inf through the arithmetic.
   const I n1 = n >> 1;
-  T y = (T(1) + p) * pow2i<T>(n1) * pow2i<T>(n - n1);
-  y = x < lo ? T(0) : y;
-  y = x > hi ? std::numeric_limits<T>::infinity() : y;
-  return x != x ? x : y;
+  return (T(1) + p) * pow2i<T>(n1) * pow2i<T>(n - n1);
 }
 
 template <class T>
