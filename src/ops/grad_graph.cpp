@@ -127,4 +127,4 @@ Tensor binary_grad_graph(BinaryOp op, int side, const Tensor& g, const Tensor& a
   }
 }
 
-}  // namespace ops
+}  // namespace oxmera::ops
