@@ -1,9 +1,9 @@
 // The CUDA backend against the CPU backend: the conformance suite over every op of the registry (an
 // instantiation of tests/conformance.cpp), every one-pass backward kernel called directly (host-scalar operands),
 // reductions, softmax, arg-reductions, index ops, where, matmul (strided and pointer-array batches), conv
-// (im2col/col2im), autograd end to end, optimizers, logdet on the device, the allocator (reuse, OOM), an 8-thread
-// stress, the demo training and a short research-workload run. Without a usable GPU every test reports itself skipped
-// with the reason.
+// (im2col/col2im), autograd end to end (second derivatives too), optimizers, logdet on the device, the allocator
+// (reuse, OOM), an 8-thread stress, the demo training and a short research-workload run. Without a usable GPU every
+// test reports itself skipped with the reason.
 #include <atomic>
 #include <thread>
 
@@ -581,6 +581,36 @@ TEST(Cuda, FusedCrossEntropyMatchesCpu) {
           (lg * gpu(w)).sum().backward();
           expect_match(xg.grad(), xc.grad(), what + " grad", 1e-5, 1e-6);
         }
+}
+
+// create_graph = true on the device: the first derivative and a Hessian-vector product of the fused cross entropy
+// (label smoothing, ignored rows) and of logdet + |cholesky|^2 (the device rules) match the CPU's.
+TEST(Cuda, SecondDerivativesOfCrossEntropyAndLogdetMatchCpu) {
+  NEED_GPU();
+  auto hvp = [](const Tensor& x, const Tensor& v, const std::function<Tensor(const Tensor&)>& f) {
+    Tensor g = autograd::grad({f(x)}, {x}, {}, false, true)[0];
+    return std::pair<Tensor, Tensor>{g.detach(), autograd::grad({(g * v).sum()}, {x})[0]};
+  };
+  std::vector<int64_t> tv(37);
+  for (int64_t i = 0; i < 37; ++i) tv[static_cast<size_t>(i)] = i % 7 == 3 ? -100 : (i * 5) % 10;
+  const Tensor t = from_vector<int64_t>(tv, {37});
+  nn::CrossEntropyOptions o;
+  o.label_smoothing = 0.2;
+  auto ce = [&](const Tensor& x) { return nn::cross_entropy(x, x.device().is_cpu() ? t : gpu(t), o); };
+  Tensor x = uni({37, 10}, -3, 3, 81).requires_grad_(), v = uni({37, 10}, -1, 1, 82);
+  Tensor xg = gpu(x.detach()).requires_grad_();
+  auto [g, h] = hvp(x, v, ce);
+  auto [gg, hg] = hvp(xg, gpu(v), ce);
+  expect_match(gg, g, "cross_entropy grad with create_graph", 1e-5, 1e-6);
+  expect_match(hg, h, "cross_entropy Hessian-vector product", 1e-4, 1e-6);
+  Tensor B = uni({3, 8, 8}, -1, 1, 83);
+  Tensor a = (matmul(B, B.transpose(-1, -2)) / 8.0 + eye(8) * 0.5).detach().requires_grad_();
+  Tensor ag = gpu(a.detach()).requires_grad_(), w = uni({3, 8, 8}, -1, 1, 84);
+  auto ld = [](const Tensor& m) { return linalg::logdet(m).sum() + linalg::cholesky(m).square().sum(); };
+  auto [lg, lh] = hvp(a, w, ld);
+  auto [lgg, lhg] = hvp(ag, gpu(w), ld);
+  expect_match(lgg, lg, "logdet + |cholesky|^2 grad with create_graph", 1e-4, 1e-5);
+  expect_match(lhg, lh, "logdet + |cholesky|^2 Hessian-vector product", 1e-3, 1e-4);
 }
 
 // Class targets may stay on the CPU for GPU logits (no read-back to validate them).

@@ -87,6 +87,24 @@ TEST(FakeDevice, LogdetCholeskyAndSolvesTakeTheDevicePathAndMatchCpu) {
   }
 }
 
+// create_graph through the device rules (logdet's saved inverse, cholesky's tensor-op backward): the
+// Hessian-vector product is recorded on the device and matches the CPU's.
+TEST(FakeDevice, LogdetAndCholeskySecondDerivativesOnTheDeviceMatchCpu) {
+  NEED_FAKE_DEVICE();
+  Tensor a = spd({2, 4, 4}, 90).requires_grad_(), ad = dev(a.detach()).requires_grad_();
+  Tensor V = rand({2, 4, 4}, 91);
+  V = V + V.transpose(-1, -2);
+  auto hvp = [](const Tensor& x, const Tensor& v) {
+    Tensor g = autograd::grad({la::logdet(x).sum() + la::cholesky(x).square().sum()}, {x}, {}, false, true)[0];
+    return autograd::grad({(g * v).sum()}, {x})[0];
+  };
+  const int64_t calls0 = g_device->linalg_kernel_calls;
+  Tensor h = hvp(a, V), hd = hvp(ad, dev(V));
+  EXPECT_GT(g_device->linalg_kernel_calls, calls0);
+  expect_match(hd, h, "Hessian-vector product of logdet + |cholesky|^2", 1e-3, 1e-4);
+  EXPECT_GT(values(h.abs().max())[0], 1e-2) << "a test that can fail";
+}
+
 TEST(FakeDevice, LinalgErrorsNameTheMatrixAsOnTheCpu) {
   NEED_FAKE_DEVICE();
   Tensor bad = eye(4).expand({3, 6, 4, 4}).contiguous();

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
 
+#include "autograd/node.hpp"
 #include "oxmera/oxmera.hpp"
 #include "test_util.hpp"
 
@@ -138,11 +141,108 @@ TEST(HigherOrder, CreateGraphKeepsTheGraphForAnotherBackward) {
   EXPECT_OXM_ERROR(autograd::grad({g}, {x}), InvalidArgument, "second time");
 }
 
+// A node whose rule is a kernel of its own (differentiable_backward() false, the default): no built-in op has one
+// any more, so the refusal is pinned down with a test-local node.
+struct KernelOnlyDoubleNode final : detail::Node {
+  const char* name() const override { return "kernel_only_double"; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    NoGradGuard ng;
+    gin[0] = gout[0] * 2.0;
+  }
+};
+
 TEST(HigherOrder, KernelOnlyBackwardRefusesCreateGraphWithATypedError) {
-  Tensor logits = from_vector<double>({0.1, 0.2, -0.3, 0.4, 0.0, 0.5}, Shape{2, 3}).requires_grad_(true);
-  Tensor target = from_vector<int64_t>({0, 2}, Shape{2});
-  Tensor loss = nn::cross_entropy(logits, target);
-  EXPECT_OXM_ERROR(autograd::grad({loss}, {logits}, {}, false, true), NotImplemented, "cross_entropy");
+  Tensor x = from_vector<double>({0.1, 0.2}, Shape{2}).requires_grad_(true);
+  Tensor y;
+  {
+    NoGradGuard ng;
+    y = x * 2.0;
+  }
+  auto* n = new KernelOnlyDoubleNode();
+  n->next.push_back(detail::edge_of(x));
+  detail::set_history(y, n);
+  Tensor loss = (y * y).sum();
+  EXPECT_OXM_ERROR(autograd::grad({loss}, {x}, {}, true, true), NotImplemented, "kernel_only_double");
+  oxt::expect_close(autograd::grad({loss}, {x})[0].to_vector<double>(), {0.8, 1.6}, 1e-12, 1e-12, "first order");
+}
+
+// ---------------------------------------------------------------- losses
+// The fused cross entropy's create_graph rule gives the kernel's first derivative, and its Hessian-vector
+// product w.r.t. the logits is the closed form scale * g_r * (p (.) v - p (p . v)) per kept row.
+TEST(HigherOrderLoss, FusedCrossEntropyHessianVectorProductMatchesTheClosedForm) {
+  Generator gen(21);
+  Tensor x = randn({5, 4}, gen, DType::F64).requires_grad_(true);
+  Tensor target = from_vector<int64_t>({1, 3, -1, 0, 2}, Shape{5});
+  Tensor v = randn({5, 4}, gen, DType::F64);
+  for (double ls : {0.0, 0.2}) {
+    for (nn::Reduction red : {nn::Reduction::Mean, nn::Reduction::Sum}) {
+      nn::CrossEntropyOptions o;
+      o.label_smoothing = ls;
+      o.ignore_index = -1;
+      o.reduction = red;
+      const std::string tag = "ls " + std::to_string(ls) + (red == nn::Reduction::Mean ? " mean" : " sum");
+      Tensor first = autograd::grad({nn::cross_entropy(x, target, o)}, {x})[0];  // the kernel
+      Tensor g = autograd::grad({nn::cross_entropy(x, target, o)}, {x}, {}, false, true)[0];
+      ASSERT_TRUE(g.requires_grad()) << tag;
+      oxt::expect_close(g.to_vector<double>(), first.to_vector<double>(), 1e-12, 1e-14, tag + " first derivative");
+      Tensor hv = autograd::grad({(g * v).sum()}, {x})[0];
+      Tensor p = x.detach().softmax(1);
+      Tensor keep = from_vector<double>({1, 1, 0, 1, 1}, Shape{5, 1});
+      const double scale = red == nn::Reduction::Mean ? 0.25 : 1.0;  // 4 kept rows
+      Tensor want = (p * v - p * (p * v).sum({1}, true)) * keep * scale;
+      oxt::expect_close(hv.to_vector<double>(), want.to_vector<double>(), 1e-10, 1e-12, tag + " Hv");
+    }
+  }
+}
+
+TEST(HigherOrderLoss, GradgradcheckOfEveryLoss) {
+  Generator gen(22);
+  Tensor x = randn({4, 3}, gen, DType::F64).requires_grad_(true);
+  Tensor t = from_vector<int64_t>({2, 0, 1, 1}, Shape{4});
+  Tensor w = (rand({3}, gen, DType::F64) + 0.5).requires_grad_(true);
+  auto check = [](const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
+                  const std::string& what) {
+    GradcheckResult r = gradgradcheck(f, in);
+    EXPECT_TRUE(r.ok) << what << ": " << r.message;
+  };
+  for (nn::Reduction red : {nn::Reduction::Mean, nn::Reduction::Sum, nn::Reduction::None}) {
+    const std::string tag = red == nn::Reduction::Mean ? " mean" : red == nn::Reduction::Sum ? " sum" : " none";
+    nn::CrossEntropyOptions o;
+    o.reduction = red;
+    o.label_smoothing = 0.15;
+    o.ignore_index = 0;
+    check([&](const std::vector<Tensor>& v) { return nn::cross_entropy(v[0], t, o); }, {x},
+          "fused cross_entropy, label smoothing and ignore_index" + tag);
+    check(
+        [&](const std::vector<Tensor>& v) {
+          nn::CrossEntropyOptions ow = o;
+          ow.weight = v[1];
+          return nn::cross_entropy(v[0], t, ow);
+        },
+        {x, w}, "weighted cross_entropy" + tag);
+    check([&](const std::vector<Tensor>& v) { return nn::nll_loss(v[0].log_softmax(1), t, v[1], red, 2); }, {x, w},
+          "nll_loss with weight and ignore_index" + tag);
+    Tensor y = randn({4, 3}, gen, DType::F64).requires_grad_(true);
+    check([&](const std::vector<Tensor>& v) { return nn::mse_loss(v[0].tanh(), v[1], red); }, {x, y}, "mse_loss" + tag);
+    Tensor bt = rand({4, 3}, gen, DType::F64);
+    Tensor pw = (rand({3}, gen, DType::F64) + 0.5).requires_grad_(true);
+    check([&](const std::vector<Tensor>& v) { return nn::binary_cross_entropy_with_logits(v[0], bt, v[1], {}, red); },
+          {x, w}, "bce with logits, weight" + tag);
+    check([&](const std::vector<Tensor>& v) { return nn::binary_cross_entropy_with_logits(v[0], bt, {}, v[1], red); },
+          {x, pw}, "bce with logits, pos_weight" + tag);
+  }
+  // The fused path's one-row form, and the composite paths: class probabilities and [N, C, d] logits.
+  Tensor x1 = randn({5}, gen, DType::F64).requires_grad_(true);
+  check([&](const std::vector<Tensor>& v) { return nn::cross_entropy(v[0], scalar(3, DType::I64)); }, {x1},
+        "cross_entropy [C]");
+  Tensor probs = rand({4, 3}, gen, DType::F64).softmax(1);
+  nn::CrossEntropyOptions ls;
+  ls.label_smoothing = 0.1;
+  check([&](const std::vector<Tensor>& v) { return nn::cross_entropy(v[0], probs, ls); }, {x},
+        "cross_entropy class probabilities");
+  Tensor x3 = randn({2, 3, 2}, gen, DType::F64).requires_grad_(true);
+  Tensor t3 = from_vector<int64_t>({0, 2, 1, 1}, Shape{2, 2});
+  check([&](const std::vector<Tensor>& v) { return nn::cross_entropy(v[0], t3, ls); }, {x3}, "cross_entropy [N, C, d]");
 }
 
 TEST(HigherOrder, FirstOrderGradientsHaveNoHistory) {

@@ -247,3 +247,99 @@ TEST(LinalgGradcheck, EigenvectorGradientAtRepeatedEigenvaluesIsAnError) {
   la::eigh(b).eigenvalues.sum().backward();  // eigenvalues alone are fine
   EXPECT_EQ(b.grad().to_vector<double>(), eye(3, DType::F64).to_vector<double>());
 }
+
+namespace {
+void expect_ggc(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
+                const std::string& what) {
+  try {
+    GradcheckResult r = gradgradcheck(f, in);
+    EXPECT_TRUE(r.ok) << what << ": " << r.message;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": " << e.what();
+  }
+}
+}  // namespace
+
+// Second derivatives (create_graph = true) of every public function, against finite differences of the first.
+TEST(LinalgGradgradcheck, EveryDifferentiableFunction) {
+  Tensor x = randn({2, 3, 3}, 61, DType::F64).requires_grad_();
+  auto make_spd = [](const Tensor& t) { return t.matmul(t.transpose(-2, -1)) * 0.25 + eye(3, DType::F64); };
+  expect_ggc([&](const std::vector<Tensor>& v) { return la::cholesky(make_spd(v[0])); }, {x}, "cholesky");
+  expect_ggc([&](const std::vector<Tensor>& v) { return la::logdet(make_spd(v[0])); }, {x}, "logdet");
+  expect_ggc([&](const std::vector<Tensor>& v) { return la::det(make_spd(v[0])); }, {x}, "det");
+  expect_ggc([&](const std::vector<Tensor>& v) { return la::inverse(make_spd(v[0])); }, {x}, "inverse");
+  // SPD leaves read through sym(): the gradients are symmetric (torch's convention), so is every perturbation.
+  Tensor a = spd({2}, 3, 62).requires_grad_();
+  expect_ggc([](const std::vector<Tensor>& v) { return la::logdet(sym(v[0])); }, {a}, "logdet of a leaf");
+  expect_ggc([](const std::vector<Tensor>& v) { return la::cholesky(sym(v[0])); }, {a}, "cholesky of a leaf");
+  Tensor b = randn({2, 3, 2}, 63, DType::F64).requires_grad_();
+  expect_ggc([&](const std::vector<Tensor>& v) { return la::solve(make_spd(v[0]), v[1]); }, {x, b}, "solve");
+  Tensor bv = randn({3}, 64, DType::F64).requires_grad_();
+  expect_ggc([&](const std::vector<Tensor>& v) { return la::solve(make_spd(v[0]), v[1]); }, {x, bv},
+             "solve vector/bcast");
+  expect_ggc([&](const std::vector<Tensor>& v) { return la::cholesky_solve(v[1], la::cholesky(make_spd(v[0]))); },
+             {x, b}, "cholesky_solve");
+  Tensor Lraw = (randn({3, 3}, 65, DType::F64) * 0.3 + eye(3, DType::F64) * 2.0).requires_grad_();
+  Tensor rhs = randn({3, 2}, 66, DType::F64).requires_grad_();
+  for (bool upper : {false, true})
+    expect_ggc([upper](const std::vector<Tensor>& v) { return la::solve_triangular(v[0], v[1], upper); }, {Lraw, rhs},
+               upper ? "solve_triangular upper" : "solve_triangular lower");
+  Tensor s = randn({2, 4, 4}, 67, DType::F64).requires_grad_();
+  expect_ggc([](const std::vector<Tensor>& v) { return la::eigh(sym(v[0])).eigenvalues; }, {s}, "eigh eigenvalues");
+  // Distinct eigenvalues (1, 2, 4, 7 plus a small symmetric perturbation).
+  Tensor d = (la::diag_embed(from_vector<double>({1, 2, 4, 7}, {4})) + sym(randn({4, 4}, 68, DType::F64)) * 0.2)
+                 .requires_grad_();
+  expect_ggc([](const std::vector<Tensor>& v) { return la::eigh(sym(v[0])).eigenvectors; }, {d}, "eigh eigenvectors");
+  expect_ggc(
+      [](const std::vector<Tensor>& v) {
+        auto [w, V] = la::eigh(sym(v[0]));
+        return V.matmul(la::diag_embed(w.exp())).matmul(V.t());  // the matrix exponential
+      },
+      {d}, "eigh both outputs");
+  expect_ggc([](const std::vector<Tensor>& v) { return la::trace(v[0]).square(); }, {s}, "trace");
+  expect_ggc([](const std::vector<Tensor>& v) { return la::diag(v[0]).exp(); }, {s}, "diag");
+  Tensor w = randn({2, 3}, 69, DType::F64).requires_grad_();
+  expect_ggc([](const std::vector<Tensor>& v) { return la::diag_embed(v[0]).exp(); }, {w}, "diag_embed");
+  Tensor k = randn({5, 5}, 70, DType::F64).requires_grad_();
+  Tensor items = from_vector<int64_t>({4, 1, 2}, {3});
+  expect_ggc(
+      [&](const std::vector<Tensor>& v) {
+        Tensor K = v[0].matmul(v[0].t()) / 5.0 + eye(5, DType::F64) * 0.1;
+        Tensor sub = K.index_select(0, items).index_select(1, items);
+        return la::logdet(sub) - la::logdet(K + eye(5, DType::F64));
+      },
+      {k}, "DPP log-likelihood");
+}
+
+// The create_graph rules give the fast rules' first derivatives, and the Hessian of logdet is -A^{-1} V A^{-1}.
+TEST(LinalgHigherOrder, CreateGraphRulesMatchTheFastRulesAndTheClosedForm) {
+  Tensor a = spd({2}, 4, 71).requires_grad_();
+  Tensor W = randn({2, 4, 4}, 72, DType::F64), V = sym(randn({2, 4, 4}, 73, DType::F64));
+  Tensor L = la::cholesky(a);
+  Tensor fast = autograd::grad({(L * W).sum()}, {a}, {}, true)[0];
+  Tensor slow = autograd::grad({(L * W).sum()}, {a}, {}, false, true)[0];
+  ASSERT_TRUE(slow.requires_grad());
+  expect_close(values(slow), values(fast), 1e-12, 1e-12, "cholesky first derivative");
+  Tensor ld = la::logdet(a).sum();
+  Tensor gfast = autograd::grad({ld}, {a}, {}, true)[0];
+  Tensor g = autograd::grad({ld}, {a}, {}, false, true)[0];
+  expect_close(values(g), values(gfast), 1e-12, 1e-12, "logdet first derivative");
+  Tensor hv = autograd::grad({(g * V).sum()}, {a})[0];
+  Tensor ainv = la::inverse(a.detach());
+  expect_close(values(hv), values(-ainv.matmul(V).matmul(ainv)), 1e-10, 1e-12, "logdet Hessian-vector product");
+}
+
+// d^k/dt^k logdet(A + tB) at t = 0, with M = A^{-1} B: tr M, -tr M^2, 2 tr M^3.
+TEST(LinalgHigherOrder, ThirdDerivativeOfLogdetMatchesTheClosedForm) {
+  Tensor A = spd({}, 4, 74), B = sym(randn({4, 4}, 75, DType::F64));
+  Tensor t = from_vector<double>({0.0}, Shape{}).requires_grad_();
+  Tensor d1 = autograd::grad({la::logdet(A + t * B)}, {t}, {}, false, true)[0];
+  Tensor d2 = autograd::grad({d1}, {t}, {}, false, true)[0];
+  Tensor d3 = autograd::grad({d2}, {t})[0];
+  Tensor M = la::solve(A, B);
+  auto tr = [](const Tensor& m) { return la::trace(m).item<double>(); };
+  EXPECT_NEAR(d1.item<double>(), tr(M), 1e-10);
+  EXPECT_NEAR(d2.item<double>(), -tr(M.matmul(M)), 1e-10);
+  EXPECT_NEAR(d3.item<double>(), 2.0 * tr(M.matmul(M).matmul(M)), 1e-9);
+  EXPECT_GT(std::abs(d3.item<double>()), 1e-3) << "a test that can fail: the closed form is not ~0";
+}

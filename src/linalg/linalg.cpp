@@ -202,6 +202,23 @@ std::vector<double> soa_pack(const Tensor& a, int64_t count, int64_t n) {
 }
 
 // ---------------------------------------------------------------- cholesky
+// The backward of cholesky written with tensor ops (so it runs on the factor's device, and is itself
+// differentiable): P = Phi(L^T gL) (lower triangle, halved diagonal), S = L^{-T} P L^{-1}, gA = (S + S^T) / 2.
+Tensor cholesky_backward_ops(const Tensor& Lf, const Tensor& gL) {
+  Tensor Lt = Lf.transpose(-2, -1);
+  const int64_t n = Lf.shape()[Lf.dim() - 1];
+  Tensor phi = empty({n, n}, DType::F64);
+  double* p = phi.impl()->ptr<double>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) p[i * n + j] = j < i ? 1.0 : (j == i ? 0.5 : 0.0);
+  Tensor P = Lt.matmul(gL) * phi.to(Lf.dtype()).to(Lf.device());
+  Tensor X = solve_triangular(Lt, P, true);                                      // L^{-T} P
+  Tensor S = solve_triangular(Lt, X.transpose(-2, -1), true).transpose(-2, -1);  // X L^{-1}
+  return (S + S.transpose(-2, -1)) * 0.5;
+}
+
+// The host-loop backward (one pass per matrix, no intermediate tensors); under create_graph the same formula
+// from recorded ops.
 struct CholeskyNode final : Node {
   detail::SavedTensor L;
   bool release_saved() override {
@@ -210,8 +227,13 @@ struct CholeskyNode final : Node {
     return had;
   }
   const char* name() const override { return "cholesky"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor Lt = L.get("cholesky");
+    if (grad_enabled()) {
+      gin[0] = cholesky_backward_ops(Lt, gout[0]);
+      return;
+    }
     Batch l = host_batch(Lt), g = host_batch(gout[0]);
     const int64_t n = l.rows;
     for_batches(l.count, n, [&](int64_t b0, int64_t e0) {
@@ -466,8 +488,7 @@ struct EighNode final : Node {
 }  // namespace
 
 namespace {
-// The backward of cholesky written with tensor ops, so it runs on the factor's device:
-// P = Phi(L^T gL) (lower triangle, halved diagonal), S = L^{-T} P L^{-1}, gA = (S + S^T) / 2.
+// cholesky on a device with the fused kernel: the tensor-op backward runs there.
 struct CholeskyOpsNode final : Node {
   detail::SavedTensor L;
   bool release_saved() override {
@@ -477,18 +498,7 @@ struct CholeskyOpsNode final : Node {
   }
   const char* name() const override { return "cholesky"; }
   bool differentiable_backward() const override { return true; }
-  void apply(Tensor* gout, Tensor* gin) override {
-    Tensor Lf = L.get("cholesky"), Lt = Lf.transpose(-2, -1);
-    const int64_t n = Lf.shape()[Lf.dim() - 1];
-    Tensor phi = empty({n, n}, DType::F64);
-    double* p = phi.impl()->ptr<double>();
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < n; ++j) p[i * n + j] = j < i ? 1.0 : (j == i ? 0.5 : 0.0);
-    Tensor P = Lt.matmul(gout[0]) * phi.to(Lf.dtype()).to(Lf.device());
-    Tensor X = solve_triangular(Lt, P, true);                                      // L^{-T} P
-    Tensor S = solve_triangular(Lt, X.transpose(-2, -1), true).transpose(-2, -1);  // X L^{-1}
-    gin[0] = (S + S.transpose(-2, -1)) * 0.5;
-  }
+  void apply(Tensor* gout, Tensor* gin) override { gin[0] = cholesky_backward_ops(L.get("cholesky"), gout[0]); }
 };
 }  // namespace
 
@@ -658,18 +668,29 @@ Tensor trace(const Tensor& a) {
 }
 
 namespace {
+// create_graph: gA = g a^{-1} from recorded ops (the inverse through cholesky and triangular solves, all
+// differentiable), so the gradient knows how it depends on a.
+Tensor logdet_backward_ops(const Tensor& a, const Tensor& g) { return g.unsqueeze(-1).unsqueeze(-1) * inverse(a); }
+
 // logdet of SPD a with the fused backward gA = g a^{-1}, a^{-1} = L^{-T} L^{-1} from the saved factor (what
 // torch's logdet backward computes, without going through the general Cholesky backward).
 struct LogdetNode final : Node {
   std::vector<double> factors;  // SoA blocks of Cholesky factors, [blocks][n*n][kLanes]
+  detail::SavedTensor a;        // the input, for the create_graph path (an alias: no copy)
   Shape in_shape;
   bool release_saved() override {
-    const bool had = !factors.empty();
+    const bool had = !factors.empty() || a.defined();
     factors = {};
+    a.reset();
     return had;
   }
   const char* name() const override { return "logdet"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
+    if (grad_enabled()) {
+      gin[0] = logdet_backward_ops(a.get("logdet"), gout[0]);
+      return;
+    }
     const int64_t n = in_shape[in_shape.size() - 1];
     const int64_t count = n == 0 ? 0 : Shape(in_shape.data(), in_shape.size() - 2).product();
     Tensor g = gout[0].detach().to(Device::cpu()).to(DType::F64).contiguous();
@@ -699,14 +720,20 @@ namespace {
 // logdet on the tensor's own device when its backend has a kernel for it (backward g * a^{-1}, with the
 // inverse computed in the forward pass only when a gradient will be needed).
 struct LogdetInverseNode final : Node {
-  detail::SavedTensor inv;
+  detail::SavedTensor inv, a;  // a: the input, for the create_graph path (an alias: no copy)
   bool release_saved() override {
-    const bool had = inv.defined();
+    const bool had = inv.defined() || a.defined();
     inv.reset();
+    a.reset();
     return had;
   }
   const char* name() const override { return "logdet"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
+    if (grad_enabled()) {
+      gin[0] = logdet_backward_ops(a.get("logdet"), gout[0]);
+      return;
+    }
     Tensor g = gout[0].detach();
     gin[0] = g.unsqueeze(-1).unsqueeze(-1) * inv.get("logdet");
   }
@@ -737,6 +764,7 @@ bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& ou
     auto* node = new LogdetInverseNode();
     node->next.push_back(detail::edge_of(a));
     node->inv.save(inv, false);
+    node->a.save(a, false);
     detail::set_history(ld, node);
   }
   out = ld;
@@ -778,6 +806,7 @@ Tensor logdet(const Tensor& a) {
     auto* node = new LogdetNode();
     node->next.push_back(detail::edge_of(a));
     node->factors = std::move(factors);
+    node->a.save(a, false);
     node->in_shape = a.shape();
     detail::set_history(out, node);
   }
@@ -823,7 +852,7 @@ EighResult eigh(const Tensor& a) {
     auto* node = new EighNode();
     node->next.push_back(detail::edge_of(a));
     node->w.save(r.eigenvalues, true);
-    node->V.save(r.eigenvectors, true);
+    node->V.save(r.eigenvectors, true, 1);
     node->refcount.fetch_add(1);  // two outputs hold it
     detail::set_history(r.eigenvalues, node, 0);
     detail::set_history(r.eigenvectors, node, 1);

@@ -8,6 +8,7 @@
 #include "autograd/node.hpp"
 #include "ops/fused.hpp"
 #include "ops/ops_internal.hpp"
+#include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
 
 namespace oxmera::nn {
@@ -147,8 +148,22 @@ struct CrossEntropyNode final : detail::Node {
     return had;
   }
   const char* name() const override { return "cross_entropy"; }
+  bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor x = logits.get("cross_entropy");
+    if (grad_enabled()) {
+      // create_graph: the kernel's gradient from recorded ops, scale * g_r * (softmax(x)_rc - q_rc) with the
+      // smoothed target distribution q = (1 - ls) onehot(t) + ls / C, and 0 in ignored rows. The softmax is taken
+      // of the re-attached logits (not the saved lse) so the gradient knows how it depends on them.
+      const int64_t C = x.size(1);
+      const Tensor safe = maximum(target, scalar(0, DType::I64));
+      const Tensor keep = target.ge(scalar(0, DType::I64)).to(x.dtype()).unsqueeze(1);
+      const Tensor classes = arange(C).to(x.device()).unsqueeze(0);
+      Tensor q = classes.eq(safe.unsqueeze(1)).to(x.dtype()) * (1.0 - label_smoothing);
+      if (label_smoothing != 0) q = q + label_smoothing / static_cast<double>(C);
+      gin[0] = (x.softmax(1) - q) * keep * (gout[0] * scale).unsqueeze(1);
+      return;
+    }
     const auto& xi = *x.impl();
     Tensor gx = detail::make_empty(xi.shape, xi.dtype, xi.device(), "cross_entropy backward");
     ops::FusedCall call = ops::CrossEntropyBackwardCall{
