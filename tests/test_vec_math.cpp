@@ -129,6 +129,10 @@ std::vector<Case<T>> cases() {
       concat(sp, uniform_points<T>(-3, -0.001, 100, 5)));
   const auto log1p_pts = concat(concat(uniform_points<T>(-1, 3, 20000, 6), log_points<T>(-60, 60, 5000, false, 7)),
                                 concat(sp, log_points<T>(-60, -1, 2000, true, 8)));
+  auto softplus_tail_pts =
+      concat(concat(uniform_points<T>(0, f32 ? 110 : 750, 20000, 17), uniform_points<T>(0, 3, 5000, 18)),
+             concat(log_points<T>(-140, 3, 3000, false, 19), sp));
+  std::erase_if(softplus_tail_pts, [](T x) { return x < 0; });  // a >= 0 by contract (NaN stays)
   const auto tanh_pts =
       concat(concat(uniform_points<T>(-25, 25, 20000, 9), log_points<T>(-140, 3, 5000, true, 10)), sp);
   const auto erf_pts = concat(concat(uniform_points<T>(-7, 7, 20000, 11), log_points<T>(-140, 2, 5000, true, 12)), sp);
@@ -147,6 +151,8 @@ std::vector<Case<T>> cases() {
        [](const Tensor& t) { return t.log(); }, log_pts, 2},
       {"log1p", [](T x) { return vm::log1p(x); }, [](long double x) { return std::log1p(x); },
        [](const Tensor& t) { return t.log1p(); }, log1p_pts, 3},
+      {"log1p(e^-a)", [](T x) { return vm::log1p_exp_neg(x); }, [](long double x) { return std::log1p(std::exp(-x)); },
+       nullptr, softplus_tail_pts, 3},
       {"tanh", [](T x) { return vm::tanh(x); }, [](long double x) { return std::tanh(x); },
        [](const Tensor& t) { return t.tanh(); }, tanh_pts, 3},
       {"erf", [](T x) { return vm::erf(x); }, [](long double x) { return std::erf(x); },

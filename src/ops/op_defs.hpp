@@ -57,6 +57,11 @@ struct Math {
   OXM_HD static T pow(T a, T b) {
     return std::pow(a, b);
   }
+  // log(1 + e^-a) for a >= 0 (softplus's tail): one function so that a policy can specialise the narrow range.
+  template <class T>
+  OXM_HD static T log1p_exp_neg(T a) {
+    return std::log1p(std::exp(-a));
+  }
 };
 
 namespace defs {
@@ -436,7 +441,7 @@ struct Silu : UnaryEntry<UnaryOp::Silu> {
 template <class T, class M>
 OXM_HD inline T softplus_stable(T x) {
   const T a = x < T(0) ? -x : x;
-  return (x > T(0) ? x : T(0)) + M::log1p(M::exp(-a));
+  return (x > T(0) ? x : T(0)) + M::log1p_exp_neg(a);
 }
 // x tanh(softplus(x)); d/dx = t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)) (torch's formula).
 struct Mish : UnaryEntry<UnaryOp::Mish> {

@@ -187,6 +187,38 @@ OXM_VM_INLINE T log1p(T x) {
   return x != x ? x : r;
 }
 
+// log(1 + e^-a) for a >= 0 (softplus, mish): t = e^-a is in [0, 1], so log1p needs none of its special cases, and
+// u = 1 + t's rounding error c is folded into the mantissa (fdlibm's way) instead of a second division. NaN propagates
+// through c.
+template <class T>
+OXM_VM_INLINE T log1p_exp_neg(T a) {
+  using I = typename Fp<T>::I;
+  const T t = vm::exp(-a);
+  const T u = T(1) + t;
+  const T c = t - (u - T(1));
+  const I bits = std::bit_cast<I>(u);
+  constexpr I mant_mask = (I(1) << Fp<T>::mant) - 1;
+  I e = (bits >> Fp<T>::mant) - I(Fp<T>::bias);                                  // 0, or 1 for u == 2
+  T m = std::bit_cast<T>((bits & mant_mask) | (I(Fp<T>::bias) << Fp<T>::mant));  // [1, 2)
+  const bool above = m > T(1.41421356237309504880);
+  m = above ? m * T(0.5) : m;
+  e = above ? e + 1 : e;
+  const T f = (m - T(1)) + c * (e == 0 ? T(1) : T(0.5));  // e is 0 or 1 here
+  const T s = f / (T(2) + f);
+  const T s2 = s * s;
+  T logm;
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr float k[] = {2.f / 11, 2.f / 9, 2.f / 7, 2.f / 5, 2.f / 3};
+    logm = T(2) * s + s * s2 * horner(s2, k);
+  } else {
+    constexpr double k[] = {2.0 / 21, 2.0 / 19, 2.0 / 17, 2.0 / 15, 2.0 / 13,
+                            2.0 / 11, 2.0 / 9,  2.0 / 7,  2.0 / 5,  2.0 / 3};
+    logm = T(2) * s + s * s2 * horner(s2, k);
+  }
+  constexpr T ln2 = std::is_same_v<T, float> ? T(0.693147180559945309) : T(0.693147180559945309417);
+  return e == 0 ? logm : logm + ln2;
+}
+
 // tanh |x| = -expm1(-2|x|) / (2 + expm1(-2|x|)): no overflow, no cancellation near 0; the sign of x restored.
 template <class T>
 OXM_VM_INLINE T tanh(T x) {
@@ -352,6 +384,11 @@ struct VecMath {
   [[gnu::always_inline]] static T pow(T a, T b) {
     if constexpr (std::is_same_v<T, float>) return vm::powf(a, b);
     return std::pow(a, b);
+  }
+  template <class T>
+  [[gnu::always_inline]] static T log1p_exp_neg(T a) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return vm::log1p_exp_neg(a);
+    return std::log1p(std::exp(-a));
   }
 };
 
