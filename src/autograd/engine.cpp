@@ -300,6 +300,8 @@ void run_task(BackwardTask& task) {
     const bool run = any && active && (!capture || needed_of(n));
     grad_in.assign(n->next.size(), Tensor());
     if (run) n->apply(grad_out.data(), grad_in.data());
+    if (run && t_anomaly_enabled) [[unlikely]]
+      check_anomaly(*n, grad_in.data(), grad_in.size());
     if (run && !task.retain_graph && n->release_saved()) n->released = true;
     // Drop the incoming gradients now: a view node's output shares their storage, and a leaf can take
     // ownership of a gradient (no copy) only when nothing else holds it.
