@@ -2,6 +2,7 @@
 // module forward pre/post hooks, and anomaly mode.
 #include <memory>
 
+#include "autograd/node.hpp"
 #include "tensor/tensor_impl.hpp"
 #include "test_util.hpp"
 
@@ -269,6 +270,25 @@ TEST(AutogradFunction, SavedTensorsAreReleasedWithoutRetainGraph) {
   w.backward();
   w.backward();
   EXPECT_EQ(values(z.grad()), (std::vector<double>{6, 6}));
+}
+
+TEST(AutogradFunction, BackwardIsRecordedWhenTheEngineRunsItWithGradModeOn) {
+  // The node does not turn grad mode off around the user's backward: under create_graph (grad mode on) its
+  // ops are recorded. Called directly here, as the engine will.
+  Tensor x = leaf({0.5, 1.5});
+  Tensor y = MyExp::apply(x);
+  detail::Node* node = y.impl()->grad_fn.get();
+  ASSERT_NE(node, nullptr);
+  Tensor g = ones({2}, DType::F64).requires_grad_();
+  Tensor gin[1];
+  node->apply(&g, gin);
+  EXPECT_TRUE(gin[0].requires_grad()) << "grad mode on: the backward's ops are recorded";
+  oxt::expect_close(values(gin[0]), values(x.detach().exp()), 1e-15, 0, "g * exp(x)");
+  {
+    NoGradGuard ng;
+    node->apply(&g, gin);
+    EXPECT_FALSE(gin[0].requires_grad());
+  }
 }
 
 TEST(AutogradFunction, SavedData) {
