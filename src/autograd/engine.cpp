@@ -338,13 +338,13 @@ void run_task(BackwardTask& task) {
     grad_in.assign(n->next.size(), Tensor());
     if (run) {
       OXM_CHECK(!task.create_graph || n->differentiable_backward(), NotImplemented,
-                "backward with create_graph: the "
-                "gradient of '",
-                n->name(),
-                "' is computed by a kernel of its own and has no derivative yet, so "
-                "higher-order gradients through it are not available; see docs/LIMITATIONS.md (Autograd)");
+                "backward with create_graph: the gradient of '", n->name(),
+                "' is computed by a kernel of its own and has no derivative yet, so higher-order gradients through "
+                "it are not available; see docs/LIMITATIONS.md (Autograd)");
       ApplyingScope applying(n);
       n->apply(grad_out.data(), grad_in.data());
+      if (t_anomaly_enabled) [[unlikely]]
+        check_anomaly(*n, grad_in.data(), grad_in.size());
     }
     if (run && !retain && n->release_saved()) n->released = true;
     // Drop the incoming gradients now: a view node's output shares their storage, and a leaf can take

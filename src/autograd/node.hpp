@@ -110,4 +110,10 @@ void set_history(Tensor& out, Node* n, uint32_t output_nr = 0);
 // Reduces a broadcast gradient back to `shape` (sum over broadcast dims).
 Tensor sum_to(const Tensor& g, const Shape& shape);
 
+// Anomaly mode (autograd::set_detect_anomaly), read by the engine after each node's backward: constinit, so the
+// check is one thread-local load.
+extern constinit thread_local bool t_anomaly_enabled;
+// Throws InvalidArgument naming `n` at the first defined gradient in grad_in[0, count) holding NaN or infinity.
+void check_anomaly(const Node& n, const Tensor* grad_in, size_t count);
+
 }  // namespace oxmera::detail

@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <ostream>
 #include <set>
@@ -69,6 +70,66 @@ std::vector<std::string> StateDict::keys() const {
   out.reserve(size());
   for (const auto& [k, t] : *this) out.push_back(k);
   return out;
+}
+
+// ------------------------------------------------------------------------------------------ forward hooks
+namespace {
+std::atomic<uint64_t> g_forward_hook_id{0};
+}
+
+void ModuleHookHandle::remove() {
+  if (auto list = list_.lock()) {
+    std::erase_if(list->pre, [&](const module_detail::ForwardHooks::Pre& h) { return h.id == id_; });
+    std::erase_if(list->post, [&](const module_detail::ForwardHooks::Post& h) { return h.id == id_; });
+  }
+  list_.reset();
+}
+
+bool ModuleHookHandle::active() const {
+  auto list = list_.lock();
+  if (!list) return false;
+  for (const auto& h : list->pre)
+    if (h.id == id_) return true;
+  for (const auto& h : list->post)
+    if (h.id == id_) return true;
+  return false;
+}
+
+ModuleHookHandle Module::add_forward_pre_hook(std::function<Tensor(Module&, const Tensor&)> fn) {
+  OXM_CHECK(fn, InvalidArgument, name(), ": register_forward_pre_hook: the hook is empty");
+  auto& list = forward_hooks_.list;
+  if (!list) list = std::make_shared<module_detail::ForwardHooks>();
+  const uint64_t id = ++g_forward_hook_id;
+  list->pre.push_back({id, std::move(fn)});
+  return ModuleHookHandle(list, id);
+}
+
+ModuleHookHandle Module::add_forward_hook(std::function<Tensor(Module&, const Tensor&, const Tensor&)> fn) {
+  OXM_CHECK(fn, InvalidArgument, name(), ": register_forward_hook: the hook is empty");
+  auto& list = forward_hooks_.list;
+  if (!list) list = std::make_shared<module_detail::ForwardHooks>();
+  const uint64_t id = ++g_forward_hook_id;
+  list->post.push_back({id, std::move(fn)});
+  return ModuleHookHandle(list, id);
+}
+
+Tensor Module::run_forward_hooks(const Tensor& x, const std::function<Tensor(const Tensor&)>& fwd) {
+  if (!forward_hooks_.any()) return fwd(x);
+  // Copies: a hook may register or remove hooks (and the list may go if it removes the last one).
+  std::shared_ptr<module_detail::ForwardHooks> hooks = forward_hooks_.list;
+  const std::vector<module_detail::ForwardHooks::Pre> pre = hooks->pre;
+  const std::vector<module_detail::ForwardHooks::Post> post = hooks->post;
+  Tensor input = x;
+  for (const auto& h : pre) {
+    Tensor r = h.fn(*this, input);
+    if (r.defined()) input = std::move(r);
+  }
+  Tensor output = fwd(input);
+  for (const auto& h : post) {
+    Tensor r = h.fn(*this, input, output);
+    if (r.defined()) output = std::move(r);
+  }
+  return output;
 }
 
 // ------------------------------------------------------------------------------------------ Module

@@ -68,7 +68,51 @@ std::string param_type_name() {
   if constexpr (std::is_rvalue_reference_v<T>) s += "&&";
   return s;
 }
+
+// Forward hooks of one module (Module::register_forward_pre_hook / register_forward_hook).
+struct ForwardHooks {
+  struct Pre {
+    uint64_t id;
+    std::function<Tensor(Module&, const Tensor&)> fn;
+  };
+  struct Post {
+    uint64_t id;
+    std::function<Tensor(Module&, const Tensor&, const Tensor&)> fn;
+  };
+  std::vector<Pre> pre;
+  std::vector<Post> post;
+  bool empty() const { return pre.empty() && post.empty(); }
+};
+// A module's hook lists. Copying a module (clone()) gives the copy lists of its own holding the same hooks,
+// as torch's deepcopy; handles keep referring to the original's.
+class ForwardHookSlot {
+ public:
+  ForwardHookSlot() = default;
+  ForwardHookSlot(const ForwardHookSlot& o) : list(o.list ? std::make_shared<ForwardHooks>(*o.list) : nullptr) {}
+  ForwardHookSlot& operator=(const ForwardHookSlot& o) {
+    if (this != &o) list = o.list ? std::make_shared<ForwardHooks>(*o.list) : nullptr;
+    return *this;
+  }
+  ForwardHookSlot(ForwardHookSlot&&) noexcept = default;
+  ForwardHookSlot& operator=(ForwardHookSlot&&) noexcept = default;
+  bool any() const { return list && !list->empty(); }
+  std::shared_ptr<ForwardHooks> list;
+};
 }  // namespace module_detail
+
+// Removes a module forward hook (torch's RemovableHandle); like oxmera::HookHandle, removing twice, or after
+// the module is gone, does nothing.
+class ModuleHookHandle {
+ public:
+  ModuleHookHandle() = default;
+  ModuleHookHandle(std::weak_ptr<module_detail::ForwardHooks> list, uint64_t id) : list_(std::move(list)), id_(id) {}
+  void remove();
+  bool active() const;
+
+ private:
+  std::weak_ptr<module_detail::ForwardHooks> list_;
+  uint64_t id_ = 0;
+};
 
 class Module {
  public:
@@ -80,7 +124,45 @@ class Module {
   // The single-tensor forward. Not overriding it is fine for a module whose forward takes other arguments;
   // calling it then is an InvalidArgument naming the module.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x) with this module's forward hooks around it (calling forward directly skips them, as in torch).
+  Tensor operator()(const Tensor& x) {
+    if (!forward_hooks_.any()) [[likely]]
+      return forward(x);
+    return run_forward_hooks(x, [this](const Tensor& y) { return forward(y); });
+  }
+
+  // ---- forward hooks (torch's register_forward_pre_hook / register_forward_hook), run by operator()(x) and by
+  // AnyModule (so by Sequential and the other containers) around a Tensor -> Tensor forward, in registration
+  // order. A pre-hook, fn(module, input), sees the input and may return a replacement (an undefined Tensor, or
+  // no return value, keeps it); a forward hook, fn(module, input, output), sees the input forward received and
+  // the output, and may return a replacement output the same way. Hooks may register or remove hooks (the
+  // change applies from the next call). The handle removes the hook.
+  template <class F>
+  ModuleHookHandle register_forward_pre_hook(F&& fn) {
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, Module&, const Tensor&>>) {
+      return add_forward_pre_hook([h = std::forward<F>(fn)](Module& m, const Tensor& x) mutable {
+        h(m, x);
+        return Tensor();
+      });
+    } else {
+      return add_forward_pre_hook(std::function<Tensor(Module&, const Tensor&)>(std::forward<F>(fn)));
+    }
+  }
+  template <class F>
+  ModuleHookHandle register_forward_hook(F&& fn) {
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, Module&, const Tensor&, const Tensor&>>) {
+      return add_forward_hook([h = std::forward<F>(fn)](Module& m, const Tensor& x, const Tensor& y) mutable {
+        h(m, x, y);
+        return Tensor();
+      });
+    } else {
+      return add_forward_hook(std::function<Tensor(Module&, const Tensor&, const Tensor&)>(std::forward<F>(fn)));
+    }
+  }
+  bool has_forward_hooks() const { return forward_hooks_.any(); }
+  // The pre-hooks, `fwd` on the (possibly replaced) input, then the forward hooks: what operator() and
+  // AnyModule do when hooks are registered; for containers that call a child's forward some other way.
+  Tensor run_forward_hooks(const Tensor& x, const std::function<Tensor(const Tensor&)>& fwd);
   // Short type name used in errors and printing ("Linear"); by default the class name without namespaces.
   virtual std::string name() const;
   // The part of the printed form inside the parentheses (torch's extra_repr): "in_features=4, ...".
@@ -208,6 +290,8 @@ class Module {
     static_assert(std::is_base_of_v<Module, M>, "register_parameter/register_buffer: the member must be of a Module");
     return [member](Module& self) -> Tensor& { return static_cast<M&>(self).*member; };
   }
+  ModuleHookHandle add_forward_pre_hook(std::function<Tensor(Module&, const Tensor&)> fn);
+  ModuleHookHandle add_forward_hook(std::function<Tensor(Module&, const Tensor&, const Tensor&)> fn);
   Tensor& add_tensor(bool buffer, std::string name, TensorAccessor member, Tensor* value);
   void add_child(std::string name, ModulePtr m, ChildMember member);
   const Tensor& slot_tensor(const TensorSlot& s) const;
@@ -221,6 +305,7 @@ class Module {
   mutable std::vector<std::pair<std::string, ModulePtr>> children_view_;
   bool training_ = true;
   bool children_owned_ = false;
+  module_detail::ForwardHookSlot forward_hooks_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);
@@ -505,7 +590,12 @@ template <class Ret, class... Args>
 Ret AnyModule::forward(Args&&... args) {
   if constexpr (std::is_same_v<Ret, Tensor> && sizeof...(Args) == 1 &&
                 (std::is_same_v<std::remove_cvref_t<Args>, Tensor> && ...)) {
-    if (holder_ && holder_->tensor_to_tensor()) return holder_->call_tensor(args...);
+    if (holder_ && holder_->tensor_to_tensor()) {
+      Module& m = *holder_->module;
+      if (m.has_forward_hooks()) [[unlikely]]
+        return m.run_forward_hooks(args..., [this](const Tensor& y) { return holder_->call_tensor(y); });
+      return holder_->call_tensor(args...);
+    }
   }
   const ArgRef refs[sizeof...(Args) + 1] = {
       ArgRef{const_cast<void*>(static_cast<const void*>(std::addressof(args))), &typeid(std::remove_cvref_t<Args>),
