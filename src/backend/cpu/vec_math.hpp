@@ -339,11 +339,42 @@ OXM_VM_INLINE T cos(T x) {
   return ((q + 1) & 2) ? -v : v;
 }
 
+// ln(x) in f64 for a float's magnitude x (never subnormal as a double), to the ~1e-12 relative accuracy an f32
+// power needs, rather than full f64: the atanh series stops at s^13. 0 -> -inf, inf -> inf, NaN -> NaN.
+OXM_VM_INLINE double log_for_powf(double x) {
+  using I = int64_t;
+  const I bits = std::bit_cast<I>(x);
+  constexpr I mant_mask = (I(1) << 52) - 1;
+  I e = ((bits >> 52) & I(2047)) - I(1023);
+  double m = std::bit_cast<double>((bits & mant_mask) | (I(1023) << 52));  // [1, 2)
+  const bool above = m > 1.41421356237309504880;
+  m = above ? m * 0.5 : m;
+  e = above ? e + 1 : e;
+  const double f = m - 1.0, s = f / (2.0 + f), s2 = s * s;
+  constexpr double c[] = {2.0 / 13, 2.0 / 11, 2.0 / 9, 2.0 / 7, 2.0 / 5, 2.0 / 3};
+  const double logm = 2.0 * s + s * s2 * horner(s2, c);
+  const double ef = std::bit_cast<double>(e + std::bit_cast<I>(Fp<double>::magic)) - Fp<double>::magic;
+  double y = ef * 0.693147180559945309417 + logm;
+  y = x == 0.0 ? -std::numeric_limits<double>::infinity() : y;
+  y = x == std::numeric_limits<double>::infinity() ? x : y;
+  return x != x ? x : y;
+}
+// e^t in f64 for an f32 result: t clamped to [-110, 90] (beyond, the float conversion gives 0 or inf anyway), so
+// 2^n is one factor; Taylor to degree 10 on |r| <= ln2/2 (1e-12 relative). NaN propagates.
+OXM_VM_INLINE double exp_for_powf(double t) {
+  const double tc = t < -110.0 ? -110.0 : (t > 90.0 ? 90.0 : t);
+  int64_t n;
+  const double r = reduce_ln2(tc, n);
+  constexpr double c[] = {1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720,
+                          1.0 / 120,     1.0 / 24,     1.0 / 6,     0.5,        1.0};
+  return (1.0 + r * horner(r, c)) * pow2i<double>(n);
+}
+
 // a^b for f32 through f64 log and exp (|b log a| stays exact enough in f64), with C's special cases: b == 0 or
 // a == 1 give 1; a negative base needs an integral b (odd: negative result), else NaN; |a| == 1 with b = +-inf is 1.
 OXM_VM_INLINE float powf(float a, float b) {
   const double ad = std::fabs(static_cast<double>(a)), bd = b;
-  const double mag = vm::exp(bd * vm::log(ad));
+  const double mag = exp_for_powf(bd * log_for_powf(ad));
   const bool integral = std::floor(b) == b;
   const float half = b * 0.5f;
   const bool odd = integral && std::fabs(b) < 16777216.f && std::floor(half) != half;
