@@ -2,6 +2,7 @@
 // torch's values at known points, parameters other than the defaults (values and gradients), the API forms
 // (gelu("tanh"), clamp with tensor bounds), and the typed errors naming the op.
 #include <cmath>
+#include <limits>
 
 #include "oxmera/nn/functional.hpp"
 #include "test_util.hpp"
@@ -149,8 +150,20 @@ TEST(Remainder, PythonAndCSignRulesWithTorchsGradients) {
   Tensor ga = leaf({3, 4}, -3, 3, 5), gb = (leaf({4}, 0.5, 2, 6) * -1).detach().requires_grad_();
   expect_gradcheck([](const std::vector<Tensor>& v) { return v[0].remainder(v[1]); }, {ga, gb}, "remainder b < 0");
   expect_gradcheck([](const std::vector<Tensor>& v) { return v[0].fmod(v[1]); }, {ga, gb}, "fmod b < 0");
-  EXPECT_OXM_ERROR(from_vector<int64_t>({1}, {1}).remainder(from_vector<int64_t>({1}, {1})), UnsupportedDType,
-                   "remainder");
+}
+
+TEST(Remainder, IntegersFollowPythonAndCAndRefuseAZeroDivisor) {
+  auto ints = [](std::vector<int64_t> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return from_vector<int64_t>(v, Shape{n});
+  };
+  Tensor a = ints({-7, 7, -7, 7, 0, std::numeric_limits<int64_t>::min()}), b = ints({3, -3, -3, 3, 5, -1});
+  EXPECT_EQ(a.remainder(b).to_vector<int64_t>(), (std::vector<int64_t>{2, -2, -1, 1, 0, 0}));  // Python's %
+  EXPECT_EQ(a.fmod(b).to_vector<int64_t>(), (std::vector<int64_t>{-1, 1, -1, 1, 0, 0}));       // C's %
+  EXPECT_EQ(a.remainder(b).dtype(), DType::I64);
+  EXPECT_EQ(ints({10, -10}).remainder(4).to_vector<int64_t>(), (std::vector<int64_t>{2, 2}));
+  EXPECT_OXM_ERROR(a.remainder(ints({1, 1, 0, 1, 1, 1})), InvalidArgument, "division by zero");
+  EXPECT_OXM_ERROR(a.fmod(0), InvalidArgument, "division by zero");
 }
 
 TEST(Clamp, TensorBoundsAsTorch) {

@@ -121,8 +121,9 @@ TEST_F(Checkpoint, ModuleSaveLoadRoundTrip) {
   auto file = load_safetensors(p);
   std::vector<std::string> names;
   for (const auto& [n, t] : file) names.push_back(n);
-  EXPECT_EQ(names, (std::vector<std::string>{"0.bias", "0.running_mean", "0.running_var", "0.weight", "2.bias",
-                                             "2.weight", "5.bias", "5.weight", "6.bias", "6.weight"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"0.bias", "0.num_batches_tracked", "0.running_mean", "0.running_var", "0.weight",
+                                      "2.bias", "2.weight", "5.bias", "5.weight", "6.bias", "6.weight"}));
 
   auto dst = make_model(99, 8);
   std::vector<Tensor> handles = dst->parameters();

@@ -22,7 +22,9 @@ std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tenso
   for (const auto& [n, t] : v) out.push_back(n);
   return out;
 }
-bool same_values(const Tensor& a, const Tensor& b) { return a.to_vector<float>() == b.to_vector<float>(); }
+bool same_values(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.to(DType::F64).to_vector<double>() == b.to(DType::F64).to_vector<double>();
+}
 
 // ---- today's style: overrides forward(const Tensor&) and name(), registers by value, keeps its own handles.
 class OldStyleNet : public nn::Module {
@@ -351,7 +353,7 @@ TEST(Modules, StateDictRoundTripsAndStrictness) {
   // torch's order: each module's parameters, then its buffers, then its children.
   EXPECT_EQ(src->state_dict().keys(),
             (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
-                                      "3.weight", "3.bias"}));
+                                      "1.num_batches_tracked", "3.weight", "3.bias"}));
   src->forward(rand({2, 1, 4, 4}, 3));  // running statistics move
   const auto handles = dst->parameters();
   const auto result = dst->load_state_dict(src->state_dict());
@@ -495,4 +497,48 @@ TEST(Modules, PrintsLikeTorch) {
             "MaxPool2d(kernel_size=(2, 3), stride=1, padding=0, dilation=1, ceil_mode=false)");
   EXPECT_EQ(nn::AvgPool2d({2, 3}).repr(), "AvgPool2d(kernel_size=(2, 3), stride=(2, 3), padding=0)");
   EXPECT_EQ(nn::ModuleList().repr(), "ModuleList()");
+}
+
+TEST(Modules, NamedModulesAndApplyWalkTheTreeAsTorch) {
+  auto shared = std::make_shared<nn::Linear>(4, 4);
+  nn::Sequential seq;
+  seq.push_back(shared);
+  seq.push_back(nn::Tanh());
+  nn::Sequential inner;
+  inner.push_back(nn::Linear(4, 2));
+  seq.push_back(inner);
+  seq.push_back(shared);  // the same module again: listed once, under its first name
+  std::vector<std::string> names;
+  for (auto& [n, m] : seq.named_modules()) names.push_back(n + ":" + m->name());
+  EXPECT_EQ(names, (std::vector<std::string>{":Sequential", "0:Linear", "1:Tanh", "2:Sequential", "2.0:Linear"}));
+  EXPECT_EQ(seq.modules().size(), 5u);
+  // apply: children first, then self; used to initialise by type.
+  std::vector<std::string> order;
+  seq.apply([&](nn::Module& m) {
+    order.push_back(m.name());
+    if (auto* lin = dynamic_cast<nn::Linear*>(&m)) {
+      NoGradGuard ng;
+      lin->weight.fill_(0.5);
+    }
+  });
+  EXPECT_EQ(order.back(), "Sequential");
+  EXPECT_EQ(order.size(), 6u);  // the shared Linear is visited under both positions, as torch's apply
+  EXPECT_EQ(shared->weight.sum().item<float>(), 8.0f);
+}
+
+TEST(Modules, BatchNormCountsBatchesInItsStateDictAsTorch) {
+  nn::BatchNorm2d bn(3);
+  std::vector<std::string> keys;
+  for (auto& [k, t] : bn.state_dict()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}));
+  Tensor x = randn({4, 3, 2, 2}, 5);
+  bn(x);
+  bn(x);
+  EXPECT_EQ(bn.num_batches_tracked.dtype(), DType::I64);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 2);
+  bn.eval();
+  bn(x);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 2);
+  nn::BatchNorm2d untracked(3, 1e-5, 0.1, true, false);
+  EXPECT_EQ(untracked.state_dict().size(), 2u);
 }

@@ -255,7 +255,7 @@ TEST(Modules, EmbeddingDropoutBatchNormLayerNorm) {
   EXPECT_EQ(a(ones({64})).to_vector<float>(), b(ones({64})).to_vector<float>());
 
   nn::BatchNorm2d bn(3);
-  EXPECT_EQ(bn.named_buffers().size(), 2u);
+  EXPECT_EQ(bn.named_buffers().size(), 3u);  // running_mean, running_var, num_batches_tracked
   EXPECT_EQ(bn.named_buffers()[0].first, "running_mean");
   Tensor x = randn({4, 3, 2, 2}, 6) * 3.0 + 1.0;
   Tensor yb = bn(x);

@@ -106,11 +106,11 @@
   X(Minimum, minimum, Public, FloatInt, Grad, Cheap, -2, 2, -2, 2,                                                     \
     std::isnan(a) || std::isnan(b) ? NAN : (a < b ? a : b), "torch.minimum(a, b)",                                     \
     "elementwise minimum; NaN propagates; ties split the gradient evenly")                                             \
-  X(Remainder, remainder, Public, Float, Grad, Costly, -3, 3, 0.5, 2,                                                  \
+  X(Remainder, remainder, Public, FloatInt, Grad, Costly, -3, 3, 0.5, 2,                                               \
     std::fmod(a, b) + (std::fmod(a, b) != 0 && ((std::fmod(a, b) < 0) != (b < 0)) ? b : 0.0), "torch.remainder(a, b)", \
-    "a - b floor(a / b): the sign of b (Python's %), as torch.remainder")                                              \
-  X(Fmod, fmod, Public, Float, Grad, Costly, -3, 3, 0.5, 2, std::fmod(a, b), "torch.fmod(a, b)",                       \
-    "a - b trunc(a / b): the sign of a (C's fmod), as torch.fmod")                                                     \
+    "a - b floor(a / b): the sign of b (Python's %), as torch.remainder; i64: a zero divisor is an error")             \
+  X(Fmod, fmod, Public, FloatInt, Grad, Costly, -3, 3, 0.5, 2, std::fmod(a, b), "torch.fmod(a, b)",                    \
+    "a - b trunc(a / b): the sign of a (C's fmod), as torch.fmod; i64: a zero divisor is an error")                    \
   X(BceLogits, bce_with_logits, Internal, Float, Grad, Costly, -4, 4, 0, 1,                                            \
     (1 - b) * a + std::log1p(std::exp(-std::fabs(a))) + (a < 0 ? -a : 0.0),                                            \
     "torch.nn.functional.binary_cross_entropy_with_logits(*torch.broadcast_tensors(a, b), reduction='none')",          \

@@ -146,6 +146,7 @@ BatchNorm2d::BatchNorm2d(int64_t c, double e, double m, bool aff, bool track)
   register_parameter("bias", &BatchNorm2d::bias, affine ? zeros({c}) : Tensor());
   register_buffer("running_mean", &BatchNorm2d::running_mean, track ? zeros({c}) : Tensor());
   register_buffer("running_var", &BatchNorm2d::running_var, track ? ones({c}) : Tensor());
+  register_buffer("num_batches_tracked", &BatchNorm2d::num_batches_tracked, track ? zeros({}, DType::I64) : Tensor());
 }
 std::string BatchNorm2d::extra_repr() const {
   return concat(num_features, ", eps=", py_float(eps), ", momentum=", py_float(momentum), ", affine=", affine,
@@ -157,6 +158,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const int64_t c = running_mean.defined() ? running_mean.numel() : (weight.defined() ? weight.numel() : x.shape()[1]);
   OXM_CHECK(x.shape()[1] == c, ShapeMismatch, "BatchNorm2d: input has ", x.shape()[1], " channels, the layer ", c);
   const bool use_batch = is_training() || !running_mean.defined();
+  if (is_training() && num_batches_tracked.defined()) num_batches_tracked.add_(1.0);
   return F::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps);
 }
 

@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <ostream>
@@ -411,6 +412,34 @@ ModulePtr Module::clone_into(void* memo_ptr) const {
 }
 
 // ------------------------------------------------------------------------------------------ modes, devices
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  std::vector<const Module*> seen;
+  // Iterative depth first (pre-order), children in registration order.
+  std::vector<std::pair<std::string, Module*>> stack{{"", this}};
+  while (!stack.empty()) {
+    auto [name, m] = stack.back();
+    stack.pop_back();
+    if (std::find(seen.begin(), seen.end(), m) != seen.end()) continue;
+    seen.push_back(m);
+    out.emplace_back(name, m);
+    const auto& kids = m->children();
+    for (size_t i = kids.size(); i-- > 0;)
+      stack.emplace_back(name.empty() ? kids[i].first : name + "." + kids[i].first, kids[i].second.get());
+  }
+  return out;
+}
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out;
+  for (auto& [n, m] : named_modules()) out.push_back(m);
+  return out;
+}
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [n, m] : children()) m->apply(fn);
+  fn(*this);
+  return *this;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [n, m] : children()) m->train(on);

@@ -219,6 +219,17 @@ Tensor binary_impl(const Tensor& a, const Tensor& b) {
   OXM_CHECK(is_floating(ai.dtype) || (Def::ints && ai.dtype == DType::I64), UnsupportedDType, Def::name, ": dtype ",
             ai.dtype, " is not supported", Def::ints ? " (f32, f64, i64)" : " (f32, f64)");
   const auto op = Def::id;
+  if constexpr (Def::int_divisor) {
+    if (ai.dtype == DType::I64) {
+      bool zero;
+      {
+        NoGradGuard ng;
+        zero = b.eq(scalar_like(0.0, b, Def::name)).any().to(Device::cpu()).template item<int64_t>() != 0;
+      }
+      OXM_CHECK(!zero, InvalidArgument, Def::name, ": integer division by zero (the divisor of shape ", bi.shape,
+                " has a 0 element); torch raises ZeroDivisionError here too — mask the zeros or use floats");
+    }
+  }
   Tensor out;
   // A 0-d CPU operand with a tensor on another device goes to the kernel by value.
   const Device da = ai.device(), db = bi.device();

@@ -32,6 +32,8 @@ struct BinaryEntry {
   static constexpr BinaryOp id = Op;
   static constexpr const char* name = info(Op).name;
   static constexpr bool ints = info(Op).ints, diff = info(Op).differentiable, costly = info(Op).costly;
+  // An integer b == 0 has no result (a float one gives NaN): the front end refuses it before the kernel runs.
+  static constexpr bool int_divisor = false;
 };
 
 // The elementary functions the math calls, as a policy: every def is `fwd<T, M = Math>` (and its gradients), so
@@ -296,7 +298,8 @@ struct Sigmoid : UnaryEntry<UnaryOp::Sigmoid> {
   }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
-    // Accurate everywhere as it stands: e^-x overflowing to inf gives 1 / inf = 0, the right limit; no select.
+    // torch's formula (and its values): e^-x overflowing to inf gives 0, so below about -88.7 (f32) the result is 0
+    // where the exact value is subnormal, as in torch. No select: half the time of the stable two-branch form.
     return T(1) / (T(1) + M::exp(-x));
   }
   template <class T, class M = Math>
@@ -744,6 +747,7 @@ using Maximum = Extremum<true>;
 using Minimum = Extremum<false>;
 // remainder: the sign of b (Python's %), torch's formula; d/da = 1, d/db = -floor(a / b).
 struct Remainder : BinaryEntry<BinaryOp::Remainder> {
+  static constexpr bool int_divisor = true;
   static constexpr bool saves_inputs = true, grad_a_is_g = true, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = kReadsA | kReadsB;
   template <class Tn>
@@ -752,7 +756,11 @@ struct Remainder : BinaryEntry<BinaryOp::Remainder> {
   }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
-    const T r = std::fmod(a, b);
+    T r;
+    if constexpr (std::is_integral_v<T>)
+      r = b == T(-1) ? T(0) : a % b;  // INT64_MIN % -1 traps; every a % -1 is 0
+    else
+      r = std::fmod(a, b);
     return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
   }
   template <class T, class M = Math>
@@ -766,6 +774,7 @@ struct Remainder : BinaryEntry<BinaryOp::Remainder> {
 };
 // fmod: the sign of a (C's); d/da = 1, d/db = -trunc(a / b).
 struct Fmod : BinaryEntry<BinaryOp::Fmod> {
+  static constexpr bool int_divisor = true;
   static constexpr bool saves_inputs = true, grad_a_is_g = true, grad_b_is_g = false;
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = kReadsA | kReadsB;
   template <class Tn>
@@ -774,7 +783,10 @@ struct Fmod : BinaryEntry<BinaryOp::Fmod> {
   }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
-    return std::fmod(a, b);
+    if constexpr (std::is_integral_v<T>)
+      return b == T(-1) ? T(0) : a % b;
+    else
+      return std::fmod(a, b);
   }
   template <class T, class M = Math>
   OXM_HD static T grad_a(T g, T, T) {

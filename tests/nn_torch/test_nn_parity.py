@@ -1,8 +1,7 @@
 """Compares what torch users observe of modules (repr, state_dict names/order/shapes, named_parameters with a
 tied weight, parameter counts) between oxmera (nn_driver) and torch 1.13, for the same two models.
 
-Differences accepted on purpose (docs/LIMITATIONS.md): booleans print as C++'s true/false; torch's
-BatchNorm2d has a num_batches_tracked buffer that oxmera's does not.
+Differences accepted on purpose (docs/LIMITATIONS.md): booleans print as C++'s true/false.
 Usage: test_nn_parity.py <nn_driver>"""
 import subprocess
 import sys
@@ -38,8 +37,7 @@ def models():
 
 def torch_view(m):
     r = repr(m).replace("True", "true").replace("False", "false")
-    state = [(k, ",".join(str(d) for d in v.shape) or "-") for k, v in m.state_dict().items()
-             if not k.endswith("num_batches_tracked")]
+    state = [(k, ",".join(str(d) for d in v.shape) or "-") for k, v in m.state_dict().items()]
     params = [k for k, _ in m.named_parameters()]
     numel = sum(p.numel() for p in m.parameters())
     return r, state, params, numel

@@ -130,6 +130,7 @@ class BatchNorm2d : public Module {
 
  public:
   Tensor weight, bias, running_mean, running_var;
+  Tensor num_batches_tracked;  // 0-d i64, +1 per training forward (torch's buffer; in state_dict)
   double eps, momentum;
   int64_t num_features;
   bool affine, track_running_stats;

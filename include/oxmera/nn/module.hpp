@@ -180,6 +180,14 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool remove_duplicate) const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const;
+  // This module ("") and every submodule, depth first in registration order, named with dots ("blocks.0.fc"),
+  // each once (a module shared under two names is listed under its first), as torch's named_modules(). The
+  // pointers are the tree's own modules: valid while this module holds them.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  std::vector<Module*> modules();
+  // fn on every submodule, then on this module (torch's Module.apply: children first), e.g. to initialise
+  // weights by module type.
+  Module& apply(const std::function<void(Module&)>& fn);
 
   // Every parameter and buffer by name, in torch's state_dict order; a tensor shared under several names
   // appears under each (as torch). The tensors are detached views of the module's own storage.
