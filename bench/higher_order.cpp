@@ -34,8 +34,8 @@ void report(const char* name, int threads, std::vector<double> us, double check)
   double sum = 0;
   for (double v : us) sum += v;
   const size_t n = us.size();
-  std::printf("%s threads=%d steps=%zu median_us=%.2f mean_us=%.2f p10_us=%.2f p90_us=%.2f check=%.6g\n", name,
-              threads, n, us[n / 2], sum / n, us[n / 10], us[n * 9 / 10], check);
+  std::printf("%s threads=%d steps=%zu median_us=%.2f mean_us=%.2f p10_us=%.2f p90_us=%.2f check=%.6g\n", name, threads,
+              n, us[n / 2], sum / n, us[n / 10], us[n * 9 / 10], check);
   std::fflush(stdout);
 }
 

@@ -62,9 +62,9 @@ double evaluate(const std::vector<Tensor>& theta, const std::vector<Task>& tasks
 
 int main(int argc, char** argv) {
   const int meta_steps = argc > 1 ? std::atoi(argv[1]) : 300;
-  const int64_t k = 10;           // support / query points per task
-  const int meta_batch = 4;       // tasks per meta-step
-  const double alpha = 0.05;      // inner learning rate
+  const int64_t k = 10;       // support / query points per task
+  const int meta_batch = 4;   // tasks per meta-step
+  const double alpha = 0.05;  // inner learning rate
   Generator gen(2026);
   auto init = [&](int64_t in, int64_t out) {
     return (randn({in, out}, gen, DType::F64) * std::sqrt(1.0 / static_cast<double>(in))).requires_grad_(true);
@@ -117,9 +117,10 @@ int main(int argc, char** argv) {
     max_err = std::max(max_err, (hv[i] - fd).abs().max().item<double>());
     max_abs = std::max(max_abs, hv[i].abs().max().item<double>());
   }
-  std::printf("Hessian-vector product of a support loss (%.4f): v^T H v = %.6f, max |H v| = %.4f, "
-              "max |H v - finite differences| = %.2e\n",
-              l0.item<double>(), vhv, max_abs, max_err);
+  std::printf(
+      "Hessian-vector product of a support loss (%.4f): v^T H v = %.6f, max |H v| = %.4f, "
+      "max |H v - finite differences| = %.2e\n",
+      l0.item<double>(), vhv, max_abs, max_err);
 
   const bool ok = after < 0.5 * before && max_err <= 1e-6 * std::max(1.0, max_abs);
   if (!ok) std::printf("FAILED: meta-training should halve the adapted loss and H v match finite differences\n");

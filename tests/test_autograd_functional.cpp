@@ -173,9 +173,8 @@ TEST(AutogradFunctional, BadArgumentsAreTypedErrors) {
   EXPECT_OXM_ERROR(fx::hessian(sq, x), ShapeMismatch, "hessian");
   EXPECT_OXM_ERROR(fx::vhp(total, x, x.to(DType::F32)), DTypeMismatch, "dtype");
   EXPECT_OXM_ERROR(fx::jacobian(total, from_vector<int64_t>({1, 2}, Shape{2})), UnsupportedDType, "f32 and f64");
-  EXPECT_OXM_ERROR(
-      fx::hvp([](const std::vector<Tensor>& t) { return (t[0] * t[1]).sum(); }, {x, x}, {x}), InvalidArgument,
-      "1 tensors in v for 2 inputs");
+  EXPECT_OXM_ERROR(fx::hvp([](const std::vector<Tensor>& t) { return (t[0] * t[1]).sum(); }, {x, x}, {x}),
+                   InvalidArgument, "1 tensors in v for 2 inputs");
 }
 
 TEST(AutogradFunctional, SingleElementInputsNeedNoV) {

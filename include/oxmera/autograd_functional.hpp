@@ -32,8 +32,8 @@ std::pair<Tensor, Tensor> vjp(const UnaryFunction& f, const Tensor& input, const
 
 // (f(inputs), J v) with J v shaped like the output. v holds one tensor per input, shaped like it; it may be empty
 // when every input has one element (then all ones).
-std::pair<Tensor, Tensor> jvp(const Function& f, const std::vector<Tensor>& inputs,
-                              const std::vector<Tensor>& v = {}, bool create_graph = false);
+std::pair<Tensor, Tensor> jvp(const Function& f, const std::vector<Tensor>& inputs, const std::vector<Tensor>& v = {},
+                              bool create_graph = false);
 std::pair<Tensor, Tensor> jvp(const UnaryFunction& f, const Tensor& input, const Tensor& v = Tensor(),
                               bool create_graph = false);
 

@@ -80,8 +80,8 @@ void run() {
   print("jvp.out", o2);
   print("jvp", jv);
   print_all("jac", fx::jacobian(logits, params));
-  for (const auto& [name, loss] : std::vector<std::pair<std::string, fx::Function>>{{"mse", loss_mse},
-                                                                                     {"nll", loss_nll}}) {
+  for (const auto& [name, loss] :
+       std::vector<std::pair<std::string, fx::Function>>{{"mse", loss_mse}, {"nll", loss_nll}}) {
     auto [o3, hv3] = fx::hvp(loss, params, vs);
     print(name + ".hvp.out", o3);
     print_all(name + ".hvp", hv3);
