@@ -1,6 +1,7 @@
 #pragma once
 // Umbrella header of oxmera.
 #include "oxmera/autograd.hpp"
+#include "oxmera/autograd_functional.hpp"
 #include "oxmera/checkpoint.hpp"
 #include "oxmera/device.hpp"
 #include "oxmera/dtype.hpp"
