@@ -702,8 +702,9 @@ void run_case(const std::string& op, const Case& c, const Target& t, DType dt) {
   }
 }
 
-// Finite differences in f64 on the CPU (small cases: the cost is two evaluations per element).
-void gradcheck_case(const std::string& op, const Case& c) {
+// Finite differences in f64 on the CPU (small cases: the cost is two evaluations per element) of the gradients
+// (order 1: gradcheck) or of the gradients' own gradients (order 2: gradgradcheck, create_graph = true).
+void finite_difference_case(const std::string& op, const Case& c, int order) {
   Prepared p = prepare(c, DType::F64, Device::cpu(), true);
   std::vector<Tensor> diff;
   int64_t numel = 0;
@@ -712,7 +713,7 @@ void gradcheck_case(const std::string& op, const Case& c) {
       diff.push_back(l);
       numel += l.numel();
     }
-  if (diff.empty() || numel > 400) return;
+  if (diff.empty() || numel > (order == 1 ? 400 : 200)) return;
   auto f = [&](const std::vector<Tensor>& v) {
     std::vector<Tensor> views;
     size_t k = 0;
@@ -722,41 +723,9 @@ void gradcheck_case(const std::string& op, const Case& c) {
     }
     return c.call(views);
   };
-  GradcheckResult r = gradcheck(f, diff);
+  GradcheckResult r = order == 1 ? gradcheck(f, diff) : gradgradcheck(f, diff);
   EXPECT_TRUE(r.ok) << op << " " << c.name << ": " << r.message;
 }
-
-// Second derivatives (create_graph = true) by finite differences of the first, in f64 on the CPU.
-void gradgradcheck_case(const std::string& op, const Case& c, bool pending) {
-  Prepared p = prepare(c, DType::F64, Device::cpu(), true);
-  std::vector<Tensor> diff;
-  int64_t numel = 0;
-  for (const Tensor& l : p.leaves)
-    if (l.requires_grad()) {
-      diff.push_back(l);
-      numel += l.numel();
-    }
-  if (diff.empty() || numel > 200) return;
-  auto f = [&](const std::vector<Tensor>& v) {
-    std::vector<Tensor> views;
-    size_t k = 0;
-    for (size_t i = 0; i < c.inputs.size(); ++i) {
-      const Tensor& leaf = p.leaves[i].requires_grad() ? v[k++] : p.leaves[i];
-      views.push_back(c.inputs[i].view ? c.inputs[i].view(leaf) : leaf);
-    }
-    return c.call(views);
-  };
-  if (pending) {
-    EXPECT_OXM_ERROR(gradgradcheck(f, diff), NotImplemented, "create_graph");
-    return;
-  }
-  GradcheckResult r = gradgradcheck(f, diff);
-  EXPECT_TRUE(r.ok) << op << " " << c.name << ": " << r.message;
-}
-
-// Entries whose backward is a kernel without a derivative of its own yet: create_graph through them is a typed
-// NotImplemented (docs/LIMITATIONS.md), which this list pins down until they get one. None at present.
-bool second_derivative_pending(const std::string& /*op*/) { return false; }
 
 class Conformance : public ::testing::TestWithParam<const OpInfo*> {};
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ConformanceGradcheck);  // instantiated by the CPU suite only
@@ -794,7 +763,7 @@ TEST_P(ConformanceGradcheck, FiniteDifferencesInF64OnTheCpu) {
     if (!c.grad || !has_float_input(c)) continue;
     ++compared;
     if (!c.finite_differences) continue;
-    gradcheck_case(op.name, c);
+    finite_difference_case(op.name, c, 1);
     ++checked;
   }
   ASSERT_GT(compared, 0) << op.name << " is differentiable but no case checks its gradient";
@@ -807,7 +776,7 @@ TEST_P(ConformanceGradgradcheck, SecondDerivativesByFiniteDifferencesInF64OnTheC
   int checked = 0;
   for (const Case& c : cases_for(op)) {
     if (!c.grad || !has_float_input(c) || !c.finite_differences) continue;
-    gradgradcheck_case(op.name, c, second_derivative_pending(op.name));
+    finite_difference_case(op.name, c, 2);
     ++checked;
   }
   if (checked == 0) GTEST_SKIP() << op.name << ": no case with finite differences";

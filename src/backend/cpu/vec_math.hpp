@@ -137,6 +137,34 @@ OXM_VM_INLINE T expm1(T x) {
   return x != x ? x : y;
 }
 
+// x = 2^e m with m in [sqrt(1/2), sqrt(2)) for a positive normal x (the split every log below starts from).
+template <class T>
+OXM_VM_INLINE T split_mantissa(T x, typename Fp<T>::I& e) {
+  using I = typename Fp<T>::I;
+  const I bits = std::bit_cast<I>(x);
+  constexpr I mant_mask = (I(1) << Fp<T>::mant) - 1;
+  e = ((bits >> Fp<T>::mant) & I(2 * Fp<T>::bias + 1)) - I(Fp<T>::bias);
+  T m = std::bit_cast<T>((bits & mant_mask) | (I(Fp<T>::bias) << Fp<T>::mant));  // [1, 2)
+  const bool above = m > T(1.41421356237309504880);
+  e = above ? e + 1 : e;
+  return above ? m * T(0.5) : m;
+}
+// log(1 + f) for f = m - 1 with m from split_mantissa: 2 atanh(s), s = f / (2 + f), |s| <= 0.1716:
+// 2 s (1 + s^2/3 + s^4/5 + ...) to f32 / f64 precision.
+template <class T>
+OXM_VM_INLINE T log1p_reduced(T f) {
+  const T s = f / (T(2) + f);
+  const T s2 = s * s;
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr float c[] = {2.f / 11, 2.f / 9, 2.f / 7, 2.f / 5, 2.f / 3};
+    return T(2) * s + s * s2 * horner(s2, c);
+  } else {
+    constexpr double c[] = {2.0 / 21, 2.0 / 19, 2.0 / 17, 2.0 / 15, 2.0 / 13,
+                            2.0 / 11, 2.0 / 9,  2.0 / 7,  2.0 / 5,  2.0 / 3};
+    return T(2) * s + s * s2 * horner(s2, c);
+  }
+}
+
 template <class T>
 OXM_VM_INLINE T log(T x) {
   using I = typename Fp<T>::I;
@@ -144,27 +172,10 @@ OXM_VM_INLINE T log(T x) {
   constexpr T sub_scale = std::is_same_v<T, float> ? T(33554432.0) : T(18014398509481984.0);  // 2^25, 2^54
   constexpr int sub_exp = std::is_same_v<T, float> ? 25 : 54;
   const bool sub = x < min_normal;
-  const T xs = sub ? x * sub_scale : x;
-  const I bits = std::bit_cast<I>(xs);
-  constexpr I mant_mask = (I(1) << Fp<T>::mant) - 1;
-  I e = ((bits >> Fp<T>::mant) & I(2 * Fp<T>::bias + 1)) - I(Fp<T>::bias) - (sub ? I(sub_exp) : I(0));
-  T m = std::bit_cast<T>((bits & mant_mask) | (I(Fp<T>::bias) << Fp<T>::mant));  // [1, 2)
-  const bool above = m > T(1.41421356237309504880);
-  m = above ? m * T(0.5) : m;
-  e = above ? e + 1 : e;
-  // log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716: 2 s (1 + s^2/3 + s^4/5 + ...).
-  const T f = m - T(1);
-  const T s = f / (T(2) + f);
-  const T s2 = s * s;
-  T logm;
-  if constexpr (std::is_same_v<T, float>) {
-    constexpr float c[] = {2.f / 11, 2.f / 9, 2.f / 7, 2.f / 5, 2.f / 3};
-    logm = T(2) * s + s * s2 * horner(s2, c);
-  } else {
-    constexpr double c[] = {2.0 / 21, 2.0 / 19, 2.0 / 17, 2.0 / 15, 2.0 / 13,
-                            2.0 / 11, 2.0 / 9,  2.0 / 7,  2.0 / 5,  2.0 / 3};
-    logm = T(2) * s + s * s2 * horner(s2, c);
-  }
+  I e;
+  const T m = split_mantissa(sub ? x * sub_scale : x, e);
+  e = sub ? e - I(sub_exp) : e;
+  const T logm = log1p_reduced(m - T(1));
   constexpr T ln2_hi = std::is_same_v<T, float> ? T(0.693145751953125) : T(6.93147180369123816490e-01);
   constexpr T ln2_lo = std::is_same_v<T, float> ? T(1.428606765330187045e-06) : T(1.90821492927058770002e-10);
   // e as T without an int64 -> double conversion (AVX2 has none): through the magic number's bits
@@ -196,25 +207,9 @@ OXM_VM_INLINE T log1p_exp_neg(T a) {
   const T t = vm::exp(-a);
   const T u = T(1) + t;
   const T c = t - (u - T(1));
-  const I bits = std::bit_cast<I>(u);
-  constexpr I mant_mask = (I(1) << Fp<T>::mant) - 1;
-  I e = (bits >> Fp<T>::mant) - I(Fp<T>::bias);                                  // 0, or 1 for u == 2
-  T m = std::bit_cast<T>((bits & mant_mask) | (I(Fp<T>::bias) << Fp<T>::mant));  // [1, 2)
-  const bool above = m > T(1.41421356237309504880);
-  m = above ? m * T(0.5) : m;
-  e = above ? e + 1 : e;
-  const T f = (m - T(1)) + c * (e == 0 ? T(1) : T(0.5));  // e is 0 or 1 here
-  const T s = f / (T(2) + f);
-  const T s2 = s * s;
-  T logm;
-  if constexpr (std::is_same_v<T, float>) {
-    constexpr float k[] = {2.f / 11, 2.f / 9, 2.f / 7, 2.f / 5, 2.f / 3};
-    logm = T(2) * s + s * s2 * horner(s2, k);
-  } else {
-    constexpr double k[] = {2.0 / 21, 2.0 / 19, 2.0 / 17, 2.0 / 15, 2.0 / 13,
-                            2.0 / 11, 2.0 / 9,  2.0 / 7,  2.0 / 5,  2.0 / 3};
-    logm = T(2) * s + s * s2 * horner(s2, k);
-  }
+  I e;  // 0, or 1 when the mantissa was halved or u == 2
+  const T m = split_mantissa(u, e);
+  const T logm = log1p_reduced((m - T(1)) + c * (e == 0 ? T(1) : T(0.5)));
   constexpr T ln2 = std::is_same_v<T, float> ? T(0.693147180559945309) : T(0.693147180559945309417);
   return e == 0 ? logm : logm + ln2;
 }
@@ -343,13 +338,8 @@ OXM_VM_INLINE T cos(T x) {
 // power needs, rather than full f64: the atanh series stops at s^13. 0 -> -inf, inf -> inf, NaN -> NaN.
 OXM_VM_INLINE double log_for_powf(double x) {
   using I = int64_t;
-  const I bits = std::bit_cast<I>(x);
-  constexpr I mant_mask = (I(1) << 52) - 1;
-  I e = ((bits >> 52) & I(2047)) - I(1023);
-  double m = std::bit_cast<double>((bits & mant_mask) | (I(1023) << 52));  // [1, 2)
-  const bool above = m > 1.41421356237309504880;
-  m = above ? m * 0.5 : m;
-  e = above ? e + 1 : e;
+  I e;
+  const double m = split_mantissa(x, e);
   const double f = m - 1.0, s = f / (2.0 + f), s2 = s * s;
   constexpr double c[] = {2.0 / 13, 2.0 / 11, 2.0 / 9, 2.0 / 7, 2.0 / 5, 2.0 / 3};
   const double logm = 2.0 * s + s * s2 * horner(s2, c);
