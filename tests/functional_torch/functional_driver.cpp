@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../parity_common/driver.hpp"
 #include "oxmera/oxmera.hpp"
 
 using namespace oxmera;
@@ -140,19 +141,8 @@ int main() {
   while (std::getline(std::cin, line)) {
     std::istringstream ss(line);
     std::string name;
-    int64_t rank = 0;
-    if (!(ss >> name >> rank)) continue;
-    Shape shape;
-    int64_t n = 1;
-    for (int64_t d = 0; d < rank; ++d) {
-      int64_t s = 0;
-      ss >> s;
-      shape.push_back(s);
-      n *= s;
-    }
-    std::vector<double> v(static_cast<size_t>(n));
-    for (double& x : v) ss >> x;
-    g_in[name] = from_vector<double>(v, shape);
+    if (!(ss >> name)) continue;
+    g_in[name] = oxmera_parity::read_tensor(ss, DType::F64);  // "<name> <rank> <dims> <values>"
   }
   try {
     run();

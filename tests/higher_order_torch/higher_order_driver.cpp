@@ -96,13 +96,8 @@ int main() {
       print_list(os, "G", g, diff);
       print_list(os, "H", hv, diff);
       std::cout << os.str() << '\n';
-    } catch (const oxmera::Error& e) {
-      std::string msg = e.message();
-      for (char& c : msg)
-        if (c == '\n') c = ' ';
-      std::cout << id << " ERR " << oxmera::error_kind_name(e.kind()) << ' ' << msg << '\n';
-    } catch (const std::exception& e) {
-      std::cout << id << " EXC " << e.what() << '\n';
+    } catch (...) {
+      oxmera_parity::print_failure(id);
     }
   }
   return 0;

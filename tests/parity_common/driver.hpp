@@ -50,6 +50,21 @@ inline void print_values(std::ostream& os, const Tensor& t) {
   for (double x : v) os << ' ' << x;
 }
 
+// Inside a catch: the protocol's line for case `id` failing, "<id> ERR <kind> <message on one line>" for an
+// oxmera::Error (the parity scripts compare the kind with torch's refusal), "<id> EXC <what>" otherwise.
+inline void print_failure(const std::string& id) {
+  try {
+    throw;
+  } catch (const oxmera::Error& e) {
+    std::string msg = e.message();
+    for (char& c : msg)
+      if (c == '\n') c = ' ';
+    std::cout << id << " ERR " << oxmera::error_kind_name(e.kind()) << ' ' << msg << '\n';
+  } catch (const std::exception& e) {
+    std::cout << id << " EXC " << e.what() << '\n';
+  }
+}
+
 // Runs every case on stdin through `run(op, operands)`.
 inline int driver_main(const std::function<Tensor(const std::string&, const std::vector<Tensor>&)>& run) {
   std::cout << std::setprecision(17);
@@ -84,13 +99,8 @@ inline int driver_main(const std::function<Tensor(const std::string&, const std:
         os << " G 0";
       }
       std::cout << os.str() << '\n';
-    } catch (const oxmera::Error& e) {
-      std::string msg = e.message();
-      for (char& c : msg)
-        if (c == '\n') c = ' ';
-      std::cout << id << " ERR " << oxmera::error_kind_name(e.kind()) << ' ' << msg << '\n';
-    } catch (const std::exception& e) {
-      std::cout << id << " EXC " << e.what() << '\n';
+    } catch (...) {
+      print_failure(id);
     }
   }
   return 0;
