@@ -160,14 +160,27 @@ std::pair<Tensor, Tensor> jvp(const Function& f, const std::vector<Tensor>& inpu
   return {finish_output(out, create_graph), jv.defined() ? jv : zeros_like(out)};
 }
 
+namespace {
+// hvp's and vhp's start: the prepared inputs, the checked vectors and f's one-element output (under grad mode).
+struct ScalarAt {
+  std::vector<Tensor> xs, vs;
+  Tensor out;
+};
+ScalarAt scalar_function_at(const Function& f, const std::vector<Tensor>& inputs, const std::vector<Tensor>& v,
+                            bool create_graph, const char* op) {
+  ScalarAt r;
+  r.xs = prepare(inputs, create_graph, op);
+  r.vs = input_vectors(v, r.xs, op);
+  r.out = call(f, r.xs, op);
+  check_one_element(r.out, op);
+  return r;
+}
+}  // namespace
+
 std::pair<Tensor, std::vector<Tensor>> hvp(const Function& f, const std::vector<Tensor>& inputs,
                                            const std::vector<Tensor>& v, bool create_graph) {
-  const char* op = "autograd::functional::hvp";
   AutoGradMode on(true);
-  std::vector<Tensor> xs = prepare(inputs, create_graph, op);
-  std::vector<Tensor> vs = input_vectors(v, xs, op);
-  Tensor out = call(f, xs, op);
-  check_one_element(out, op);
+  auto [xs, vs, out] = scalar_function_at(f, inputs, v, create_graph, "autograd::functional::hvp");
   if (!out.requires_grad()) return {finish_output(out, create_graph), all_zeros(xs)};
   // As torch: gradient g, then d<u, g>/dx = H^T u (linear in the dummy u), and its vjp with v is H v.
   std::vector<Tensor> g = grad({out}, xs, {}, true, true, true);
@@ -180,12 +193,8 @@ std::pair<Tensor, std::vector<Tensor>> hvp(const Function& f, const std::vector<
 
 std::pair<Tensor, std::vector<Tensor>> vhp(const Function& f, const std::vector<Tensor>& inputs,
                                            const std::vector<Tensor>& v, bool create_graph) {
-  const char* op = "autograd::functional::vhp";
   AutoGradMode on(true);
-  std::vector<Tensor> xs = prepare(inputs, create_graph, op);
-  std::vector<Tensor> vs = input_vectors(v, xs, op);
-  Tensor out = call(f, xs, op);
-  check_one_element(out, op);
+  auto [xs, vs, out] = scalar_function_at(f, inputs, v, create_graph, "autograd::functional::vhp");
   if (!out.requires_grad()) return {finish_output(out, create_graph), all_zeros(xs)};
   std::vector<Tensor> g = grad({out}, xs, {}, true, true, true);
   std::vector<Tensor> vh = grad_of_used(g, vs, xs, create_graph, create_graph);
