@@ -49,17 +49,9 @@ void SavedTensor::save(const Tensor& t, bool is_output, uint32_t output_nr) {
   const TensorImpl& s = *t.impl();
   is_output_ = is_output;
   output_nr_ = output_nr;
-  if (is_output || s.grad_fn) {
-    // Alias without history: saving an output with its grad_fn would be a reference cycle. A non-leaf input's
-    // producer is kept on the side (no cycle: it is upstream), to be re-attached under create_graph.
-    tensor_ = make_view(t, s.shape, s.strides, s.offset);
-    if (!is_output) {
-      producer_ = s.grad_fn;
-      output_nr_ = s.output_nr;
-    }
-  } else {
-    tensor_ = t;
-  }
+  // An output is kept as an alias without history: with its grad_fn (this node) it would be a reference cycle.
+  // An input is kept as it is, history included (upstream, so no cycle): create_graph differentiates through it.
+  tensor_ = is_output ? make_view(t, s.shape, s.strides, s.offset) : t;
   version_ = s.storage->version;
 }
 
@@ -67,14 +59,13 @@ Tensor SavedTensor::get(const char* op) const {
   OXM_CHECK(!tensor_.defined() || tensor_.impl()->storage->version == version_, InvalidArgument, "backward of ", op,
             ": a tensor saved for the gradient was modified in place after it was used; clone it before "
             "modifying it, or modify it before the forward pass");
-  if (!t_grad_enabled || !tensor_.defined()) return tensor_;
-  // create_graph: the gradient must know how it depends on what was saved.
-  Node* history = is_output_ ? t_applying : producer_.get();
-  if (!history) return tensor_;
+  // create_graph: a saved output comes back as the output of the node being applied, so the gradient knows how
+  // it depends on it.
+  if (!is_output_ || !t_grad_enabled || !t_applying || !tensor_.defined()) return tensor_;
   const TensorImpl& s = *tensor_.impl();
   Tensor t = make_view(tensor_, s.shape, s.strides, s.offset);
   TensorImpl& o = *t.impl();
-  o.grad_fn = Ref<Node>::share(history);
+  o.grad_fn = Ref<Node>::share(t_applying);
   o.output_nr = output_nr_;
   o.requires_grad = true;
   return t;

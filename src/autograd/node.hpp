@@ -73,25 +73,21 @@ struct Node {
   bool needs_grad(size_t i) const { return i < next.size() && next[i].active(); }
 };
 
-// A tensor saved for backward. Outputs and non-leaf inputs are kept as aliases without grad_fn (an output with
-// its grad_fn would be a reference cycle); the storage version is checked at backward time so an in-place write in
-// between is an error, not a wrong gradient. Under grad mode (a backward with create_graph = true) get() hands the
-// tensor back with its history: an input's producer, or for an output (`output_nr` of the node that saved it) the
-// node being applied, so the gradient the rule computes is itself differentiable.
+// A tensor saved for backward. Outputs are kept as aliases without grad_fn (an output with its grad_fn would be a
+// reference cycle); inputs as they are. The storage version is checked at backward time so an in-place write in
+// between is an error, not a wrong gradient. Under grad mode (a backward with create_graph = true) an input comes
+// back with its history as it is, and get() re-attaches a saved output (`output_nr` of the node that saved it) to
+// the node being applied, so the gradient the rule computes is itself differentiable.
 class SavedTensor {
  public:
   SavedTensor() = default;
   void save(const Tensor& t, bool is_output, uint32_t output_nr = 0);
   Tensor get(const char* op) const;
   bool defined() const { return tensor_.defined(); }
-  void reset() {
-    tensor_ = Tensor();
-    producer_.reset();
-  }
+  void reset() { tensor_ = Tensor(); }
 
  private:
   Tensor tensor_;
-  Ref<Node> producer_;  // a non-leaf input's grad_fn
   uint32_t version_ = 0, output_nr_ = 0;
   bool is_output_ = false;
 };
