@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     m1.push_back(zeros_like(p));
     m2.push_back(zeros_like(p));
   }
-  const double lr = 0.05, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  const double lr = 0.03, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int64_t step = 0;
   auto forward = [&](const Tensor& x) {
     Tensor h = (x.matmul(params[0]) + params[1]).tanh();
