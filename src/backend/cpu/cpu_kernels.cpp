@@ -451,6 +451,28 @@ void where_typed(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, 
   const TensorImpl* ops[4] = {&out, &m, &a, &b};
   const auto p = make_plan(out.shape, ops);
   run_plan(p, kGrainCheap, [](char** ptr, const int64_t* s, int64_t n) {
+    // Contiguous output and mask with each value contiguous or a broadcast scalar (masking with a constant, and
+    // the backward's where(m, g, 0)): the variants are chosen at compile time so the selects vectorise.
+    if (s[0] == sizeof(T) && s[1] == sizeof(M) && (s[2] == sizeof(T) || s[2] == 0) &&
+        (s[3] == sizeof(T) || s[3] == 0)) {
+      T* o = reinterpret_cast<T*>(ptr[0]);
+      const M* mk = reinterpret_cast<const M*>(ptr[1]);
+      const T* a = reinterpret_cast<const T*>(ptr[2]);
+      const T* b = reinterpret_cast<const T*>(ptr[3]);
+      if (s[2] != 0 && s[3] != 0) {
+        for (int64_t i = 0; i < n; ++i) o[i] = mk[i] != M(0) ? a[i] : b[i];
+      } else if (s[2] != 0) {
+        const T bv = *b;
+        for (int64_t i = 0; i < n; ++i) o[i] = mk[i] != M(0) ? a[i] : bv;
+      } else if (s[3] != 0) {
+        const T av = *a;
+        for (int64_t i = 0; i < n; ++i) o[i] = mk[i] != M(0) ? av : b[i];
+      } else {
+        const T av = *a, bv = *b;
+        for (int64_t i = 0; i < n; ++i) o[i] = mk[i] != M(0) ? av : bv;
+      }
+      return;
+    }
     for (int64_t i = 0; i < n; ++i)
       at<T>(ptr[0], s[0], i) = at<M>(ptr[1], s[1], i) != M(0) ? at<T>(ptr[2], s[2], i) : at<T>(ptr[3], s[3], i);
   });
