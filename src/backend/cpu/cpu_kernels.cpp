@@ -885,42 +885,48 @@ bool arg_reduce(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t di
   }
 }
 
-// One contiguous f32 row: vectorised max, exp (exp_f32) and sums in 8 double lanes.
+// One contiguous f32 row in three vectorised passes: max, exp (exp_f32, stored) with sums, scale. The max needs no
+// NaN test: a NaN entry never wins the comparison, but its exp makes the sum, and so every output, NaN (as a NaN max
+// would). The sums run in 16 float lanes flushed into a double every 256 elements (16 per lane), which keeps them
+// in registers and the rounding of a row of any length near that of a double sum.
 void softmax_row_f32(const float* x, float* y, int64_t D, bool log) {
-  float lane_max[16];
-  for (int j = 0; j < 16; ++j) lane_max[j] = -INFINITY;
-  bool nan = false;
+  constexpr int W = 16;
+  // The max in a 16-float vector type: GCC's SLP pass leaves the same loop on a lane array scalar.
+  using F16 = float __attribute__((vector_size(W * sizeof(float))));
+  F16 lane_max = F16{} - INFINITY;
   int64_t i = 0;
-  for (; i + 16 <= D; i += 16)
-    for (int j = 0; j < 16; ++j) {
-      nan |= x[i + j] != x[i + j];
-      lane_max[j] = lane_max[j] > x[i + j] ? lane_max[j] : x[i + j];
-    }
+  for (; i + W <= D; i += W) {
+    F16 v;
+    std::memcpy(&v, x + i, sizeof v);
+    lane_max = v > lane_max ? v : lane_max;
+  }
   float mx = -INFINITY;
-  for (int j = 0; j < 16; ++j) mx = std::max(mx, lane_max[j]);
-  for (; i < D; ++i) {
-    nan |= x[i] != x[i];
-    mx = std::max(mx, x[i]);
-  }
-  if (nan) mx = NAN;
-  if (mx == -INFINITY) mx = 0;  // all -inf: avoid inf - inf
-  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int j = 0; j < W; ++j) mx = lane_max[j] > mx ? lane_max[j] : mx;
+  for (; i < D; ++i) mx = x[i] > mx ? x[i] : mx;
+  if (mx == -INFINITY) mx = 0;  // all -inf (or NaN): avoid inf - inf
+  double sum = 0;
+  float part[W];
+  auto flush = [&] {
+    float s8[8];
+    for (int j = 0; j < 8; ++j) s8[j] = part[j] + part[j + 8];
+    sum +=
+        static_cast<double>((s8[0] + s8[1]) + (s8[2] + s8[3])) + static_cast<double>((s8[4] + s8[5]) + (s8[6] + s8[7]));
+  };
   i = 0;
-  if (log) {
-    for (; i + 8 <= D; i += 8)
-      for (int j = 0; j < 8; ++j) lanes[j] += exp_f32(x[i + j] - mx);
-  } else {
-    for (; i + 8 <= D; i += 8)
-      for (int j = 0; j < 8; ++j) {
-        float e = exp_f32(x[i + j] - mx);
+  while (i + W <= D) {
+    for (int j = 0; j < W; ++j) part[j] = 0.f;
+    const int64_t stop = std::min(D - D % W, i + 16 * W);
+    for (; i < stop; i += W)
+      for (int j = 0; j < W; ++j) {
+        const float e = exp_f32(x[i + j] - mx);
         y[i + j] = e;
-        lanes[j] += e;
+        part[j] += e;
       }
+    flush();
   }
-  double sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
   for (; i < D; ++i) {
-    float e = exp_f32(x[i] - mx);
-    if (!log) y[i] = e;
+    const float e = exp_f32(x[i] - mx);
+    y[i] = e;
     sum += e;
   }
   if (log) {
