@@ -111,11 +111,11 @@ class CpuBackend final : public Backend {
     switch (ops::fused_op(call)) {
       case ops::FusedOp::CrossEntropy: {
         auto& c = std::get<ops::CrossEntropyCall>(call);
-        return cpu_cross_entropy(*c.x, *c.target, c.label_smoothing, c.scale, *c.loss, *c.lse);
+        return k_->cross_entropy(*c.x, *c.target, c.label_smoothing, c.scale, *c.loss, *c.lse);
       }
       case ops::FusedOp::CrossEntropyBackward: {
         auto& c = std::get<ops::CrossEntropyBackwardCall>(call);
-        return cpu_cross_entropy_backward(*c.x, *c.target, *c.lse, *c.g, c.label_smoothing, c.scale, *c.grad_x);
+        return k_->cross_entropy_backward(*c.x, *c.target, *c.lse, *c.g, c.label_smoothing, c.scale, *c.grad_x);
       }
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);

@@ -21,6 +21,11 @@ namespace oxmera::detail::OXM_ISA {
 // cpu_optim.cpp (the same ISA namespace)
 void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0, TensorImpl* s1,
                     TensorImpl* s2);
+// cpu_loss.cpp (the same ISA namespace)
+void cross_entropy(const TensorImpl& x, const TensorImpl& target, double label_smoothing, double scale,
+                   TensorImpl& loss, TensorImpl& lse);
+void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
+                            double label_smoothing, double scale, TensorImpl& grad_x);
 
 namespace {
 
@@ -1046,9 +1051,22 @@ void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
 
 #define OXM_STR2(x) #x
 #define OXM_STR(x) OXM_STR2(x)
-const CpuKernels table = {OXM_STR(OXM_ISA), unary,   binary, binary_scalar, binary_grad,
-                          unary_grad,       where,   copy,   fill,          reduce,
-                          arg_reduce,       softmax, matmul, optimizer_step};
+const CpuKernels table = {OXM_STR(OXM_ISA),
+                          unary,
+                          binary,
+                          binary_scalar,
+                          binary_grad,
+                          unary_grad,
+                          where,
+                          copy,
+                          fill,
+                          reduce,
+                          arg_reduce,
+                          softmax,
+                          matmul,
+                          optimizer_step,
+                          cross_entropy,
+                          cross_entropy_backward};
 
 }  // namespace
 

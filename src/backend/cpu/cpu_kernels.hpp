@@ -25,6 +25,11 @@ struct CpuKernels {
   void (*matmul)(const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*optimizer_step)(const OptimizerStep&, TensorImpl&, const TensorImpl&, TensorImpl*, TensorImpl*,
                          TensorImpl*);  // cpu_optim.cpp
+  // cpu_loss.cpp: the fused cross entropy over rows of class scores and its backward
+  void (*cross_entropy)(const TensorImpl& x, const TensorImpl& target, double label_smoothing, double scale,
+                        TensorImpl& loss, TensorImpl& lse);
+  void (*cross_entropy_backward)(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse,
+                                 const TensorImpl& g, double label_smoothing, double scale, TensorImpl& grad_x);
 };
 
 namespace isa_base {
