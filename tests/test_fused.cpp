@@ -93,6 +93,30 @@ TEST(FusedFallback, CrossEntropyAndItsBackwardMatchTheCpuKernels) {
         }
 }
 
+TEST(FusedFallback, SoftmaxBackwardMatchesTheCpuKernel) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Shape& shape : {Shape{1}, Shape{3, 5}, Shape{2, 4, 64}, Shape{3, 300}, Shape{1, 17}})
+      for (bool log : {false, true}) {
+        const std::string what = dname(dt) + (log ? " log_softmax " : " softmax ") + std::to_string(shape.back());
+        const int64_t last = static_cast<int64_t>(shape.size()) - 1;
+        Tensor x = randn(shape, 7, dt) * 3.0;
+        Tensor y = log ? x.log_softmax(last) : x.softmax(last), g = randn(shape, 8, dt);
+        Tensor g1 = empty(shape, dt), g2 = empty(shape, dt);
+        ops::FusedCall k = ops::SoftmaxBackwardCall{y.impl(), g.impl(), g1.impl(), last, log};
+        ops::FusedCall f = ops::SoftmaxBackwardCall{y.impl(), g.impl(), g2.impl(), last, log};
+        run_both(k, f);
+        expect_close(values(g2), values(g1), tol(dt), tol(dt), what);
+      }
+  // Not the last dim, or a strided gradient: not offered (the fallback runs), and the gradient is still right.
+  Tensor x = randn({4, 6}, 9), g = randn({6, 4}, 10).t();
+  Tensor y = x.softmax(0), out = empty({4, 6});
+  EXPECT_FALSE(d::cpu_backend().supports(ops::FusedCall{ops::SoftmaxBackwardCall{y.impl(), g.impl(), out.impl(), 0}}));
+  Tensor xr = x.clone().requires_grad_();
+  xr.softmax(1).backward(g);
+  Tensor yr = x.softmax(1);
+  expect_close(values(xr.grad()), values(yr * (g - (g * yr).sum({1}, true))), 1e-6, 1e-6, "strided g");
+}
+
 TEST(FusedFallback, Im2colAndCol2imMatchTheCpuKernels) {
   struct G {
     int64_t H, W, kh, kw, sh, sw, ph, pw, dh, dw;

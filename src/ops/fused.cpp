@@ -400,6 +400,17 @@ void sort_indices_fallback(FusedCall& call, Device) {
   finish(c.indices, idx);
 }
 
+// ---------------------------------------------------------------- softmax backward
+void softmax_backward_fallback(FusedCall& call, Device) {
+  auto& c = std::get<SoftmaxBackwardCall>(call);
+  NoGradGuard no_grad;
+  const Tensor y = borrow(c.y), g = borrow(c.g);
+  if (c.log)
+    borrow(c.grad_x).copy_(g - y.exp() * g.sum({c.dim}, true));
+  else
+    borrow(c.grad_x).copy_(y * (g - (g * y).sum({c.dim}, true)));
+}
+
 // ---------------------------------------------------------------- the registry
 // "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
 constexpr FusedOpInfo kFusedOps[] = {
@@ -420,6 +431,8 @@ constexpr FusedOpInfo kFusedOps[] = {
      "cuda (f32; one thread per row); elsewhere the host loop"},
     {FusedOp::SortIndices, "sort", sort_indices_fallback,
      "cuda (f32, i64; one thread per row, insertion sort); elsewhere std::stable_sort on the host"},
+    {FusedOp::SoftmaxBackward, "softmax backward", softmax_backward_fallback,
+     "cpu (f32, f64; contiguous rows along the last dim)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

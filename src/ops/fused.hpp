@@ -73,7 +73,8 @@ namespace oxmera::ops {
   X(SolveTriangularSmall, SolveTriangularSmallCall) \
   X(Scan, ScanCall)                                 \
   X(CumprodBackward, CumprodBackwardCall)           \
-  X(SortIndices, SortIndicesCall)
+  X(SortIndices, SortIndicesCall)                   \
+  X(SoftmaxBackward, SoftmaxBackwardCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -199,11 +200,21 @@ struct SortIndicesCall {
   RowsAlongDim rows;
   bool descending = false;
 };
+// softmax / log_softmax's gradient along one dim from its output y and the output's gradient g (one shape and
+// float dtype, any strides): grad_x (contiguous) = y (g - sum_dim(g y)), or for log_softmax g - e^y sum_dim(g).
+struct SoftmaxBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::SoftmaxBackward;
+  const TensorImpl* y = nullptr;
+  const TensorImpl* g = nullptr;
+  TensorImpl* grad_x = nullptr;
+  int64_t dim = 0;
+  bool log = false;
+};
 
 // One fused call; its index is its FusedOp.
-using FusedCall =
-    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
-                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall>;
+using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
+                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
+                               SortIndicesCall, SoftmaxBackwardCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

@@ -93,6 +93,12 @@ class CpuBackend final : public Backend {
         return real(std::get<ops::CrossEntropyCall>(call).x->dtype);
       case ops::FusedOp::CrossEntropyBackward:
         return real(std::get<ops::CrossEntropyBackwardCall>(call).x->dtype);
+      case ops::FusedOp::SoftmaxBackward: {
+        const auto& c = std::get<ops::SoftmaxBackwardCall>(call);
+        const int64_t last = static_cast<int64_t>(c.y->shape.size()) - 1;
+        return real(c.y->dtype) && c.y->contiguous && c.g->contiguous && c.grad_x->contiguous &&
+               (c.dim == last || c.y->shape.empty());
+      }
       case ops::FusedOp::Im2col:
         return real(std::get<ops::Im2colCall>(call).x->dtype);
       case ops::FusedOp::Col2im:
@@ -116,6 +122,10 @@ class CpuBackend final : public Backend {
       case ops::FusedOp::CrossEntropyBackward: {
         auto& c = std::get<ops::CrossEntropyBackwardCall>(call);
         return k_->cross_entropy_backward(*c.x, *c.target, *c.lse, *c.g, c.label_smoothing, c.scale, *c.grad_x);
+      }
+      case ops::FusedOp::SoftmaxBackward: {
+        auto& c = std::get<ops::SoftmaxBackwardCall>(call);
+        return k_->softmax_backward(*c.y, *c.g, *c.grad_x, c.y->shape.empty() ? 1 : c.y->shape.back(), c.log);
       }
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);

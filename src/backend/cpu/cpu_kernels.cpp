@@ -992,6 +992,58 @@ void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
   }
 }
 
+// softmax's gradient row by row: one pass for the row's sum (g y, or g for log_softmax) in lanes of T flushed into
+// an f64 sum every 16 per lane (the composite's sums are f64), one pass for the result.
+template <class T>
+void softmax_backward_typed(const TensorImpl& yt, const TensorImpl& gt, TensorImpl& out, int64_t n, bool log) {
+  const T* yp = yt.ptr<T>();
+  const T* gp = gt.ptr<T>();
+  T* op_ = out.ptr<T>();
+  const int64_t rows = n > 0 ? yt.numel / n : 0;
+  constexpr int W = 64 / sizeof(T);
+  parallel_for(rows, std::max<int64_t>(kGrainCheap / std::max<int64_t>(n, 1), 1), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* y = yp + r * n;
+      const T* g = gp + r * n;
+      T* o = op_ + r * n;
+      double sum = 0;
+      int64_t i = 0;
+      while (i + W <= n) {
+        T part[W] = {};
+        const int64_t stop = std::min(n - n % W, i + 16 * W);
+        if (log) {
+          for (; i < stop; i += W)
+            for (int j = 0; j < W; ++j) part[j] += g[i + j];
+        } else {
+          for (; i < stop; i += W)
+            for (int j = 0; j < W; ++j) part[j] += g[i + j] * y[i + j];
+        }
+        double s = 0;
+        for (int j = 0; j < W; ++j) s += static_cast<double>(part[j]);
+        sum += s;
+      }
+      for (; i < n; ++i) sum += static_cast<double>(log ? g[i] : g[i] * y[i]);
+      const T s = static_cast<T>(sum);
+      if (log) {
+        for (int64_t k = 0; k < n; ++k) o[k] = g[k] - vm::exp(y[k]) * s;
+      } else {
+        for (int64_t k = 0; k < n; ++k) o[k] = y[k] * (g[k] - s);
+      }
+    }
+  });
+}
+void softmax_backward(const TensorImpl& y, const TensorImpl& g, TensorImpl& out, int64_t n, bool log) {
+  switch (y.dtype) {
+    case DType::F32:
+      return softmax_backward_typed<float>(y, g, out, n, log);
+    case DType::F64:
+      return softmax_backward_typed<double>(y, g, out, n, log);
+    default:
+      OXM_FAIL(UnsupportedDType, log ? "log_softmax" : "softmax", " backward: dtype ", y.dtype,
+               " is not supported (f32, f64)");
+  }
+}
+
 // ---------------------------------------------------------------- matmul
 
 template <class T>
@@ -1063,6 +1115,7 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           reduce,
                           arg_reduce,
                           softmax,
+                          softmax_backward,
                           matmul,
                           optimizer_step,
                           cross_entropy,

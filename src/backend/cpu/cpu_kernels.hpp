@@ -22,6 +22,8 @@ struct CpuKernels {
   void (*reduce)(ops::ReduceOp, const TensorImpl&, TensorImpl&, uint64_t);
   bool (*arg_reduce)(ops::ArgReduceOp, const TensorImpl&, TensorImpl&, int64_t);
   void (*softmax)(const TensorImpl&, TensorImpl&, int64_t, bool);
+  // softmax / log_softmax's gradient over contiguous rows of length n: y, g, grad_x contiguous, one shape
+  void (*softmax_backward)(const TensorImpl& y, const TensorImpl& g, TensorImpl& grad_x, int64_t n, bool log);
   void (*matmul)(const TensorImpl&, const TensorImpl&, TensorImpl&);
   void (*optimizer_step)(const OptimizerStep&, TensorImpl&, const TensorImpl&, TensorImpl*, TensorImpl*,
                          TensorImpl*);  // cpu_optim.cpp
