@@ -117,6 +117,37 @@ TEST(FusedFallback, SoftmaxBackwardMatchesTheCpuKernel) {
   expect_close(values(xr.grad()), values(yr * (g - (g * yr).sum({1}, true))), 1e-6, 1e-6, "strided g");
 }
 
+TEST(FusedFallback, LayerNormAndItsBackwardMatchTheCpuKernels) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (auto [R, n] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {7, 64}, {3, 300}})
+      for (int affine = 0; affine < 4; ++affine) {
+        const std::string what =
+            dname(dt) + " [" + std::to_string(R) + ", " + std::to_string(n) + "] affine " + std::to_string(affine);
+        Tensor x = randn({R, n}, 3, dt) * 2.0 + 0.5;
+        Tensor w = randn({n}, 4, dt), b = randn({n}, 5, dt), g = randn({R, n}, 6, dt);
+        const d::TensorImpl* wp = affine & 1 ? w.impl() : nullptr;
+        const d::TensorImpl* bp = affine & 2 ? b.impl() : nullptr;
+        Tensor y1 = empty({R, n}, dt), m1 = empty({R, 1}, dt), r1 = empty({R, 1}, dt);
+        Tensor y2 = empty({R, n}, dt), m2 = empty({R, 1}, dt), r2 = empty({R, 1}, dt);
+        ops::FusedCall k = ops::LayerNormCall{x.impl(), wp, bp, 1e-5, n, y1.impl(), m1.impl(), r1.impl()};
+        ops::FusedCall f = ops::LayerNormCall{x.impl(), wp, bp, 1e-5, n, y2.impl(), m2.impl(), r2.impl()};
+        run_both(k, f);
+        expect_close(values(y2), values(y1), tol(dt), tol(dt), "y " + what);
+        expect_close(values(m2), values(m1), tol(dt), tol(dt), "mean " + what);
+        expect_close(values(r2), values(r1), tol(dt), tol(dt), "rstd " + what);
+        Tensor gx1 = empty({R, n}, dt), gw1 = empty({n}, dt), gb1 = empty({n}, dt);
+        Tensor gx2 = empty({R, n}, dt), gw2 = empty({n}, dt), gb2 = empty({n}, dt);
+        ops::FusedCall kb = ops::LayerNormBackwardCall{x.impl(), g.impl(),   wp,         m1.impl(), r1.impl(),
+                                                       n,        gx1.impl(), gw1.impl(), gb1.impl()};
+        ops::FusedCall fb = ops::LayerNormBackwardCall{x.impl(), g.impl(),   wp,         m1.impl(), r1.impl(),
+                                                       n,        gx2.impl(), gw2.impl(), gb2.impl()};
+        run_both(kb, fb);
+        expect_close(values(gx2), values(gx1), 5 * tol(dt), 5 * tol(dt), "grad x " + what);
+        expect_close(values(gw2), values(gw1), 5 * tol(dt), 5 * tol(dt), "grad weight " + what);
+        expect_close(values(gb2), values(gb1), 5 * tol(dt), 5 * tol(dt), "grad bias " + what);
+      }
+}
+
 TEST(FusedFallback, Im2colAndCol2imMatchTheCpuKernels) {
   struct G {
     int64_t H, W, kh, kw, sh, sw, ph, pw, dh, dw;

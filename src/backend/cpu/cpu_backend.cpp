@@ -93,6 +93,14 @@ class CpuBackend final : public Backend {
         return real(std::get<ops::CrossEntropyCall>(call).x->dtype);
       case ops::FusedOp::CrossEntropyBackward:
         return real(std::get<ops::CrossEntropyBackwardCall>(call).x->dtype);
+      case ops::FusedOp::LayerNorm: {
+        const auto& c = std::get<ops::LayerNormCall>(call);
+        return real(c.x->dtype) && c.n >= 1;
+      }
+      case ops::FusedOp::LayerNormBackward: {
+        const auto& c = std::get<ops::LayerNormBackwardCall>(call);
+        return real(c.x->dtype) && c.n >= 1;
+      }
       case ops::FusedOp::SoftmaxBackward: {
         const auto& c = std::get<ops::SoftmaxBackwardCall>(call);
         const int64_t last = static_cast<int64_t>(c.y->shape.size()) - 1;
@@ -122,6 +130,15 @@ class CpuBackend final : public Backend {
       case ops::FusedOp::CrossEntropyBackward: {
         auto& c = std::get<ops::CrossEntropyBackwardCall>(call);
         return k_->cross_entropy_backward(*c.x, *c.target, *c.lse, *c.g, c.label_smoothing, c.scale, *c.grad_x);
+      }
+      case ops::FusedOp::LayerNorm: {
+        auto& c = std::get<ops::LayerNormCall>(call);
+        return k_->layer_norm(*c.x, c.weight, c.bias, c.eps, c.n, *c.y, *c.mean, *c.rstd);
+      }
+      case ops::FusedOp::LayerNormBackward: {
+        auto& c = std::get<ops::LayerNormBackwardCall>(call);
+        return k_->layer_norm_backward(*c.x, *c.g, c.weight, *c.mean, *c.rstd, c.n, *c.grad_x, c.grad_weight,
+                                       c.grad_bias);
       }
       case ops::FusedOp::SoftmaxBackward: {
         auto& c = std::get<ops::SoftmaxBackwardCall>(call);
