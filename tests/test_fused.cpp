@@ -93,6 +93,61 @@ TEST(FusedFallback, CrossEntropyAndItsBackwardMatchTheCpuKernels) {
         }
 }
 
+TEST(FusedFallback, SoftmaxBackwardMatchesTheCpuKernel) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Shape& shape : {Shape{1}, Shape{3, 5}, Shape{2, 4, 64}, Shape{3, 300}, Shape{1, 17}})
+      for (bool log : {false, true}) {
+        const std::string what = dname(dt) + (log ? " log_softmax " : " softmax ") + std::to_string(shape.back());
+        const int64_t last = static_cast<int64_t>(shape.size()) - 1;
+        Tensor x = randn(shape, 7, dt) * 3.0;
+        Tensor y = log ? x.log_softmax(last) : x.softmax(last), g = randn(shape, 8, dt);
+        Tensor g1 = empty(shape, dt), g2 = empty(shape, dt);
+        ops::FusedCall k = ops::SoftmaxBackwardCall{y.impl(), g.impl(), g1.impl(), last, log};
+        ops::FusedCall f = ops::SoftmaxBackwardCall{y.impl(), g.impl(), g2.impl(), last, log};
+        run_both(k, f);
+        expect_close(values(g2), values(g1), tol(dt), tol(dt), what);
+      }
+  // Not the last dim, or a strided gradient: not offered (the fallback runs), and the gradient is still right.
+  Tensor x = randn({4, 6}, 9), g = randn({6, 4}, 10).t();
+  Tensor y = x.softmax(0), out = empty({4, 6});
+  EXPECT_FALSE(d::cpu_backend().supports(ops::FusedCall{ops::SoftmaxBackwardCall{y.impl(), g.impl(), out.impl(), 0}}));
+  Tensor xr = x.clone().requires_grad_();
+  xr.softmax(1).backward(g);
+  Tensor yr = x.softmax(1);
+  expect_close(values(xr.grad()), values(yr * (g - (g * yr).sum({1}, true))), 1e-6, 1e-6, "strided g");
+}
+
+TEST(FusedFallback, LayerNormAndItsBackwardMatchTheCpuKernels) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (auto [R, n] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {7, 64}, {3, 300}})
+      for (int affine = 0; affine < 4; ++affine) {
+        const std::string what =
+            dname(dt) + " [" + std::to_string(R) + ", " + std::to_string(n) + "] affine " + std::to_string(affine);
+        Tensor x = randn({R, n}, 3, dt) * 2.0 + 0.5;
+        Tensor w = randn({n}, 4, dt), b = randn({n}, 5, dt), g = randn({R, n}, 6, dt);
+        const d::TensorImpl* wp = affine & 1 ? w.impl() : nullptr;
+        const d::TensorImpl* bp = affine & 2 ? b.impl() : nullptr;
+        Tensor y1 = empty({R, n}, dt), m1 = empty({R, 1}, dt), r1 = empty({R, 1}, dt);
+        Tensor y2 = empty({R, n}, dt), m2 = empty({R, 1}, dt), r2 = empty({R, 1}, dt);
+        ops::FusedCall k = ops::LayerNormCall{x.impl(), wp, bp, 1e-5, n, y1.impl(), m1.impl(), r1.impl()};
+        ops::FusedCall f = ops::LayerNormCall{x.impl(), wp, bp, 1e-5, n, y2.impl(), m2.impl(), r2.impl()};
+        run_both(k, f);
+        expect_close(values(y2), values(y1), tol(dt), tol(dt), "y " + what);
+        expect_close(values(m2), values(m1), tol(dt), tol(dt), "mean " + what);
+        expect_close(values(r2), values(r1), tol(dt), tol(dt), "rstd " + what);
+        Tensor gx1 = empty({R, n}, dt), gw1 = empty({n}, dt), gb1 = empty({n}, dt);
+        Tensor gx2 = empty({R, n}, dt), gw2 = empty({n}, dt), gb2 = empty({n}, dt);
+        ops::FusedCall kb = ops::LayerNormBackwardCall{x.impl(), g.impl(),   wp,         m1.impl(), r1.impl(),
+                                                       n,        gx1.impl(), gw1.impl(), gb1.impl()};
+        ops::FusedCall fb = ops::LayerNormBackwardCall{x.impl(), g.impl(),   wp,         m1.impl(), r1.impl(),
+                                                       n,        gx2.impl(), gw2.impl(), gb2.impl()};
+        run_both(kb, fb);
+        expect_close(values(gx2), values(gx1), 5 * tol(dt), 5 * tol(dt), "grad x " + what);
+        expect_close(values(gw2), values(gw1), 5 * tol(dt), 5 * tol(dt), "grad weight " + what);
+        expect_close(values(gb2), values(gb1), 5 * tol(dt), 5 * tol(dt), "grad bias " + what);
+      }
+}
+
 TEST(FusedFallback, Im2colAndCol2imMatchTheCpuKernels) {
   struct G {
     int64_t H, W, kh, kw, sh, sw, ph, pw, dh, dw;

@@ -113,6 +113,20 @@ TEST(HigherOrder, GradgradcheckOfConv2dThroughUnfold) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+TEST(HigherOrder, GradgradcheckOfFusedLayerNorm) {
+  // layer_norm runs the fused kernels; with create_graph its backward is recorded ops (x, weight and bias).
+  Generator gen(12);
+  Tensor x = randn({3, 2, 4}, gen, DType::F64).requires_grad_(true);
+  Tensor w = randn({2, 4}, gen, DType::F64).requires_grad_(true),
+         b = randn({2, 4}, gen, DType::F64).requires_grad_(true);
+  auto f = [](const std::vector<Tensor>& v) { return nn::functional::layer_norm(v[0], {2, 4}, v[1], v[2]).tanh(); };
+  GradcheckResult r = gradgradcheck(f, {x, w, b});
+  EXPECT_TRUE(r.ok) << r.message;
+  auto g = [](const std::vector<Tensor>& v) { return nn::functional::layer_norm(v[0], {4}).square(); };
+  r = gradgradcheck(g, {x});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 TEST(HigherOrder, MamlInnerStepDifferentiatesThroughTheUpdate) {
   // theta' = theta - a dL/dtheta; outer = L(theta'); d outer / d theta = (I - a H) dL/dtheta(theta').
   // For L(t) = sum(t^4)/4: dL = t^3, H = diag(3 t^2).

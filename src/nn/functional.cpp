@@ -170,6 +170,70 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return bias.defined() ? y + bias : y;
 }
 
+namespace {
+// layer_norm through the fused kernels (ops/fused.hpp): one pass forward, one backward (the composite is ~9 ops
+// forward and twice that backward). Saves x, the weight and the row statistics.
+struct LayerNormNode final : detail::Node {
+  detail::SavedTensor x, weight;
+  Tensor mean, rstd;
+  Shape bias_shape;
+  Dims dims;
+  int64_t n = 1;
+  double eps = 1e-5;
+  bool release_saved() override {
+    const bool had = x.defined() || mean.defined();
+    x.reset();
+    weight.reset();
+    mean = Tensor();
+    rstd = Tensor();
+    return had;
+  }
+  const char* name() const override { return "layer_norm"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor xv = x.get(name()), wv = weight.defined() ? weight.get(name()) : Tensor();
+    const Tensor& g = gout[0];
+    if (grad_enabled()) {
+      // create_graph: the same gradient from recorded ops, with the statistics recomputed from the re-attached x
+      // (so the gradient knows how they depend on it).
+      const Tensor xc = xv - xv.mean(dims, true);
+      const Tensor r = (xc.square().mean(dims, true) + eps).rsqrt();
+      const Tensor xhat = xc * r;
+      const Tensor gy = wv.defined() ? g * wv : g;
+      if (needs_grad(0)) gin[0] = r * (gy - gy.mean(dims, true) - xhat * (gy * xhat).mean(dims, true));
+      if (needs_grad(1)) gin[1] = detail::sum_to(g * xhat, wv.shape());
+      if (needs_grad(2)) gin[2] = detail::sum_to(g, bias_shape);
+      return;
+    }
+    const Tensor gc = g.contiguous();
+    const auto& xi = *xv.impl();
+    Tensor gx = detail::make_empty(xi.shape, xi.dtype, xi.device(), "layer_norm backward");
+    Tensor gw = needs_grad(1) ? detail::make_empty(wv.shape(), xi.dtype, xi.device(), "layer_norm backward") : Tensor();
+    Tensor gb = needs_grad(2) ? detail::make_empty(bias_shape, xi.dtype, xi.device(), "layer_norm backward") : Tensor();
+    if (xi.numel > 0) {
+      ops::FusedCall call = ops::LayerNormBackwardCall{&xi,
+                                                       gc.impl(),
+                                                       wv.defined() ? wv.impl() : nullptr,
+                                                       mean.impl(),
+                                                       rstd.impl(),
+                                                       n,
+                                                       gx.impl(),
+                                                       gw.defined() ? gw.impl() : nullptr,
+                                                       gb.defined() ? gb.impl() : nullptr};
+      ops::run_fused(call, xi.device());
+    } else {
+      if (gw.defined()) gw.fill_(0.0);
+      if (gb.defined()) gb.fill_(0.0);
+    }
+    if (needs_grad(0)) gin[0] = gx;
+    if (needs_grad(1)) gin[1] = gw;
+    if (needs_grad(2)) gin[2] = gb;
+  }
+};
+
+detail::Edge edge_or_none(const Tensor& t) { return t.defined() ? detail::edge_of(t) : detail::Edge{}; }
+}  // namespace
+
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
   detail::check_defined(x, "layer_norm");
@@ -181,6 +245,45 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
               " does not end with normalized_shape ", normalized_shape);
   Dims dims;
   for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  // The fused kernels when the affine parameters are normalized_shape itself (or absent), of x's dtype and device.
+  auto fits = [&](const Tensor& p) {
+    return !p.defined() || (p.shape() == normalized_shape && p.dtype() == x.dtype() && p.device() == x.device());
+  };
+  if (is_floating(x.dtype()) && fits(weight) && fits(bias) && normalized_shape.product() > 0) {
+    const Tensor xc = x.contiguous();
+    const Tensor w = weight.defined() ? weight.contiguous() : Tensor(),
+                 b = bias.defined() ? bias.contiguous() : Tensor();
+    const int64_t n = normalized_shape.product();
+    Shape stat = x.shape();
+    for (int64_t i = x.dim() - k; i < x.dim(); ++i) stat[static_cast<size_t>(i)] = 1;
+    Tensor y = detail::make_empty(x.shape(), x.dtype(), x.device(), "layer_norm");
+    Tensor mean = detail::make_empty(stat, x.dtype(), x.device(), "layer_norm");
+    Tensor rstd = detail::make_empty(stat, x.dtype(), x.device(), "layer_norm");
+    if (x.numel() > 0) {
+      ops::FusedCall call = ops::LayerNormCall{
+          xc.impl(),  w.defined() ? w.impl() : nullptr, b.defined() ? b.impl() : nullptr, eps, n, y.impl(), mean.impl(),
+          rstd.impl()};
+      ops::run_fused(call, x.device());
+    }
+    const bool tape = grad_enabled() &&
+                      (xc.requires_grad() || (w.defined() && w.requires_grad()) || (b.defined() && b.requires_grad()));
+    if (tape) {
+      auto* node = new LayerNormNode();
+      node->next.push_back(edge_or_none(xc));
+      node->next.push_back(edge_or_none(w));
+      node->next.push_back(edge_or_none(b));
+      node->x.save(xc, false);
+      if (w.defined()) node->weight.save(w, false);
+      node->mean = mean;
+      node->rstd = rstd;
+      node->bias_shape = normalized_shape;
+      node->dims = dims;
+      node->n = n;
+      node->eps = eps;
+      detail::set_history(y, node);
+    }
+    return y;
+  }
   Tensor mu = x.mean(dims, true);
   Tensor xc = x - mu;
   Tensor var = xc.square().mean(dims, true);

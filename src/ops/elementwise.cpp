@@ -339,9 +339,9 @@ struct WhereNode final : Node {
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor m = mask.get("where");
-    Tensor z = zeros_like(gout[0]);
-    if (needs_grad(0)) gin[0] = detail::sum_to(where(m, gout[0], z), a_shape);
-    if (needs_grad(1)) gin[1] = detail::sum_to(where(m, z, gout[0]), b_shape);
+    // A 0-d zero rather than zeros_like(g): no fill and one read stream fewer (the kernel broadcasts it).
+    if (needs_grad(0)) gin[0] = detail::sum_to(where(m, gout[0], 0.0), a_shape);
+    if (needs_grad(1)) gin[1] = detail::sum_to(where(m, 0.0, gout[0]), b_shape);
   }
 };
 }  // namespace

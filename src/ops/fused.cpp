@@ -400,6 +400,48 @@ void sort_indices_fallback(FusedCall& call, Device) {
   finish(c.indices, idx);
 }
 
+// ---------------------------------------------------------------- softmax backward
+void softmax_backward_fallback(FusedCall& call, Device) {
+  auto& c = std::get<SoftmaxBackwardCall>(call);
+  NoGradGuard no_grad;
+  const Tensor y = borrow(c.y), g = borrow(c.g);
+  if (c.log)
+    borrow(c.grad_x).copy_(g - y.exp() * g.sum({c.dim}, true));
+  else
+    borrow(c.grad_x).copy_(y * (g - (g * y).sum({c.dim}, true)));
+}
+
+// ---------------------------------------------------------------- layer norm
+// x as [rows, n] (its memory is contiguous).
+Tensor as_rows(const TensorImpl* p, int64_t n) { return borrow(p).reshape({p->numel / std::max<int64_t>(n, 1), n}); }
+
+void layer_norm_fallback(FusedCall& call, Device) {
+  auto& c = std::get<LayerNormCall>(call);
+  NoGradGuard no_grad;
+  const Tensor x = as_rows(c.x, c.n);
+  const Tensor mean = x.mean({1}, true);
+  const Tensor xc = x - mean;
+  const Tensor rstd = (xc.square().mean({1}, true) + c.eps).rsqrt();
+  Tensor y = xc * rstd;
+  if (c.weight) y = y * borrow(c.weight);
+  if (c.bias) y = y + borrow(c.bias);
+  as_rows(c.y, c.n).copy_(y);
+  borrow(c.mean).copy_(mean.reshape(c.mean->shape));
+  borrow(c.rstd).copy_(rstd.reshape(c.rstd->shape));
+}
+
+void layer_norm_backward_fallback(FusedCall& call, Device) {
+  auto& c = std::get<LayerNormBackwardCall>(call);
+  NoGradGuard no_grad;
+  const Tensor x = as_rows(c.x, c.n), g = as_rows(c.g, c.n);
+  const Tensor mean = borrow(c.mean).reshape({-1, 1}), rstd = borrow(c.rstd).reshape({-1, 1});
+  const Tensor xhat = (x - mean) * rstd;
+  const Tensor gy = c.weight ? g * borrow(c.weight) : g;
+  as_rows(c.grad_x, c.n).copy_(rstd * (gy - gy.mean({1}, true) - xhat * (gy * xhat).mean({1}, true)));
+  if (c.grad_weight) borrow(c.grad_weight).copy_((g * xhat).sum({0}));
+  if (c.grad_bias) borrow(c.grad_bias).copy_(g.sum({0}));
+}
+
 // ---------------------------------------------------------------- the registry
 // "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
 constexpr FusedOpInfo kFusedOps[] = {
@@ -420,6 +462,10 @@ constexpr FusedOpInfo kFusedOps[] = {
      "cuda (f32; one thread per row); elsewhere the host loop"},
     {FusedOp::SortIndices, "sort", sort_indices_fallback,
      "cuda (f32, i64; one thread per row, insertion sort); elsewhere std::stable_sort on the host"},
+    {FusedOp::SoftmaxBackward, "softmax backward", softmax_backward_fallback,
+     "cpu (f32, f64; contiguous rows along the last dim)"},
+    {FusedOp::LayerNorm, "layer_norm", layer_norm_fallback, "cpu (f32, f64)"},
+    {FusedOp::LayerNormBackward, "layer_norm backward", layer_norm_backward_fallback, "cpu (f32, f64)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

@@ -73,7 +73,10 @@ namespace oxmera::ops {
   X(SolveTriangularSmall, SolveTriangularSmallCall) \
   X(Scan, ScanCall)                                 \
   X(CumprodBackward, CumprodBackwardCall)           \
-  X(SortIndices, SortIndicesCall)
+  X(SortIndices, SortIndicesCall)                   \
+  X(SoftmaxBackward, SoftmaxBackwardCall)           \
+  X(LayerNorm, LayerNormCall)                       \
+  X(LayerNormBackward, LayerNormBackwardCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -199,11 +202,51 @@ struct SortIndicesCall {
   RowsAlongDim rows;
   bool descending = false;
 };
+// softmax / log_softmax's gradient along one dim from its output y and the output's gradient g (one shape and
+// float dtype, any strides): grad_x (contiguous) = y (g - sum_dim(g y)), or for log_softmax g - e^y sum_dim(g).
+struct SoftmaxBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::SoftmaxBackward;
+  const TensorImpl* y = nullptr;
+  const TensorImpl* g = nullptr;
+  TensorImpl* grad_x = nullptr;
+  int64_t dim = 0;
+  bool log = false;
+};
+
+// layer_norm over rows of the last n elements: x contiguous ([rows, n] in memory), weight and bias contiguous [n]
+// or null. Writes (all contiguous) mean_r, rstd_r = 1 / sqrt(var_r + eps) (biased variance) and
+// y = (x - mean_r) rstd_r * weight + bias.
+struct LayerNormCall {
+  static constexpr FusedOp kOp = FusedOp::LayerNorm;
+  const TensorImpl* x = nullptr;
+  const TensorImpl* weight = nullptr;
+  const TensorImpl* bias = nullptr;
+  double eps = 1e-5;
+  int64_t n = 1;
+  TensorImpl* y = nullptr;
+  TensorImpl* mean = nullptr;
+  TensorImpl* rstd = nullptr;
+};
+// Its gradient from g (contiguous, x's shape) and the forward's mean and rstd, with xhat = (x - mean) rstd and
+// gy = g weight (g without a weight): grad_x = rstd (gy - mean_n(gy) - xhat mean_n(gy xhat)); grad_weight =
+// sum_rows(g xhat), grad_bias = sum_rows(g) ([n], each written when not null).
+struct LayerNormBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::LayerNormBackward;
+  const TensorImpl* x = nullptr;
+  const TensorImpl* g = nullptr;
+  const TensorImpl* weight = nullptr;
+  const TensorImpl* mean = nullptr;
+  const TensorImpl* rstd = nullptr;
+  int64_t n = 1;
+  TensorImpl* grad_x = nullptr;
+  TensorImpl* grad_weight = nullptr;
+  TensorImpl* grad_bias = nullptr;
+};
 
 // One fused call; its index is its FusedOp.
-using FusedCall =
-    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
-                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall>;
+using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
+                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
+                               SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

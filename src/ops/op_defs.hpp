@@ -59,6 +59,12 @@ struct Math {
   OXM_HD static T pow(T a, T b) {
     return std::pow(a, b);
   }
+  // erf(z) given gauss = e^(-z^2) from the caller (gelu's gradient shares it with its pdf), for a policy whose erf
+  // computes that exponential itself.
+  template <class T>
+  OXM_HD static T erf_with_gauss(T z, T) {
+    return std::erf(z);
+  }
   // log(1 + e^-a) for a >= 0 (softplus's tail): one function so that a policy can specialise the narrow range.
   template <class T>
   OXM_HD static T log1p_exp_neg(T a) {
@@ -261,8 +267,10 @@ struct Gelu : UnaryEntry<UnaryOp::Gelu> {
   }
   template <class T, class M = Math>
   OXM_HD static T grad(T g, T x, T) {
-    const T cdf = T(0.5) * (T(1) + M::erf(x * T(0.70710678118654752440)));
-    const T pdf = M::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+    // e^(-x^2/2) once: the pdf's, and the one erf(x / sqrt 2) needs beyond its small-argument range.
+    const T gauss = M::exp(T(-0.5) * x * x);
+    const T cdf = T(0.5) * (T(1) + M::erf_with_gauss(x * T(0.70710678118654752440), gauss));
+    const T pdf = gauss * T(0.39894228040143267794);
     return g * (cdf + x * pdf);
   }
 };

@@ -4,6 +4,7 @@
 
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/fused.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 
@@ -166,6 +167,13 @@ struct SoftmaxNode final : detail::Node {
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor yv = y.get(name());
     const Tensor& g = gout[0];
+    if (!grad_enabled() && yv.numel() > 0) {
+      // Not recorded (no create_graph): the fused gradient (one pass for the row sums, one for the result).
+      gin[0] = detail::make_empty(yv.shape(), yv.dtype(), yv.device(), name());
+      FusedCall call = SoftmaxBackwardCall{yv.impl(), g.impl(), gin[0].impl(), dim, log};
+      run_fused(call, yv.device());
+      return;
+    }
     if (log)
       gin[0] = g - yv.exp() * g.sum({dim}, true);
     else

@@ -93,6 +93,20 @@ class CpuBackend final : public Backend {
         return real(std::get<ops::CrossEntropyCall>(call).x->dtype);
       case ops::FusedOp::CrossEntropyBackward:
         return real(std::get<ops::CrossEntropyBackwardCall>(call).x->dtype);
+      case ops::FusedOp::LayerNorm: {
+        const auto& c = std::get<ops::LayerNormCall>(call);
+        return real(c.x->dtype) && c.n >= 1;
+      }
+      case ops::FusedOp::LayerNormBackward: {
+        const auto& c = std::get<ops::LayerNormBackwardCall>(call);
+        return real(c.x->dtype) && c.n >= 1;
+      }
+      case ops::FusedOp::SoftmaxBackward: {
+        const auto& c = std::get<ops::SoftmaxBackwardCall>(call);
+        const int64_t last = static_cast<int64_t>(c.y->shape.size()) - 1;
+        return real(c.y->dtype) && c.y->contiguous && c.g->contiguous && c.grad_x->contiguous &&
+               (c.dim == last || c.y->shape.empty());
+      }
       case ops::FusedOp::Im2col:
         return real(std::get<ops::Im2colCall>(call).x->dtype);
       case ops::FusedOp::Col2im:
@@ -111,11 +125,24 @@ class CpuBackend final : public Backend {
     switch (ops::fused_op(call)) {
       case ops::FusedOp::CrossEntropy: {
         auto& c = std::get<ops::CrossEntropyCall>(call);
-        return cpu_cross_entropy(*c.x, *c.target, c.label_smoothing, c.scale, *c.loss, *c.lse);
+        return k_->cross_entropy(*c.x, *c.target, c.label_smoothing, c.scale, *c.loss, *c.lse);
       }
       case ops::FusedOp::CrossEntropyBackward: {
         auto& c = std::get<ops::CrossEntropyBackwardCall>(call);
-        return cpu_cross_entropy_backward(*c.x, *c.target, *c.lse, *c.g, c.label_smoothing, c.scale, *c.grad_x);
+        return k_->cross_entropy_backward(*c.x, *c.target, *c.lse, *c.g, c.label_smoothing, c.scale, *c.grad_x);
+      }
+      case ops::FusedOp::LayerNorm: {
+        auto& c = std::get<ops::LayerNormCall>(call);
+        return k_->layer_norm(*c.x, c.weight, c.bias, c.eps, c.n, *c.y, *c.mean, *c.rstd);
+      }
+      case ops::FusedOp::LayerNormBackward: {
+        auto& c = std::get<ops::LayerNormBackwardCall>(call);
+        return k_->layer_norm_backward(*c.x, *c.g, c.weight, *c.mean, *c.rstd, c.n, *c.grad_x, c.grad_weight,
+                                       c.grad_bias);
+      }
+      case ops::FusedOp::SoftmaxBackward: {
+        auto& c = std::get<ops::SoftmaxBackwardCall>(call);
+        return k_->softmax_backward(*c.y, *c.g, *c.grad_x, c.y->shape.empty() ? 1 : c.y->shape.back(), c.log);
       }
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);

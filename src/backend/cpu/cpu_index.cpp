@@ -88,6 +88,9 @@ void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Tens
   const int64_t istride = idx.shape.empty() ? 0 : idx.strides[0];
   T* op = out.ptr<T>();
   const T* sp = src.ptr<T>();
+  // Contiguous inner rows on both sides (the embedding backward: [n, D] rows into [V, D]): plain row additions
+  // (vectorised) instead of an offset computation per element.
+  const bool rows = is_unit_inner(ao) && is_unit_inner(as);
   // Parallel over outer slices only: each (outer, inner) output receives its additions in index order.
   parallel_for(O, std::max<int64_t>(1, 32768 / std::max<int64_t>(n * I, 1)), [&](int64_t b, int64_t e) {
     for (int64_t o = b; o < e; ++o) {
@@ -96,6 +99,10 @@ void index_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Tens
       for (int64_t i = 0; i < n; ++i) {
         T* orow = obase + ip[i * istride] * ao.dim_stride;
         const T* srow = sbase + i * as.dim_stride;
+        if (rows) {
+          for (int64_t j = 0; j < I; ++j) orow[j] += srow[j];
+          continue;
+        }
         for (int64_t j = 0; j < I; ++j)
           orow[offset_of(j, ao.inner_shape, ao.inner_strides)] += srow[offset_of(j, as.inner_shape, as.inner_strides)];
       }

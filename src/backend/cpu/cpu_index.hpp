@@ -8,9 +8,4 @@ void cpu_gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorI
 void cpu_scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src);
 void cpu_im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value);
 void cpu_col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g);
-// cpu_loss.cpp
-void cpu_cross_entropy(const TensorImpl& x, const TensorImpl& target, double label_smoothing, double scale,
-                       TensorImpl& loss, TensorImpl& lse);
-void cpu_cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse,
-                                const TensorImpl& g, double label_smoothing, double scale, TensorImpl& grad_x);
 }  // namespace oxmera::detail

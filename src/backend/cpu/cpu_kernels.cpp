@@ -21,6 +21,11 @@ namespace oxmera::detail::OXM_ISA {
 // cpu_optim.cpp (the same ISA namespace)
 void optimizer_step(const OptimizerStep& s, TensorImpl& param, const TensorImpl& grad, TensorImpl* s0, TensorImpl* s1,
                     TensorImpl* s2);
+// cpu_loss.cpp (the same ISA namespace)
+void cross_entropy(const TensorImpl& x, const TensorImpl& target, double label_smoothing, double scale,
+                   TensorImpl& loss, TensorImpl& lse);
+void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
+                            double label_smoothing, double scale, TensorImpl& grad_x);
 
 namespace {
 
@@ -451,6 +456,28 @@ void where_typed(const TensorImpl& m, const TensorImpl& a, const TensorImpl& b, 
   const TensorImpl* ops[4] = {&out, &m, &a, &b};
   const auto p = make_plan(out.shape, ops);
   run_plan(p, kGrainCheap, [](char** ptr, const int64_t* s, int64_t n) {
+    // Contiguous output and mask with each value contiguous or a broadcast scalar (masking with a constant, and
+    // the backward's where(m, g, 0)): the variants are chosen at compile time so the selects vectorise.
+    if (s[0] == sizeof(T) && s[1] == sizeof(M) && (s[2] == sizeof(T) || s[2] == 0) &&
+        (s[3] == sizeof(T) || s[3] == 0)) {
+      T* o = reinterpret_cast<T*>(ptr[0]);
+      const M* mk = reinterpret_cast<const M*>(ptr[1]);
+      const T* a = reinterpret_cast<const T*>(ptr[2]);
+      const T* b = reinterpret_cast<const T*>(ptr[3]);
+      if (s[2] != 0 && s[3] != 0) {
+        for (int64_t i = 0; i < n; ++i) o[i] = mk[i] != M(0) ? a[i] : b[i];
+      } else if (s[2] != 0) {
+        const T bv = *b;
+        for (int64_t i = 0; i < n; ++i) o[i] = mk[i] != M(0) ? a[i] : bv;
+      } else if (s[3] != 0) {
+        const T av = *a;
+        for (int64_t i = 0; i < n; ++i) o[i] = mk[i] != M(0) ? av : b[i];
+      } else {
+        const T av = *a, bv = *b;
+        for (int64_t i = 0; i < n; ++i) o[i] = mk[i] != M(0) ? av : bv;
+      }
+      return;
+    }
     for (int64_t i = 0; i < n; ++i)
       at<T>(ptr[0], s[0], i) = at<M>(ptr[1], s[1], i) != M(0) ? at<T>(ptr[2], s[2], i) : at<T>(ptr[3], s[3], i);
   });
@@ -863,42 +890,48 @@ bool arg_reduce(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t di
   }
 }
 
-// One contiguous f32 row: vectorised max, exp (exp_f32) and sums in 8 double lanes.
+// One contiguous f32 row in three vectorised passes: max, exp (exp_f32, stored) with sums, scale. The max needs no
+// NaN test: a NaN entry never wins the comparison, but its exp makes the sum, and so every output, NaN (as a NaN max
+// would). The sums run in 16 float lanes flushed into a double every 256 elements (16 per lane), which keeps them
+// in registers and the rounding of a row of any length near that of a double sum.
 void softmax_row_f32(const float* x, float* y, int64_t D, bool log) {
-  float lane_max[16];
-  for (int j = 0; j < 16; ++j) lane_max[j] = -INFINITY;
-  bool nan = false;
+  constexpr int W = 16;
+  // The max in a 16-float vector type: GCC's SLP pass leaves the same loop on a lane array scalar.
+  using F16 = float __attribute__((vector_size(W * sizeof(float))));
+  F16 lane_max = F16{} - INFINITY;
   int64_t i = 0;
-  for (; i + 16 <= D; i += 16)
-    for (int j = 0; j < 16; ++j) {
-      nan |= x[i + j] != x[i + j];
-      lane_max[j] = lane_max[j] > x[i + j] ? lane_max[j] : x[i + j];
-    }
+  for (; i + W <= D; i += W) {
+    F16 v;
+    std::memcpy(&v, x + i, sizeof v);
+    lane_max = v > lane_max ? v : lane_max;
+  }
   float mx = -INFINITY;
-  for (int j = 0; j < 16; ++j) mx = std::max(mx, lane_max[j]);
-  for (; i < D; ++i) {
-    nan |= x[i] != x[i];
-    mx = std::max(mx, x[i]);
-  }
-  if (nan) mx = NAN;
-  if (mx == -INFINITY) mx = 0;  // all -inf: avoid inf - inf
-  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int j = 0; j < W; ++j) mx = lane_max[j] > mx ? lane_max[j] : mx;
+  for (; i < D; ++i) mx = x[i] > mx ? x[i] : mx;
+  if (mx == -INFINITY) mx = 0;  // all -inf (or NaN): avoid inf - inf
+  double sum = 0;
+  float part[W];
+  auto flush = [&] {
+    float s8[8];
+    for (int j = 0; j < 8; ++j) s8[j] = part[j] + part[j + 8];
+    sum +=
+        static_cast<double>((s8[0] + s8[1]) + (s8[2] + s8[3])) + static_cast<double>((s8[4] + s8[5]) + (s8[6] + s8[7]));
+  };
   i = 0;
-  if (log) {
-    for (; i + 8 <= D; i += 8)
-      for (int j = 0; j < 8; ++j) lanes[j] += exp_f32(x[i + j] - mx);
-  } else {
-    for (; i + 8 <= D; i += 8)
-      for (int j = 0; j < 8; ++j) {
-        float e = exp_f32(x[i + j] - mx);
+  while (i + W <= D) {
+    for (int j = 0; j < W; ++j) part[j] = 0.f;
+    const int64_t stop = std::min(D - D % W, i + 16 * W);
+    for (; i < stop; i += W)
+      for (int j = 0; j < W; ++j) {
+        const float e = exp_f32(x[i + j] - mx);
         y[i + j] = e;
-        lanes[j] += e;
+        part[j] += e;
       }
+    flush();
   }
-  double sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
   for (; i < D; ++i) {
-    float e = exp_f32(x[i] - mx);
-    if (!log) y[i] = e;
+    const float e = exp_f32(x[i] - mx);
+    y[i] = e;
     sum += e;
   }
   if (log) {
@@ -957,6 +990,180 @@ void softmax(const TensorImpl& x, TensorImpl& out, int64_t dim, bool log) {
     default:
       OXM_FAIL(UnsupportedDType, log ? "log_softmax" : "softmax", ": dtype ", x.dtype, " is not supported");
   }
+}
+
+// softmax's gradient row by row: one pass for the row's sum (g y, or g for log_softmax) in lanes of T flushed into
+// an f64 sum every 16 per lane (the composite's sums are f64), one pass for the result.
+template <class T>
+void softmax_backward_typed(const TensorImpl& yt, const TensorImpl& gt, TensorImpl& out, int64_t n, bool log) {
+  const T* yp = yt.ptr<T>();
+  const T* gp = gt.ptr<T>();
+  T* op_ = out.ptr<T>();
+  const int64_t rows = n > 0 ? yt.numel / n : 0;
+  constexpr int W = 64 / sizeof(T);
+  parallel_for(rows, std::max<int64_t>(kGrainCheap / std::max<int64_t>(n, 1), 1), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* y = yp + r * n;
+      const T* g = gp + r * n;
+      T* o = op_ + r * n;
+      double sum = 0;
+      int64_t i = 0;
+      while (i + W <= n) {
+        T part[W] = {};
+        const int64_t stop = std::min(n - n % W, i + 16 * W);
+        if (log) {
+          for (; i < stop; i += W)
+            for (int j = 0; j < W; ++j) part[j] += g[i + j];
+        } else {
+          for (; i < stop; i += W)
+            for (int j = 0; j < W; ++j) part[j] += g[i + j] * y[i + j];
+        }
+        double s = 0;
+        for (int j = 0; j < W; ++j) s += static_cast<double>(part[j]);
+        sum += s;
+      }
+      for (; i < n; ++i) sum += static_cast<double>(log ? g[i] : g[i] * y[i]);
+      const T s = static_cast<T>(sum);
+      if (log) {
+        for (int64_t k = 0; k < n; ++k) o[k] = g[k] - vm::exp(y[k]) * s;
+      } else {
+        for (int64_t k = 0; k < n; ++k) o[k] = y[k] * (g[k] - s);
+      }
+    }
+  });
+}
+void softmax_backward(const TensorImpl& y, const TensorImpl& g, TensorImpl& out, int64_t n, bool log) {
+  switch (y.dtype) {
+    case DType::F32:
+      return softmax_backward_typed<float>(y, g, out, n, log);
+    case DType::F64:
+      return softmax_backward_typed<double>(y, g, out, n, log);
+    default:
+      OXM_FAIL(UnsupportedDType, log ? "log_softmax" : "softmax", " backward: dtype ", y.dtype,
+               " is not supported (f32, f64)");
+  }
+}
+
+// ---------------------------------------------------------------- layer norm
+// Row sums in f64 (as the composite's mean): lanes of T flushed into the f64 sum every 16 per lane.
+template <class T, class F>
+double row_sum(int64_t n, F f) {
+  constexpr int W = 64 / sizeof(T);
+  double sum = 0;
+  int64_t i = 0;
+  while (i + W <= n) {
+    T part[W] = {};
+    const int64_t stop = std::min(n - n % W, i + 16 * W);
+    for (; i < stop; i += W)
+      for (int j = 0; j < W; ++j) part[j] += f(i + j);
+    double s = 0;
+    for (int j = 0; j < W; ++j) s += static_cast<double>(part[j]);
+    sum += s;
+  }
+  for (; i < n; ++i) sum += static_cast<double>(f(i));
+  return sum;
+}
+
+template <class T>
+void layer_norm_typed(const TensorImpl& xt, const TensorImpl* wt, const TensorImpl* bt, double eps, int64_t n,
+                      TensorImpl& yt, TensorImpl& mt, TensorImpl& rt) {
+  const T* xp = xt.ptr<T>();
+  const T* w = wt ? wt->ptr<T>() : nullptr;
+  const T* bb = bt ? bt->ptr<T>() : nullptr;
+  T* yp = yt.ptr<T>();
+  T* mp = mt.ptr<T>();
+  T* rp = rt.ptr<T>();
+  const int64_t rows = xt.numel / n;
+  parallel_for(rows, std::max<int64_t>(kGrainCheap / n, 1), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* x = xp + r * n;
+      T* y = yp + r * n;
+      // Two passes, as the composite: the mean, then the mean square of the centred row.
+      const T mean = static_cast<T>(row_sum<T>(n, [&](int64_t i) { return x[i]; }) / static_cast<double>(n));
+      const T var = static_cast<T>(row_sum<T>(n, [&](int64_t i) { return (x[i] - mean) * (x[i] - mean); }) /
+                                   static_cast<double>(n));
+      const T rstd = T(1) / std::sqrt(var + static_cast<T>(eps));
+      mp[r] = mean;
+      rp[r] = rstd;
+      if (w && bb) {
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i] + bb[i];
+      } else if (w) {
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i];
+      } else if (bb) {
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd + bb[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd;
+      }
+    }
+  });
+}
+
+template <class T>
+void layer_norm_backward_typed(const TensorImpl& xt, const TensorImpl& gt, const TensorImpl* wt, const TensorImpl& mt,
+                               const TensorImpl& rt, int64_t n, TensorImpl& gxt, TensorImpl* gwt, TensorImpl* gbt) {
+  const T* xp = xt.ptr<T>();
+  const T* gp = gt.ptr<T>();
+  const T* w = wt ? wt->ptr<T>() : nullptr;
+  const T* mp = mt.ptr<T>();
+  const T* rp = rt.ptr<T>();
+  T* gxp = gxt.ptr<T>();
+  const int64_t rows = xt.numel / n;
+  parallel_for(rows, std::max<int64_t>(kGrainCheap / n, 1), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* x = xp + r * n;
+      const T* g = gp + r * n;
+      T* gx = gxp + r * n;
+      const T mean = mp[r], rstd = rp[r];
+      auto gy = [&](int64_t i) { return w ? g[i] * w[i] : g[i]; };
+      const T a = static_cast<T>(row_sum<T>(n, gy) / static_cast<double>(n));
+      const T c = static_cast<T>(row_sum<T>(n, [&](int64_t i) { return gy(i) * ((x[i] - mean) * rstd); }) /
+                                 static_cast<double>(n));
+      if (w) {
+        for (int64_t i = 0; i < n; ++i) gx[i] = rstd * (g[i] * w[i] - a - (x[i] - mean) * rstd * c);
+      } else {
+        for (int64_t i = 0; i < n; ++i) gx[i] = rstd * (g[i] - a - (x[i] - mean) * rstd * c);
+      }
+    }
+  });
+  if (!gwt && !gbt) return;
+  // Column sums over the rows in f64, in blocks of columns (parallel over the blocks: each column's order is fixed).
+  T* gw = gwt ? gwt->ptr<T>() : nullptr;
+  T* gb = gbt ? gbt->ptr<T>() : nullptr;
+  constexpr int64_t kCols = 256;
+  parallel_for((n + kCols - 1) / kCols, std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(rows * kCols, 1)),
+               [&](int64_t b, int64_t e) {
+                 double sw[kCols], sb[kCols];
+                 for (int64_t blk = b; blk < e; ++blk) {
+                   const int64_t j0 = blk * kCols, cnt = std::min(kCols, n - j0);
+                   for (int64_t j = 0; j < cnt; ++j) sw[j] = sb[j] = 0;
+                   for (int64_t r = 0; r < rows; ++r) {
+                     const T* x = xp + r * n + j0;
+                     const T* g = gp + r * n + j0;
+                     const T mean = mp[r], rstd = rp[r];
+                     for (int64_t j = 0; j < cnt; ++j) {
+                       sw[j] += static_cast<double>(g[j] * ((x[j] - mean) * rstd));
+                       sb[j] += static_cast<double>(g[j]);
+                     }
+                   }
+                   for (int64_t j = 0; j < cnt; ++j) {
+                     if (gw) gw[j0 + j] = static_cast<T>(sw[j]);
+                     if (gb) gb[j0 + j] = static_cast<T>(sb[j]);
+                   }
+                 }
+               });
+}
+
+void layer_norm(const TensorImpl& x, const TensorImpl* w, const TensorImpl* b, double eps, int64_t n, TensorImpl& y,
+                TensorImpl& mean, TensorImpl& rstd) {
+  if (x.dtype == DType::F32) return layer_norm_typed<float>(x, w, b, eps, n, y, mean, rstd);
+  if (x.dtype == DType::F64) return layer_norm_typed<double>(x, w, b, eps, n, y, mean, rstd);
+  OXM_FAIL(UnsupportedDType, "layer_norm: dtype ", x.dtype, " is not supported (f32, f64)");
+}
+void layer_norm_backward(const TensorImpl& x, const TensorImpl& g, const TensorImpl* w, const TensorImpl& mean,
+                         const TensorImpl& rstd, int64_t n, TensorImpl& gx, TensorImpl* gw, TensorImpl* gb) {
+  if (x.dtype == DType::F32) return layer_norm_backward_typed<float>(x, g, w, mean, rstd, n, gx, gw, gb);
+  if (x.dtype == DType::F64) return layer_norm_backward_typed<double>(x, g, w, mean, rstd, n, gx, gw, gb);
+  OXM_FAIL(UnsupportedDType, "layer_norm backward: dtype ", x.dtype, " is not supported (f32, f64)");
 }
 
 // ---------------------------------------------------------------- matmul
@@ -1018,9 +1225,25 @@ void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
 
 #define OXM_STR2(x) #x
 #define OXM_STR(x) OXM_STR2(x)
-const CpuKernels table = {OXM_STR(OXM_ISA), unary,   binary, binary_scalar, binary_grad,
-                          unary_grad,       where,   copy,   fill,          reduce,
-                          arg_reduce,       softmax, matmul, optimizer_step};
+const CpuKernels table = {OXM_STR(OXM_ISA),
+                          unary,
+                          binary,
+                          binary_scalar,
+                          binary_grad,
+                          unary_grad,
+                          where,
+                          copy,
+                          fill,
+                          reduce,
+                          arg_reduce,
+                          softmax,
+                          softmax_backward,
+                          matmul,
+                          layer_norm,
+                          layer_norm_backward,
+                          optimizer_step,
+                          cross_entropy,
+                          cross_entropy_backward};
 
 }  // namespace
 

@@ -22,9 +22,22 @@ struct CpuKernels {
   void (*reduce)(ops::ReduceOp, const TensorImpl&, TensorImpl&, uint64_t);
   bool (*arg_reduce)(ops::ArgReduceOp, const TensorImpl&, TensorImpl&, int64_t);
   void (*softmax)(const TensorImpl&, TensorImpl&, int64_t, bool);
+  // softmax / log_softmax's gradient over contiguous rows of length n: y, g, grad_x contiguous, one shape
+  void (*softmax_backward)(const TensorImpl& y, const TensorImpl& g, TensorImpl& grad_x, int64_t n, bool log);
   void (*matmul)(const TensorImpl&, const TensorImpl&, TensorImpl&);
+  // layer_norm over contiguous rows of n (weight / bias may be null) and its gradient (ops/fused.hpp's contracts)
+  void (*layer_norm)(const TensorImpl& x, const TensorImpl* weight, const TensorImpl* bias, double eps, int64_t n,
+                     TensorImpl& y, TensorImpl& mean, TensorImpl& rstd);
+  void (*layer_norm_backward)(const TensorImpl& x, const TensorImpl& g, const TensorImpl* weight,
+                              const TensorImpl& mean, const TensorImpl& rstd, int64_t n, TensorImpl& grad_x,
+                              TensorImpl* grad_weight, TensorImpl* grad_bias);
   void (*optimizer_step)(const OptimizerStep&, TensorImpl&, const TensorImpl&, TensorImpl*, TensorImpl*,
                          TensorImpl*);  // cpu_optim.cpp
+  // cpu_loss.cpp: the fused cross entropy over rows of class scores and its backward
+  void (*cross_entropy)(const TensorImpl& x, const TensorImpl& target, double label_smoothing, double scale,
+                        TensorImpl& loss, TensorImpl& lse);
+  void (*cross_entropy_backward)(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse,
+                                 const TensorImpl& g, double label_smoothing, double scale, TensorImpl& grad_x);
 };
 
 namespace isa_base {

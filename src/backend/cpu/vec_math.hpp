@@ -251,24 +251,30 @@ inline constexpr double kLarge3D[] = {3.6620914354354556e-09,  -1.42001949893143
                                       0.012179532228092938,    -0.039023892947264334,   0.12248480427384142};
 }  // namespace erf_coef
 
+// erf(x) with gauss = e^(-x^2) given (gelu's gradient computes it anyway for its pdf).
 template <class T>
-OXM_VM_INLINE T erf(T x) {
+OXM_VM_INLINE T erf_with_gauss(T x, T gauss) {
   const T a = std::fabs(x);
   const T a2 = a * a;
   T y;
   if constexpr (std::is_same_v<T, float>) {
     const float small = a * horner(a2, erf_coef::kSmallF);
     const float q = horner((a - 2.5f) * (2.f / 3.f), erf_coef::kLargeF);  // [1, 4] -> [-1, 1]
-    const float large = 1.f - vm::exp(-a2) * q;
+    const float large = 1.f - gauss * q;
     y = a < 1.f ? small : (a < 4.f ? large : 1.f);
   } else {
     const double small = a * horner(a2, erf_coef::kSmallD);
     const double q1 = horner(a - 2.0, erf_coef::kLarge1D);                  // [1, 3] -> [-1, 1]
     const double q3 = horner((a - 4.5) * (2.0 / 3.0), erf_coef::kLarge3D);  // [3, 6] -> [-1, 1]
-    const double large = 1.0 - vm::exp(-a2) * (a < 3.0 ? q1 : q3);
+    const double large = 1.0 - gauss * (a < 3.0 ? q1 : q3);
     y = a < 1.0 ? small : (a < 6.0 ? large : 1.0);
   }
   return x != x ? x : std::copysign(y, x);
+}
+template <class T>
+OXM_VM_INLINE T erf(T x) {
+  const T a = std::fabs(x);
+  return erf_with_gauss(x, vm::exp(-(a * a)));
 }
 
 // sin / cos: x = n pi/2 + r (Cody-Waite, pi/2 in three parts), |r| <= pi/4, Taylor polynomials for sin r and
@@ -405,6 +411,11 @@ struct VecMath {
   [[gnu::always_inline]] static T pow(T a, T b) {
     if constexpr (std::is_same_v<T, float>) return vm::powf(a, b);
     return std::pow(a, b);
+  }
+  template <class T>
+  [[gnu::always_inline]] static T erf_with_gauss(T z, T gauss) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return vm::erf_with_gauss(z, gauss);
+    return std::erf(z);
   }
   template <class T>
   [[gnu::always_inline]] static T log1p_exp_neg(T a) {

@@ -308,6 +308,10 @@ class CudaBackend final : public Backend {
         return std::get<ops::CumprodBackwardCall>(call).x->dtype == DType::F32;
       case ops::FusedOp::SortIndices:
         return cuda::has_scan_sort(std::get<ops::SortIndicesCall>(call).x->dtype);
+      case ops::FusedOp::SoftmaxBackward:  // the composite fallbacks (no kernels here yet)
+      case ops::FusedOp::LayerNorm:
+      case ops::FusedOp::LayerNormBackward:
+        return false;
     }
     return false;
   }
@@ -354,6 +358,10 @@ class CudaBackend final : public Backend {
         return cuda::cumprod_backward(std::get<ops::CumprodBackwardCall>(call));
       case ops::FusedOp::SortIndices:
         return cuda::sort_indices(std::get<ops::SortIndicesCall>(call));
+      case ops::FusedOp::SoftmaxBackward:
+      case ops::FusedOp::LayerNorm:
+      case ops::FusedOp::LayerNormBackward:
+        break;
     }
     Backend::run(call);  // not offered (supports() said so)
   }
