@@ -300,7 +300,9 @@ class Tensor {
   // tensor. Without retain_graph the saved tensors of the graph are freed as the backward passes, and a second
   // backward through a node that had saved tensors is InvalidArgument. With create_graph the backward rules are
   // recorded: .grad gets a history of its own and can be differentiated again (higher-order gradients); the graph
-  // is then kept, as torch's retain_graph = create_graph default.
+  // is then kept, as torch's retain_graph = create_graph default. As in torch, that .grad's history refers back to
+  // the leaf, a reference cycle that keeps both alive until the gradient is dropped (zero_grad() or set_grad({}));
+  // autograd::grad(..., create_graph = true) returns the gradients instead and makes no cycle.
   void backward(const Tensor& gradient, bool retain_graph, bool create_graph = false) const;
   // Hooks on the gradient flowing into this tensor (which must require grad), run in registration order when
   // backward reaches it, before it is accumulated into .grad or passed on: a hook returning a Tensor replaces the
