@@ -40,9 +40,10 @@ void destroy(Node* n) noexcept {
 }
 
 namespace {
+// The node whose apply() the engine is running on this thread (null outside backward): what a saved output is
+// re-attached to under create_graph.
 thread_local Node* t_applying = nullptr;
-}
-Node* applying_node() noexcept { return t_applying; }
+}  // namespace
 
 void SavedTensor::save(const Tensor& t, bool is_output, uint32_t output_nr) {
   if (!t.defined()) return;

@@ -92,10 +92,6 @@ class SavedTensor {
   bool is_output_ = false;
 };
 
-// The node whose apply() the engine is running on this thread (null outside backward): what a saved output is
-// re-attached to under create_graph.
-Node* applying_node() noexcept;
-
 // The edge through which a gradient flows back into `t` (inactive when t needs none).
 Edge edge_of(const Tensor& t);
 // Whether an op with these inputs must record a node.

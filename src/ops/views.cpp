@@ -34,7 +34,7 @@ struct ExpandNode final : Node {
 // Where a slice / select / diagonal view took its elements from.
 struct ViewPlace {
   enum Kind : uint8_t { Slice, Select, Diagonal } kind = Slice;
-  int64_t dim = 0, start = 0, end = 0, step = 1;  // Diagonal: dim, end = dim1, dim2; start = offset
+  int64_t dim = 0, start = 0, end = 0, step = 1;  // Diagonal: dim = dim1, end = dim2, start = offset
   Tensor of(const Tensor& t) const {
     switch (kind) {
       case Select:
@@ -69,24 +69,15 @@ Tensor embed(const Tensor& g, const Shape& in_shape, const ViewPlace& place) {
   }
   return z;
 }
-struct SliceNode final : Node {
+// slice / select / diagonal: the gradient embedded in zeros of the input's shape at the view's place.
+struct ViewNode final : Node {
   Shape in_shape;
-  int64_t dim = 0, start = 0, end = 0, step = 1;
-  bool select = false;
-  const char* name() const override { return select ? "select" : "slice"; }
-  bool differentiable_backward() const override { return true; }
-  void apply(Tensor* g, Tensor* gin) override {
-    gin[0] = embed(g[0], in_shape, {select ? ViewPlace::Select : ViewPlace::Slice, dim, start, end, step});
+  ViewPlace place;
+  const char* name() const override {
+    return place.kind == ViewPlace::Select ? "select" : place.kind == ViewPlace::Diagonal ? "diagonal" : "slice";
   }
-};
-struct DiagonalNode final : Node {
-  Shape in_shape;
-  int64_t offset = 0, dim1 = 0, dim2 = 1;
-  const char* name() const override { return "diagonal"; }
   bool differentiable_backward() const override { return true; }
-  void apply(Tensor* g, Tensor* gin) override {
-    gin[0] = embed(g[0], in_shape, {ViewPlace::Diagonal, dim1, offset, dim2, 1});
-  }
+  void apply(Tensor* g, Tensor* gin) override { gin[0] = embed(g[0], in_shape, place); }
 };
 struct IdentityNode final : Node {
   const char* name_;
@@ -219,13 +210,9 @@ Tensor slice_impl(const Tensor& self, int64_t dim, int64_t start, int64_t end, i
   }
   Tensor out = detail::make_view(self, shape, strides, offset);
   if (detail::needs_tape(self)) {
-    auto* n = new SliceNode();
+    auto* n = new ViewNode();
     n->in_shape = t.shape;
-    n->dim = d;
-    n->start = start;
-    n->end = end;
-    n->step = step;
-    n->select = select;
+    n->place = {select ? ViewPlace::Select : ViewPlace::Slice, d, start, end, step};
     record(out, self, n);
   }
   return out;
@@ -327,11 +314,9 @@ Tensor Tensor::diagonal(int64_t offset, int64_t dim1, int64_t dim2) const {
   strides.push_back(t.strides[d1] + t.strides[d2]);
   Tensor out = detail::make_view(*this, shape, strides, off);
   if (detail::needs_tape(*this)) {
-    auto* n = new DiagonalNode();
+    auto* n = new ViewNode();
     n->in_shape = t.shape;
-    n->offset = offset;
-    n->dim1 = d1;
-    n->dim2 = d2;
+    n->place = {ViewPlace::Diagonal, d1, offset, d2, 1};
     record(out, *this, n);
   }
   return out;
