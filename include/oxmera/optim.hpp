@@ -22,6 +22,10 @@
 
 namespace oxmera::optim {
 
+// The largest step count a loaded optimizer state or checkpoint may hold (2^53: exact as a double, as the bias
+// corrections use it, and far from overflowing the next increment).
+inline constexpr int64_t kMaxStepCount = int64_t{1} << 53;
+
 // ---- options (field names and defaults as in torch.optim; designated initialisers work)
 struct SGDOptions {
   double lr = 1e-2;  // torch requires lr explicitly; 0.01 is only a convenience default

@@ -16,6 +16,11 @@ namespace oxmera::detail {
 namespace {
 std::array<std::atomic<Backend*>, kNumDeviceKinds> g_backends{};
 std::mutex g_register_mu;
+// The registered backend of a kind, or null: a kind past the table (DeviceKind(3), cast from an integer) has none.
+Backend* registered(DeviceKind kind) {
+  const auto k = static_cast<size_t>(kind);
+  return k < g_backends.size() ? g_backends[k].load(std::memory_order_acquire) : nullptr;
+}
 // Why init() registered no CUDA backend (the driver's error); published once through g_cuda_probed.
 std::string g_cuda_why;
 std::atomic<bool> g_cuda_probed{false};
@@ -41,7 +46,7 @@ Backend& backend_for(Device device, const char* op) {
     OXM_CHECK(device.index() == 0, BackendUnavailable, op, ": device ", device, " does not exist; the CPU is cpu:0");
     return cpu_backend();
   }
-  Backend* be = g_backends[static_cast<int>(device.kind())].load(std::memory_order_acquire);
+  Backend* be = registered(device.kind());
   OXM_CHECK(device.index() == 0, BackendUnavailable, op, ": device ", device,
             " is not supported; only index 0 of a GPU kind is (no multi-GPU yet)");
   if (be == nullptr && device.is_cuda() && build_info().cuda_compiled && g_cuda_probed.load(std::memory_order_acquire))
@@ -62,7 +67,7 @@ namespace oxmera {
 
 bool device_available(Device d) noexcept {
   if (d.kind() == DeviceKind::CPU) return d.index() == 0;
-  return d.index() == 0 && detail::g_backends[static_cast<int>(d.kind())].load() != nullptr;
+  return d.index() == 0 && detail::registered(d.kind()) != nullptr;
 }
 
 MemoryStats memory_stats(Device device) { return detail::backend_for(device, "memory_stats").memory_stats(); }
@@ -74,7 +79,7 @@ std::string device_description(Device d) {
     return std::to_string(get_num_threads()) + " threads, kernels " + cpu_kernel_isa();
   }
   if (d.index() != 0) return "only index 0 of a GPU kind is supported";
-  if (detail::Backend* be = detail::g_backends[static_cast<int>(d.kind())].load()) return be->describe();
+  if (detail::Backend* be = detail::registered(d.kind())) return be->describe();
   if (d.is_cuda() && !build_info().cuda_compiled) return "not compiled into this build (-DOXMERA_CUDA=ON)";
 #ifdef OXMERA_WITH_CUDA
   if (d.is_cuda() && detail::g_cuda_probed.load(std::memory_order_acquire)) return detail::g_cuda_why;

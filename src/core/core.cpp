@@ -118,12 +118,19 @@ int64_t checked_numel(const Shape& shape, const char* op, size_t itemsize) {
   for (size_t i = 0; i < shape.size(); ++i) {
     OXM_CHECK(shape[i] >= 0, InvalidArgument, op, ": negative size ", shape[i], " at dim ", i, " in shape ", shape);
   }
+  // The strides of a contiguous layout are products of the sizes with zeros read as ones, so a zero-size shape
+  // such as [0, 2^62, 2^62] must fit too, or computing its strides overflows.
   bool overflow = false;
-  for (int64_t v : shape) overflow |= __builtin_mul_overflow(n, v, &n);
+  int64_t span = 1;
+  for (int64_t v : shape) {
+    overflow |= __builtin_mul_overflow(n, v, &n);
+    overflow |= __builtin_mul_overflow(span, v > 0 ? v : 1, &span);
+  }
   int64_t bytes = 0;
-  overflow |= __builtin_mul_overflow(n, static_cast<int64_t>(itemsize), &bytes);
+  overflow |= __builtin_mul_overflow(span, static_cast<int64_t>(itemsize), &bytes);
   OXM_CHECK(!overflow, InvalidArgument, op, ": shape ", shape,
-            " has more elements than fit in a 64-bit byte count; use smaller dimensions");
+            " is too large: its elements (or its layout, zero-size dims counted as 1) exceed a 64-bit byte count; "
+            "use smaller dimensions");
   return n;
 }
 
@@ -132,7 +139,7 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     st[i] = s;
-    s *= shape[i] > 0 ? shape[i] : 1;
+    if (i > 0) s *= shape[i] > 0 ? shape[i] : 1;  // not past dim 0: that product is no stride
   }
   return st;
 }

@@ -169,6 +169,8 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
               "' uses the reserved prefix '", kReservedPrefix, "'");
   for (size_t i = 0; i < generators.size(); ++i)
     OXM_CHECK(generators[i] != nullptr, InvalidArgument, "save_checkpoint: generators[", i, "] is null");
+  OXM_CHECK(step >= 0 && step <= optim::kMaxStepCount, InvalidArgument, "save_checkpoint: step ", step,
+            " is outside [0, 2^53]; it counts completed steps");
 
   std::vector<std::pair<std::string, Tensor>> items;
   items.emplace_back("step", from_vector<int64_t>({step}, Shape{}));
@@ -235,6 +237,10 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
   OXM_CHECK(step_tensor->numel() == 1, ShapeMismatch, ctx, ": 'step' must hold one element, got shape ",
             step_tensor->shape());
   const int64_t step = step_tensor->to(Device::cpu()).reshape(Shape{}).item<int64_t>();
+  // A step counts completed steps: a negative one (a corrupt file) would index a resumed run's batch order
+  // before its start, and INT64_MAX leaves no room to count on.
+  OXM_CHECK(step >= 0 && step <= optim::kMaxStepCount, Io, ctx, ": 'step' is ", step,
+            ", outside [0, 2^53] (a corrupt checkpoint?)");
 
   // Model parameters and buffers.
   const auto copies = plan_module_load(model, f.tensors, "model.", /*strict=*/true, ctx);

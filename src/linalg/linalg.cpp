@@ -92,14 +92,20 @@ void for_batches(int64_t count, int64_t n, F&& f) {
   detail::parallel_for(count, std::max<int64_t>(1, 262144 / work), [&](int64_t b0, int64_t e0) { f(b0, e0); });
 }
 
+// Under ThreadSanitizer the clones' ifunc resolvers would run before its runtime: one baseline version there.
+#ifdef OXMERA_NO_TARGET_CLONES
+#define OXM_TARGET_CLONES
+#else
+#define OXM_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
 // Many small matrices at once: kLanes matrices interleaved element by element (structure of arrays), so
 // every scalar step of the algorithm is one SIMD operation across independent matrices. This is what
 // makes 4x4 and 16x16 batches fast; target_clones builds AVX-512 / AVX2 / baseline versions.
 constexpr int64_t kLanes = 8;
 
 // In place on a [n*n][kLanes] block: lower Cholesky factors. fail[l] = first failing pivot of lane l or -1.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void chol_soa(double* a, int64_t n, int64_t* fail,
-                                                                           double* bad) {
+OXM_TARGET_CLONES void chol_soa(double* a, int64_t n, int64_t* fail, double* bad) {
   auto A = [&](int64_t i, int64_t j) { return a + (i * n + j) * kLanes; };
   for (int64_t j = 0; j < n; ++j) {
     double s[kLanes], inv[kLanes];
@@ -139,9 +145,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void chol_soa(doubl
 
 // out (a [n*n][kLanes] block) = scale[l] * (L L^T)^{-1} for lower factors L in `a`: inv = L^{-1}, then
 // inv^T inv (lower half, mirrored).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void spd_inverse_soa(const double* a, int64_t n,
-                                                                                  const double* scale, double* inv,
-                                                                                  double* out) {
+OXM_TARGET_CLONES void spd_inverse_soa(const double* a, int64_t n, const double* scale, double* inv, double* out) {
   auto L = [&](int64_t i, int64_t j) { return a + (i * n + j) * kLanes; };
   auto I = [&](int64_t i, int64_t j) { return inv + (i * n + j) * kLanes; };
   auto O = [&](int64_t i, int64_t j) { return out + (i * n + j) * kLanes; };

@@ -2,6 +2,7 @@
 // table to the backend, and autograd nodes built from the same table's backward rules.
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "core/convert.hpp"
 #include "ops/op_defs.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
@@ -297,9 +298,18 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 // A 0-d CPU tensor holding `v` in the dtype of `like` (scalar forms of binary ops): binary ops take it with a
 // tensor on any device and pass it to the kernel by value.
+void check_scalar_fits(double v, DType dtype, const char* op) {
+  if (is_floating(dtype)) return;
+  const bool fits = dtype == DType::U8 ? v > -1.0 && v < 256.0 : v >= -0x1p63 && v < 0x1p63;  // NaN fails both
+  OXM_CHECK(fits, InvalidArgument, op, ": the scalar ", v, " cannot be held by a tensor of dtype ", dtype,
+            dtype == DType::U8 ? " (range [0, 255])" : " (range [-2^63, 2^63))",
+            "; convert the tensor to a floating dtype (.to(DType::F64)) first");
+}
+
 Tensor scalar_like(double v, const Tensor& like, const char* op) {
   detail::check_defined(like, op);
   const auto& li = *like.impl();
+  check_scalar_fits(v, li.dtype, op);
   Tensor s = detail::make_empty(Shape{}, li.dtype, Device::cpu(), op);
   switch (li.dtype) {
     case DType::F32:
@@ -309,10 +319,10 @@ Tensor scalar_like(double v, const Tensor& like, const char* op) {
       *s.impl()->ptr<double>() = v;
       break;
     case DType::I64:
-      *s.impl()->ptr<int64_t>() = static_cast<int64_t>(v);
+      *s.impl()->ptr<int64_t>() = detail::convert_value<int64_t>(v);
       break;
     case DType::U8:
-      *s.impl()->ptr<uint8_t>() = static_cast<uint8_t>(v);
+      *s.impl()->ptr<uint8_t>() = detail::convert_value<uint8_t>(v);
       break;
   }
   return s;
@@ -321,6 +331,7 @@ Tensor scalar_like(double v, const Tensor& like, const char* op) {
 // A 0-d tensor holding `v` on like's device (for ops other than binary ones, such as where).
 Tensor scalar_on_device_of(double v, const Tensor& like, const char* op) {
   if (like.device().is_cpu()) return scalar_like(v, like, op);
+  check_scalar_fits(v, like.dtype(), op);
   Tensor d = detail::make_empty(Shape{}, like.dtype(), like.device(), op);
   detail::backend_for(like.device(), op).fill(*d.impl(), v);
   return d;

@@ -1,6 +1,7 @@
 // Index and assembly ops: index_select, index_add, gather, scatter_add, cat, stack, pad, one_hot, with
 // their backward rules (each is the adjoint of another op in this file).
 #include <algorithm>
+#include <limits>
 
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
@@ -349,7 +350,10 @@ Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype) {
   if (num_classes < 0) {
     OXM_CHECK(num_classes == -1, InvalidArgument, op, ": num_classes must be >= 0 or -1 (infer), got ", num_classes);
     OXM_CHECK(host.numel() > 0, InvalidArgument, op, ": cannot infer num_classes from an empty index");
-    num_classes = *std::max_element(p, p + host.numel()) + 1;
+    const int64_t largest = *std::max_element(p, p + host.numel());
+    OXM_CHECK(largest < std::numeric_limits<int64_t>::max(), InvalidArgument, op, ": the index holds ", largest,
+              ", too large to infer num_classes from; pass num_classes");
+    num_classes = largest + 1;
   }
   Tensor idx = checked_index(host, num_classes, op, -1, Shape{num_classes}, Device::cpu()).host;
   Shape s = index.shape();

@@ -84,6 +84,15 @@ OXM_HD inline bool is_nan(T v) {
   return false;
 }
 
+// i64 arithmetic wraps on overflow (two's complement, as torch's does in practice and LIMITATIONS states),
+// computed in unsigned so it is defined behaviour; floats are untouched.
+template <class T>
+OXM_HD constexpr bool wraps() {
+  return std::is_integral_v<T> && std::is_signed_v<T>;
+}
+#define OXM_WRAPPING(a, op, b) \
+  static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) op static_cast<std::make_unsigned_t<T>>(b))
+
 // ---------------------------------------------------------------- unary
 // Each def: saves (what its backward reads), fwd(x), and grad(g, x, y): the input's gradient element from the
 // output's gradient g, the input x and the output y (the ones `saves` names; the others are unspecified). Both run in
@@ -99,7 +108,10 @@ struct Neg : UnaryEntry<UnaryOp::Neg> {
   }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
-    return -x;
+    if constexpr (wraps<T>())
+      return OXM_WRAPPING(0, -, x);
+    else
+      return -x;
   }
   template <class T, class M = Math>
   OXM_HD static T grad(T g, T, T) {
@@ -147,7 +159,10 @@ struct Abs : UnaryEntry<UnaryOp::Abs> {
   }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
-    return x < T(0) ? -x : x;
+    if constexpr (wraps<T>())
+      return x < T(0) ? OXM_WRAPPING(0, -, x) : x;
+    else
+      return x < T(0) ? -x : x;
   }
   template <class T, class M = Math>
   OXM_HD static T grad(T g, T x, T) {  // g * sign(x) (0 at 0, NaN for NaN)
@@ -609,7 +624,10 @@ struct Add : BinaryEntry<BinaryOp::Add> {
   static constexpr unsigned grad_a_reads = 0, grad_b_reads = 0;
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
-    return a + b;
+    if constexpr (wraps<T>())
+      return OXM_WRAPPING(a, +, b);
+    else
+      return a + b;
   }
   template <class T, class M = Math>
   OXM_HD static T grad_a(T g, T, T) {
@@ -629,7 +647,10 @@ struct Sub : BinaryEntry<BinaryOp::Sub> {
   }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
-    return a - b;
+    if constexpr (wraps<T>())
+      return OXM_WRAPPING(a, -, b);
+    else
+      return a - b;
   }
   template <class T, class M = Math>
   OXM_HD static T grad_a(T g, T, T) {
@@ -653,7 +674,10 @@ struct Mul : BinaryEntry<BinaryOp::Mul> {
   }
   template <class T, class M = Math>
   OXM_HD static T fwd(T a, T b) {
-    return a * b;
+    if constexpr (wraps<T>())
+      return OXM_WRAPPING(a, *, b);
+    else
+      return a * b;
   }
   template <class T, class M = Math>
   OXM_HD static T grad_a(T g, T, T b) {
@@ -890,5 +914,7 @@ enum class ArgReduceOp : uint8_t { Argmax, Argmin };
 
 constexpr const char* unary_name(UnaryOp op) noexcept { return op < UnaryOp::Count ? info(op).name : "?"; }
 constexpr const char* binary_name(BinaryOp op) noexcept { return op < BinaryOp::Count ? info(op).name : "?"; }
+
+#undef OXM_WRAPPING
 
 }  // namespace oxmera::ops

@@ -12,6 +12,9 @@ Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& a, cons
 Shape check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_host_scalar = false);
 Tensor broadcast_view(const Tensor& t, const Shape& shape);
 // A 0-d CPU tensor of like's dtype: a scalar operand for binary ops on any device (passed by value).
+// InvalidArgument when an integer dtype cannot hold the scalar v (NaN, or outside its range; a fraction is
+// truncated, as torch does): what would otherwise be an undefined float -> integer conversion.
+void check_scalar_fits(double v, DType dtype, const char* op);
 Tensor scalar_like(double v, const Tensor& like, const char* op);
 // A 0-d tensor on like's device (one fill on a GPU), for ops that take no host scalar (where).
 Tensor scalar_on_device_of(double v, const Tensor& like, const char* op);

@@ -5,6 +5,7 @@
 // backend/backend.hpp and autograd/node.hpp (the layering of cmake/oxmera_layers.cmake).
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/ops_internal.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace oxmera {
@@ -49,6 +50,7 @@ void destroy(TensorImpl* t) noexcept {
 }  // namespace detail
 
 Tensor full(const Shape& shape, double value, DType dtype) {
+  ops::check_scalar_fits(value, dtype, "full");
   Tensor out = detail::make_empty(shape, dtype, Device::cpu(), "full");
   if (out.numel()) detail::cpu_backend().fill(*out.impl(), value);
   return out;

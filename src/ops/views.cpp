@@ -149,6 +149,7 @@ Shape infer_shape(const Shape& req, int64_t numel, const char* op, const Shape& 
   }
   OXM_CHECK(prod == numel, ShapeMismatch, op, ": shape ", req, " has ", prod, " elements but the tensor ", from,
             " has ", numel);
+  checked_numel(s, op);  // a zero-size shape's layout must fit too (its strides are computed)
   return s;
 }
 
@@ -283,8 +284,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   int64_t nd = normalize_dim(d, dim(), "narrow");
   int64_t size = dim() > 0 ? impl_->shape[nd] : 1;
   int64_t s = start < 0 ? start + size : start;
-  OXM_CHECK(s >= 0 && s + length <= size, IndexOutOfBounds, "narrow: start ", start, " with length ", length,
-            " exceeds dim ", d, " of size ", size, " (shape ", shape(), ")");
+  OXM_CHECK(s >= 0 && s <= size && length <= size - s, IndexOutOfBounds, "narrow: start ", start, " with length ",
+            length, " exceeds dim ", d, " of size ", size, " (shape ", shape(), ")");
   return slice_impl(*this, d, s, s + length, 1, false, "narrow");
 }
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
@@ -458,6 +459,7 @@ Tensor Tensor::to(Device device) const {
 Tensor& Tensor::zero_() { return fill_(0.0); }
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
+  ops::check_scalar_fits(value, dtype(), "fill_");
   if (impl_->numel) detail::backend_for(device(), "fill_").fill(*impl_, value);
   ++impl_->storage->version;
   return *this;
@@ -491,6 +493,7 @@ Tensor& binary_inplace(Tensor& self, ops::BinaryOp op, const Tensor& o, const ch
 }
 Tensor& scalar_inplace(Tensor& self, ops::BinaryOp op, double s, const char* name) {
   check_inplace(self, name);
+  ops::check_scalar_fits(s, self.dtype(), name);
   auto& t = *self.impl();
   OXM_CHECK(!(op == ops::BinaryOp::Div && t.dtype == DType::I64), UnsupportedDType, name,
             ": integer division in place would truncate; convert with .to(DType::F64) first");

@@ -253,7 +253,10 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
       OXM_CHECK(t.numel() == 1, ShapeMismatch, name_, ".load_state_tensors: '", key,
                 "' must hold one element, got shape ", t.shape());
       pe.step = t.to(Device::cpu()).reshape(Shape{}).item<int64_t>();
-      OXM_CHECK(pe.step >= 0, InvalidArgument, name_, ".load_state_tensors: '", key, "' is negative (", pe.step, ")");
+      OXM_CHECK(pe.step >= 0 && pe.step <= kMaxStepCount, InvalidArgument, name_, ".load_state_tensors: '", key,
+                "' is ", pe.step,
+                ", outside [0, 2^53] (a step count beyond that overflows the next step() and exceeds "
+                "what the bias corrections can represent)");
       pe.has_step = true;
       continue;
     }

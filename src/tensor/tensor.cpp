@@ -124,29 +124,28 @@ OXM_INSTANTIATE(uint8_t)
 
 // ---------------------------------------------------------------- printing
 namespace {
+constexpr int64_t kPrintEdge = 6;  // per dim, the head and tail shown when it has more than twice this
+
+// `v` holds the shown elements (a dim longer than 2 * kPrintEdge cut to its head and tail) of a tensor of
+// shape `full`, row-major in the shown shape.
 template <class T>
-void print_values(std::ostream& os, const std::vector<T>& v, const Shape& shape) {
-  const int64_t limit = 6;  // per dim, head and tail shown beyond this
-  auto strides = contiguous_strides(shape);
+void print_values(std::ostream& os, const std::vector<T>& v, const Shape& shown, const Shape& full) {
+  auto strides = contiguous_strides(shown);
   auto rec = [&](auto&& self, size_t d, int64_t base, int indent) -> void {
-    if (d == shape.size()) {
+    if (d == shown.size()) {
       if constexpr (std::is_same_v<T, uint8_t>)
         os << static_cast<int>(v[base]);
       else
         os << v[base];
       return;
     }
+    const std::string sep = d + 1 == shown.size() ? ", " : ",\n" + std::string(indent + 1, ' ');
     os << '[';
-    int64_t n = shape[d];
+    const int64_t n = shown[d];
     for (int64_t i = 0; i < n; ++i) {
-      if (n > 2 * limit && i == limit) {
-        os << "...";
-        i = n - limit - 1;
-        os << (d + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
-        continue;
-      }
+      if (full[d] > 2 * kPrintEdge && i == kPrintEdge) os << "..." << sep;
       self(self, d + 1, base + i * strides[d], indent + 1);
-      if (i + 1 < n) os << (d + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+      if (i + 1 < n) os << sep;
     }
     os << ']';
   };
@@ -158,20 +157,28 @@ std::string Tensor::str() const {
   std::ostringstream os;
   if (!defined()) return "Tensor(undefined)";
   os << "Tensor(";
-  Tensor c = to(Device::cpu()).contiguous();
+  // Only the shown elements are gathered and copied: a stride-0 expansion to [2^20, 2^20] prints its 144
+  // corners without materialising 4 TiB.
+  Tensor shown = detach();
+  for (int64_t d = 0; d < dim(); ++d) {
+    const int64_t n = shape()[static_cast<size_t>(d)];
+    if (n > 2 * kPrintEdge)
+      shown = cat({shown.narrow(d, 0, kPrintEdge), shown.narrow(d, n - kPrintEdge, kPrintEdge)}, d);
+  }
+  Tensor c = shown.to(Device::cpu()).contiguous();
   os << std::setprecision(6);
   switch (dtype()) {
     case DType::F32:
-      print_values(os, c.to_vector<float>(), shape());
+      print_values(os, c.to_vector<float>(), c.shape(), shape());
       break;
     case DType::F64:
-      print_values(os, c.to_vector<double>(), shape());
+      print_values(os, c.to_vector<double>(), c.shape(), shape());
       break;
     case DType::I64:
-      print_values(os, c.to_vector<int64_t>(), shape());
+      print_values(os, c.to_vector<int64_t>(), c.shape(), shape());
       break;
     case DType::U8:
-      print_values(os, c.to_vector<uint8_t>(), shape());
+      print_values(os, c.to_vector<uint8_t>(), c.shape(), shape());
       break;
   }
   os << ", shape=" << shape() << ", dtype=" << dtype();

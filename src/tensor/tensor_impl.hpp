@@ -42,7 +42,12 @@ struct TensorImpl {
   std::shared_ptr<HookList> hooks;  // a leaf's gradient hooks (a non-leaf's live on its grad_fn)
 
   Device device() const { return storage->device; }
-  char* byte_ptr() const { return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(itemsize(dtype)); }
+  // An empty storage has no data: a view into it at an offset (zeros({3, 0, 4}).narrow(0, 1, 2)) must not add
+  // the offset to a null pointer (undefined behaviour); nothing is read through it anyway.
+  char* byte_ptr() const {
+    char* base = static_cast<char*>(storage->data);
+    return base ? base + offset * static_cast<int64_t>(itemsize(dtype)) : base;
+  }
   template <class T>
   T* ptr() const {
     return reinterpret_cast<T*>(byte_ptr());

@@ -11,6 +11,7 @@
 #include "backend/cpu/parallel.hpp"
 #include "backend/cpu/vec_math.hpp"
 #include "backend/mat_layout.hpp"
+#include "core/convert.hpp"
 
 #ifndef OXM_ISA
 #define OXM_ISA isa_base
@@ -430,7 +431,7 @@ void binary_scalar_dispatch(const TensorImpl& t, double s, bool left, TensorImpl
     case DType::F64:
       return binary_scalar_typed<Def, double>(t, s, left, out, grain);
     case DType::I64:
-      if constexpr (Def::ints) return binary_scalar_typed<Def, int64_t>(t, static_cast<int64_t>(s), left, out, grain);
+      if constexpr (Def::ints) return binary_scalar_typed<Def, int64_t>(t, convert_value<int64_t>(s), left, out, grain);
       break;
     default:
       break;
@@ -512,10 +513,10 @@ void copy_typed(const TensorImpl& src, TensorImpl& dst) {
       if constexpr (std::is_same_v<S, D>) {
         std::memcpy(o, x, static_cast<size_t>(n) * sizeof(D));
       } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(x[i]);
+        for (int64_t i = 0; i < n; ++i) o[i] = convert_value<D>(x[i]);
       }
     } else {
-      for (int64_t i = 0; i < n; ++i) at<D>(ptr[0], s[0], i) = static_cast<D>(at<S>(ptr[1], s[1], i));
+      for (int64_t i = 0; i < n; ++i) at<D>(ptr[0], s[0], i) = convert_value<D>(at<S>(ptr[1], s[1], i));
     }
   });
 }
@@ -564,9 +565,9 @@ void fill(TensorImpl& dst, double v) {
     case DType::F64:
       return fill_typed<double>(dst, v);
     case DType::I64:
-      return fill_typed<int64_t>(dst, static_cast<int64_t>(v));
+      return fill_typed<int64_t>(dst, convert_value<int64_t>(v));
     case DType::U8:
-      return fill_typed<uint8_t>(dst, static_cast<uint8_t>(v));
+      return fill_typed<uint8_t>(dst, convert_value<uint8_t>(v));
   }
 }
 
@@ -595,17 +596,18 @@ struct SumAcc {
 // Sum of a contiguous run: 8 independent lanes (vectorisable), pairwise above 1024 elements.
 template <class T, class A>
 A sum_contig(const T* x, int64_t n) {
+  using L = std::conditional_t<std::is_same_v<A, int64_t>, uint64_t, A>;  // i64 wraps: add in unsigned
   if (n > 1024) {
     int64_t h = (n / 2) & ~int64_t{7};
-    return sum_contig<T, A>(x, h) + sum_contig<T, A>(x + h, n - h);
+    return static_cast<A>(static_cast<L>(sum_contig<T, A>(x, h)) + static_cast<L>(sum_contig<T, A>(x + h, n - h)));
   }
-  A lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  L lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lane[j] += static_cast<A>(x[i + j]);
-  A s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  for (; i < n; ++i) s += static_cast<A>(x[i]);
-  return s;
+    for (int j = 0; j < 8; ++j) lane[j] += static_cast<L>(x[i + j]);
+  L s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; i < n; ++i) s += static_cast<L>(x[i]);
+  return static_cast<A>(s);
 }
 
 template <class T, bool IsMax>

@@ -40,7 +40,8 @@ struct Fp<double> {
 template <class T>
 OXM_VM_INLINE T pow2i(typename Fp<T>::I n) {
   using I = typename Fp<T>::I;
-  return std::bit_cast<T>(static_cast<I>((n + Fp<T>::bias) << Fp<T>::mant));
+  using U = std::make_unsigned_t<I>;  // unsigned: a NaN lane's garbage n must not overflow (its result is NaN anyway)
+  return std::bit_cast<T>(static_cast<I>((static_cast<U>(n) + static_cast<U>(Fp<T>::bias)) << Fp<T>::mant));
 }
 
 // Horner over coefficients given highest degree first, as straight-line code (a loop here would be an inner loop
