@@ -56,8 +56,8 @@ std::string shape_str(const Shape& s) {
 RNNBase::RNNBase(Mode mode, int64_t input_size_, int64_t hidden_size_, RNNOptions opts, Generator& gen)
     : input_size(input_size_), hidden_size(hidden_size_), options(std::move(opts)), mode_(mode) {
   const char* nm = mode_name(mode);
-  OXM_CHECK(input_size > 0 && hidden_size > 0, InvalidArgument, nm, ": input_size (", input_size,
-            ") and hidden_size (", hidden_size, ") must be positive");
+  OXM_CHECK(input_size > 0 && hidden_size > 0, InvalidArgument, nm, ": input_size (", input_size, ") and hidden_size (",
+            hidden_size, ") must be positive");
   OXM_CHECK(options.num_layers >= 1, InvalidArgument, nm, ": num_layers must be >= 1, got ", options.num_layers);
   OXM_CHECK(options.dropout >= 0 && options.dropout <= 1, InvalidArgument, nm, ": dropout must be in [0, 1], got ",
             options.dropout);
@@ -69,7 +69,8 @@ RNNBase::RNNBase(Mode mode, int64_t input_size_, int64_t hidden_size_, RNNOption
     const int64_t in = l == 0 ? input_size : hidden_size * D;
     for (int64_t d = 0; d < D; ++d) {
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
-      std::vector<std::pair<std::string, Shape>> ps = {{"weight_ih" + sfx, {G, in}}, {"weight_hh" + sfx, {G, hidden_size}}};
+      std::vector<std::pair<std::string, Shape>> ps = {{"weight_ih" + sfx, {G, in}},
+                                                       {"weight_hh" + sfx, {G, hidden_size}}};
       if (options.bias) {
         ps.push_back({"bias_ih" + sfx, {G}});
         ps.push_back({"bias_hh" + sfx, {G}});
@@ -110,11 +111,12 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
   OXM_CHECK(x_in.dtype() == options.dtype, DTypeMismatch, nm, ": input has dtype ", x_in.dtype(),
             " but the layer's parameters are ", options.dtype, "; cast the input with .to(", options.dtype,
             ") or build the layer with RNNOptions{.dtype = ...}");
-  OXM_CHECK(x_in.dim() == 2 || x_in.dim() == 3, ShapeMismatch, nm,
-            ": input must be [T, B, input_size] ([B, T, input_size] with batch_first) or unbatched [T, input_size], got ",
-            shape_str(x_in.shape()));
-  OXM_CHECK(x_in.size(-1) == input_size, ShapeMismatch, nm, ": input ", shape_str(x_in.shape()),
-            " has last dim ", x_in.size(-1), " but input_size is ", input_size);
+  OXM_CHECK(
+      x_in.dim() == 2 || x_in.dim() == 3, ShapeMismatch, nm,
+      ": input must be [T, B, input_size] ([B, T, input_size] with batch_first) or unbatched [T, input_size], got ",
+      shape_str(x_in.shape()));
+  OXM_CHECK(x_in.size(-1) == input_size, ShapeMismatch, nm, ": input ", shape_str(x_in.shape()), " has last dim ",
+            x_in.size(-1), " but input_size is ", input_size);
   const bool unbatched = x_in.dim() == 2;
   Tensor x = unbatched ? x_in.unsqueeze(1) : (options.batch_first ? x_in.transpose(0, 1) : x_in);
   const int64_t T = x.size(0), B = x.size(1), H = hidden_size, D = options.bidirectional ? 2 : 1;

@@ -57,8 +57,7 @@ class LSTM : public Cloneable<LSTM, RNNBase> {
  public:
   LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {}, Generator& gen = default_generator());
   // (output, (h_n, c_n)); state: (h0, c0), both given or both undefined.
-  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& x,
-                                                          const std::tuple<Tensor, Tensor>& state = {});
+  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& x, const std::tuple<Tensor, Tensor>& state = {});
   std::string name() const override { return "LSTM"; }
 };
 
