@@ -6,6 +6,9 @@
 #include <cmath>
 #include <sstream>
 
+#include "autograd/node.hpp"
+#include "ops/fused.hpp"
+#include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/nn/functional.hpp"
 #include "oxmera/nn/init.hpp"
@@ -51,7 +54,103 @@ std::string shape_str(const Shape& s) {
   return os.str();
 }
 
+// One node per step for the fused gate math: inputs (gates, c_prev), outputs (h, c). Saves the inputs (for a
+// create_graph backward through the composite) and the kernel's activations and c.
+struct LstmCellNode final : detail::Node {
+  LstmCellNode() { num_outputs = 2; }
+  detail::SavedTensor gates, c_prev;
+  Tensor acts, c;
+  int64_t batch = 0, hidden = 0;
+  bool release_saved() override {
+    const bool had = acts.defined();
+    gates.reset();
+    c_prev.reset();
+    acts = Tensor();
+    c = Tensor();
+    return had;
+  }
+  const char* name() const override { return "lstm_cell"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    if (grad_enabled()) {
+      const Tensor gv = gates.get(name()), cv = c_prev.get(name());
+      // The backward formulas as recorded ops of the re-attached inputs, so the gradient is differentiable.
+      const std::vector<Tensor> g = gv.chunk(4, 1);
+      const Tensor i = g[0].sigmoid(), f = g[1].sigmoid(), gg = g[2].tanh(), o = g[3].sigmoid();
+      const Tensor tc = (f * cv + i * gg).tanh();
+      const Tensor gh = gout[0].defined() ? gout[0] : zeros_like(tc), gc = gout[1].defined() ? gout[1] : zeros_like(tc);
+      const Tensor dc = gc + gh * o * (1.0 - tc * tc);
+      if (needs_grad(0))
+        gin[0] = cat(
+            {dc * gg * i * (1.0 - i), dc * cv * f * (1.0 - f), dc * i * (1.0 - gg * gg), gh * tc * o * (1.0 - o)}, 1);
+      if (needs_grad(1)) gin[1] = dc * f;
+      return;
+    }
+    const Tensor cp = c_prev.get(name());
+    const Tensor gh = gout[0].defined() ? gout[0].contiguous() : Tensor();
+    const Tensor gc = gout[1].defined() ? gout[1].contiguous() : Tensor();
+    const DType dt = acts.dtype();
+    const Device dev = acts.device();
+    Tensor dg = detail::make_empty({batch, 4 * hidden}, dt, dev, "lstm_cell backward");
+    Tensor dcp = detail::make_empty({batch, hidden}, dt, dev, "lstm_cell backward");
+    ops::FusedCall call = ops::LstmCellBackwardCall{acts.impl(),
+                                                    cp.impl(),
+                                                    c.impl(),
+                                                    gh.defined() ? gh.impl() : nullptr,
+                                                    gc.defined() ? gc.impl() : nullptr,
+                                                    batch,
+                                                    hidden,
+                                                    dg.impl(),
+                                                    dcp.impl()};
+    ops::run_fused(call, dev);
+    if (needs_grad(0)) gin[0] = dg;
+    if (needs_grad(1)) gin[1] = dcp;
+  }
+};
+
+detail::Edge edge_or_none(const Tensor& t) { return t.defined() ? detail::edge_of(t) : detail::Edge{}; }
+
 }  // namespace
+
+std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates_in, const Tensor& c_prev_in) {
+  detail::check_defined(gates_in, "lstm_cell_gates", "gates");
+  detail::check_defined(c_prev_in, "lstm_cell_gates", "c_prev");
+  OXM_CHECK(gates_in.dim() == 2 && gates_in.size(1) % 4 == 0, ShapeMismatch,
+            "lstm_cell_gates: gates must be [B, 4*H], got ", shape_str(gates_in.shape()));
+  const int64_t B = gates_in.size(0), H = gates_in.size(1) / 4;
+  OXM_CHECK(c_prev_in.shape() == Shape({B, H}), ShapeMismatch, "lstm_cell_gates: c_prev must be [", B, ", ", H,
+            "] for gates ", shape_str(gates_in.shape()), ", got ", shape_str(c_prev_in.shape()));
+  OXM_CHECK(is_floating(gates_in.dtype()) && c_prev_in.dtype() == gates_in.dtype(), DTypeMismatch,
+            "lstm_cell_gates: gates (", gates_in.dtype(), ") and c_prev (", c_prev_in.dtype(),
+            ") must share one float dtype");
+  OXM_CHECK(c_prev_in.device() == gates_in.device(), DeviceMismatch,
+            "lstm_cell_gates: gates and c_prev must be on one device");
+  const Tensor gates = gates_in.contiguous(), c_prev = c_prev_in.contiguous();
+  const DType dt = gates.dtype();
+  const Device dev = gates.device();
+  Tensor acts = detail::make_empty({B, 4 * H}, dt, dev, "lstm_cell");
+  Tensor h = detail::make_empty({B, H}, dt, dev, "lstm_cell");
+  Tensor c = detail::make_empty({B, H}, dt, dev, "lstm_cell");
+  if (B * H > 0) {
+    ops::FusedCall call = ops::LstmCellCall{gates.impl(), c_prev.impl(), B, H, acts.impl(), h.impl(), c.impl()};
+    ops::run_fused(call, dev);
+  }
+  if (grad_enabled() && (gates.requires_grad() || c_prev.requires_grad())) {
+    auto* node = new LstmCellNode();
+    node->next.push_back(edge_or_none(gates));
+    node->next.push_back(edge_or_none(c_prev));
+    node->gates.save(gates, false);
+    node->c_prev.save(c_prev, false);
+    node->acts = acts;
+    node->c = c.detach();
+    node->batch = B;
+    node->hidden = H;
+    node->refcount.fetch_add(1);  // two outputs hold it
+    detail::set_history(h, node, 0);
+    detail::set_history(c, node, 1);
+  }
+  return {h, c};
+}
 
 RNNBase::RNNBase(Mode mode, int64_t input_size_, int64_t hidden_size_, RNNOptions opts, Generator& gen)
     : input_size(input_size_), hidden_size(hidden_size_), options(std::move(opts)), mode_(mode) {
@@ -164,10 +263,7 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
             h = (xt + hh).relu();
             break;
           case Mode::LSTM: {
-            const std::vector<Tensor> g = (xt + hh).chunk(4, 1);
-            const Tensor i = g[0].sigmoid(), f = g[1].sigmoid(), gg = g[2].tanh(), o = g[3].sigmoid();
-            c = f * c + i * gg;
-            h = o * c.tanh();
+            std::tie(h, c) = lstm_cell_gates(xt + hh, c);
             break;
           }
           case Mode::GRU: {

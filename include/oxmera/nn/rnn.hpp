@@ -16,6 +16,12 @@
 
 namespace oxmera::nn {
 
+// One LSTM step's gate math after the matrix products, as one fused kernel forward and one backward (the
+// backend's offering, else the composite): gates [B, 4H] (pre-activations, order i, f, g, o), c_prev [B, H] ->
+// (h, c) with c = sigmoid(f) c_prev + sigmoid(i) tanh(g), h = sigmoid(o) tanh(c). Differentiable to any order
+// (create_graph differentiates the composite).
+std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates, const Tensor& c_prev);
+
 struct RNNOptions {
   int64_t num_layers = 1;
   bool bias = true;
