@@ -20,8 +20,8 @@ TEST(RnnFused, LstmCellKernelMatchesTheFallback) {
   ASSERT_STREQ(ops::fused_op_name(ops::FusedOp::LstmCell), "lstm_cell");
   for (DType dt : {DType::F32, DType::F64})
     for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {16, 64}}) {
-      const std::string what = std::string(dt == DType::F64 ? "f64" : "f32") + " B=" + std::to_string(B) +
-                               " H=" + std::to_string(H);
+      const std::string what =
+          std::string(dt == DType::F64 ? "f64" : "f32") + " B=" + std::to_string(B) + " H=" + std::to_string(H);
       Tensor gates = randn({B, 4 * H}, 1, dt) * 2.0, cp = randn({B, H}, 2, dt);
       Tensor a1 = empty({B, 4 * H}, dt), h1 = empty({B, H}, dt), c1 = empty({B, H}, dt);
       Tensor a2 = empty({B, 4 * H}, dt), h2 = empty({B, H}, dt), c2 = empty({B, H}, dt);
@@ -165,9 +165,13 @@ TEST(RnnLayers, TypedErrors) {
   };
   EXPECT_EQ(kind_of([&] { lstm.forward(randn({5, 3, 5}, 1)); }), ErrorKind::ShapeMismatch);
   EXPECT_EQ(kind_of([&] { lstm.forward(randn({5, 3, 4}, 1, DType::F64)); }), ErrorKind::DTypeMismatch);
-  EXPECT_EQ(kind_of([&] { lstm.forward(randn({5, 3, 4}, 1), {randn({1, 2, 6}, 2), randn({1, 2, 6}, 3)}); }),
+  EXPECT_EQ(kind_of([&] {
+              lstm.forward(randn({5, 3, 4}, 1), {randn({1, 2, 6}, 2), randn({1, 2, 6}, 3)});
+            }),
             ErrorKind::ShapeMismatch);
-  EXPECT_EQ(kind_of([&] { lstm.forward(randn({5, 3, 4}, 1), {randn({1, 3, 6}, 2), Tensor()}); }),
+  EXPECT_EQ(kind_of([&] {
+              lstm.forward(randn({5, 3, 4}, 1), {randn({1, 3, 6}, 2), Tensor()});
+            }),
             ErrorKind::InvalidArgument);
   EXPECT_EQ(kind_of([&] { nn::RNN(4, 6, {.nonlinearity = "gelu"}); }), ErrorKind::InvalidArgument);
   EXPECT_EQ(kind_of([&] { nn::GRU(4, 0); }), ErrorKind::InvalidArgument);
