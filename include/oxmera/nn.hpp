@@ -5,3 +5,4 @@
 #include "oxmera/nn/layers.hpp"
 #include "oxmera/nn/loss.hpp"
 #include "oxmera/nn/module.hpp"
+#include "oxmera/nn/rnn.hpp"

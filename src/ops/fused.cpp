@@ -442,6 +442,33 @@ void layer_norm_backward_fallback(FusedCall& call, Device) {
   if (c.grad_bias) borrow(c.grad_bias).copy_(g.sum({0}));
 }
 
+// ---------------------------------------------------------------- LSTM cell
+void lstm_cell_fallback(FusedCall& call, Device) {
+  auto& c = std::get<LstmCellCall>(call);
+  NoGradGuard no_grad;
+  const std::vector<Tensor> g = borrow(c.gates).chunk(4, 1);
+  const Tensor i = g[0].sigmoid(), f = g[1].sigmoid(), gg = g[2].tanh(), o = g[3].sigmoid();
+  const Tensor cn = f * borrow(c.c_prev) + i * gg;
+  borrow(c.acts).copy_(cat({i, f, gg, o}, 1));
+  borrow(c.c).copy_(cn);
+  borrow(c.h).copy_(o * cn.tanh());
+}
+
+void lstm_cell_backward_fallback(FusedCall& call, Device) {
+  auto& c = std::get<LstmCellBackwardCall>(call);
+  NoGradGuard no_grad;
+  const std::vector<Tensor> a = borrow(c.acts).chunk(4, 1);
+  const Tensor &i = a[0], &f = a[1], &g = a[2], &o = a[3];
+  const Tensor tc = borrow(c.c).tanh();
+  const Tensor gh = c.gh ? borrow(c.gh) : zeros_like(tc), gc = c.gc ? borrow(c.gc) : zeros_like(tc);
+  const Tensor dc = gc + gh * o * (1.0 - tc * tc);
+  borrow(c.grad_gates)
+      .copy_(cat({dc * g * i * (1.0 - i), dc * borrow(c.c_prev) * f * (1.0 - f), dc * i * (1.0 - g * g),
+                  gh * tc * o * (1.0 - o)},
+                 1));
+  borrow(c.grad_c_prev).copy_(dc * f);
+}
+
 // ---------------------------------------------------------------- the registry
 // "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
 constexpr FusedOpInfo kFusedOps[] = {
@@ -466,6 +493,8 @@ constexpr FusedOpInfo kFusedOps[] = {
      "cpu (f32, f64; contiguous rows along the last dim)"},
     {FusedOp::LayerNorm, "layer_norm", layer_norm_fallback, "cpu (f32, f64)"},
     {FusedOp::LayerNormBackward, "layer_norm backward", layer_norm_backward_fallback, "cpu (f32, f64)"},
+    {FusedOp::LstmCell, "lstm_cell", lstm_cell_fallback, "cpu (f32, f64)"},
+    {FusedOp::LstmCellBackward, "lstm_cell backward", lstm_cell_backward_fallback, "cpu (f32, f64)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

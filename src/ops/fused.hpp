@@ -76,7 +76,9 @@ namespace oxmera::ops {
   X(SortIndices, SortIndicesCall)                   \
   X(SoftmaxBackward, SoftmaxBackwardCall)           \
   X(LayerNorm, LayerNormCall)                       \
-  X(LayerNormBackward, LayerNormBackwardCall)
+  X(LayerNormBackward, LayerNormBackwardCall)       \
+  X(LstmCell, LstmCellCall)                         \
+  X(LstmCellBackward, LstmCellBackwardCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -243,10 +245,38 @@ struct LayerNormBackwardCall {
   TensorImpl* grad_bias = nullptr;
 };
 
+// One LSTM time step's gate math after the two matrix products. gates: contiguous [B, 4H], the pre-activations
+// x W_ih^T + b_ih + h W_hh^T + b_hh in torch's order (i, f, g, o); c_prev contiguous [B, H]. Writes (contiguous)
+// acts [B, 4H] = (sigmoid i, sigmoid f, tanh g, sigmoid o) for the backward, c = f c_prev + i g, h = o tanh c.
+struct LstmCellCall {
+  static constexpr FusedOp kOp = FusedOp::LstmCell;
+  const TensorImpl* gates = nullptr;
+  const TensorImpl* c_prev = nullptr;
+  int64_t batch = 0, hidden = 0;
+  TensorImpl* acts = nullptr;
+  TensorImpl* h = nullptr;
+  TensorImpl* c = nullptr;
+};
+// Its gradient from the forward's acts, c_prev and c and the gradients gh, gc of h and c (contiguous [B, H]; null:
+// zero): dc = gc + gh o (1 - tanh^2 c); grad_gates [B, 4H] = (dc g i(1-i), dc c_prev f(1-f), dc i (1-g^2),
+// gh tanh(c) o(1-o)); grad_c_prev [B, H] = dc f. All contiguous, one float dtype.
+struct LstmCellBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::LstmCellBackward;
+  const TensorImpl* acts = nullptr;
+  const TensorImpl* c_prev = nullptr;
+  const TensorImpl* c = nullptr;
+  const TensorImpl* gh = nullptr;
+  const TensorImpl* gc = nullptr;
+  int64_t batch = 0, hidden = 0;
+  TensorImpl* grad_gates = nullptr;
+  TensorImpl* grad_c_prev = nullptr;
+};
+
 // One fused call; its index is its FusedOp.
-using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
-                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
-                               SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall>;
+using FusedCall =
+    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
+                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall,
+                 SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall, LstmCellBackwardCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

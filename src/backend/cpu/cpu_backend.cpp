@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_index.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
+#include "backend/cpu/rnn_kernels.hpp"
 #include "oxmera/version.hpp"
 
 namespace oxmera::detail {
@@ -109,6 +110,14 @@ class CpuBackend final : public Backend {
       }
       case ops::FusedOp::Im2col:
         return real(std::get<ops::Im2colCall>(call).x->dtype);
+      case ops::FusedOp::LstmCell: {
+        const auto& c = std::get<ops::LstmCellCall>(call);
+        return real(c.gates->dtype) && c.gates->contiguous && c.c_prev->contiguous;
+      }
+      case ops::FusedOp::LstmCellBackward: {
+        const auto& c = std::get<ops::LstmCellBackwardCall>(call);
+        return real(c.acts->dtype) && (!c.gh || c.gh->contiguous) && (!c.gc || c.gc->contiguous);
+      }
       case ops::FusedOp::Col2im:
         return real(std::get<ops::Col2imCall>(call).cols->dtype);
       case ops::FusedOp::OptimizerSteps: {
@@ -144,6 +153,10 @@ class CpuBackend final : public Backend {
         auto& c = std::get<ops::SoftmaxBackwardCall>(call);
         return k_->softmax_backward(*c.y, *c.g, *c.grad_x, c.y->shape.empty() ? 1 : c.y->shape.back(), c.log);
       }
+      case ops::FusedOp::LstmCell:
+        return cpu_lstm_cell(std::get<ops::LstmCellCall>(call));
+      case ops::FusedOp::LstmCellBackward:
+        return cpu_lstm_cell_backward(std::get<ops::LstmCellBackwardCall>(call));
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);
         return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value);
