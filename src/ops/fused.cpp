@@ -466,6 +466,8 @@ constexpr FusedOpInfo kFusedOps[] = {
      "cpu (f32, f64; contiguous rows along the last dim)"},
     {FusedOp::LayerNorm, "layer_norm", layer_norm_fallback, "cpu (f32, f64)"},
     {FusedOp::LayerNormBackward, "layer_norm backward", layer_norm_backward_fallback, "cpu (f32, f64)"},
+    {FusedOp::Attention, "scaled_dot_product_attention", attention_fallback,
+     "cpu (f32, f64; key tiles with an online softmax)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

@@ -76,7 +76,8 @@ namespace oxmera::ops {
   X(SortIndices, SortIndicesCall)                   \
   X(SoftmaxBackward, SoftmaxBackwardCall)           \
   X(LayerNorm, LayerNormCall)                       \
-  X(LayerNormBackward, LayerNormBackwardCall)
+  X(LayerNormBackward, LayerNormBackwardCall)       \
+  X(Attention, AttentionCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -243,10 +244,28 @@ struct LayerNormBackwardCall {
   TensorImpl* grad_bias = nullptr;
 };
 
+// Scaled dot-product attention over B = batch * heads independent problems (one float dtype, all contiguous):
+// q [B, L, E], k [B, S, E], v [B, S, Ev]; mask null or an additive mask [Bm, L, S] with Bm = 1 (shared) or B
+// (a bool mask arrives as 0 / -inf); causal keeps key j <= query i. Writes out [B, L, Ev] = softmax(scale q k^T
+// + mask) v and lse [B, L] = the rows' logsumexp (the backward's recompute); a fully masked row gives NaN, as
+// torch's softmax does.
+struct AttentionCall {
+  static constexpr FusedOp kOp = FusedOp::Attention;
+  const TensorImpl* q = nullptr;
+  const TensorImpl* k = nullptr;
+  const TensorImpl* v = nullptr;
+  const TensorImpl* mask = nullptr;
+  bool causal = false;
+  double scale = 1;
+  TensorImpl* out = nullptr;
+  TensorImpl* lse = nullptr;
+};
+
 // One fused call; its index is its FusedOp.
-using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
-                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
-                               SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall>;
+using FusedCall =
+    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
+                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall,
+                 SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, AttentionCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);
@@ -265,6 +284,8 @@ struct FusedOpInfo {
   const char* offered_by;
 };
 const FusedOpInfo& fused_op_info(FusedOp op);
+// The attention fallback (ops/attention_fused.cpp), listed in the registry.
+void attention_fallback(FusedCall& call, Device device);
 const char* fused_op_name(FusedOp op);
 
 // Whether the backend of `device` has a kernel for this call (its op id, dtypes and shapes).

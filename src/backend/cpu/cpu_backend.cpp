@@ -6,6 +6,7 @@
 #include "backend/backend.hpp"
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/caching_allocator.hpp"
+#include "backend/cpu/cpu_attention.hpp"
 #include "backend/cpu/cpu_index.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
@@ -109,6 +110,8 @@ class CpuBackend final : public Backend {
       }
       case ops::FusedOp::Im2col:
         return real(std::get<ops::Im2colCall>(call).x->dtype);
+      case ops::FusedOp::Attention:
+        return cpu_attention_supported(std::get<ops::AttentionCall>(call));
       case ops::FusedOp::Col2im:
         return real(std::get<ops::Col2imCall>(call).cols->dtype);
       case ops::FusedOp::OptimizerSteps: {
@@ -144,6 +147,8 @@ class CpuBackend final : public Backend {
         auto& c = std::get<ops::SoftmaxBackwardCall>(call);
         return k_->softmax_backward(*c.y, *c.g, *c.grad_x, c.y->shape.empty() ? 1 : c.y->shape.back(), c.log);
       }
+      case ops::FusedOp::Attention:
+        return cpu_attention(std::get<ops::AttentionCall>(call));
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);
         return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value);
