@@ -55,7 +55,7 @@ struct Case {
   int64_t B, L, S, E, Ev;
   int mask;  // 0 none, 1 float [L, S], 2 bool [B, 1, S]-like (per batch), 3 causal
 };
-const Case kCases[] = {{"plain", 3, 5, 7, 4, 6, 0},      {"tiles", 2, 70, 150, 8, 5, 0},
+const Case kCases[] = {{"plain", 3, 5, 7, 4, 6, 0},        {"tiles", 2, 70, 150, 8, 5, 0},
                        {"float_mask", 2, 33, 65, 4, 3, 1}, {"bool_mask", 4, 9, 70, 4, 4, 2},
                        {"causal", 2, 70, 70, 8, 8, 3},     {"causal_rect", 2, 40, 90, 3, 2, 3}};
 
@@ -64,8 +64,7 @@ Tensor mask_for(const Case& c, DType dt, bool as_bool) {
   if (c.mask == 2) {
     Tensor keep = rand({c.B, 1, c.S}, 12, DType::F64) > 0.3;
     // keep key 0 so that no row is fully masked
-    keep = where(ones({c.B, 1, c.S}, DType::F64).cumsum(2) < 1.5, ones({c.B, 1, c.S}, DType::F64), keep)
-               .to(DType::U8);
+    keep = where(ones({c.B, 1, c.S}, DType::F64).cumsum(2) < 1.5, ones({c.B, 1, c.S}, DType::F64), keep).to(DType::U8);
     return as_bool ? keep : where(keep, zeros({}, dt), full({}, -INFINITY, dt));
   }
   return Tensor();
@@ -109,7 +108,8 @@ TEST(Attention, KernelMatchesFallbackIncludingLse) {
 }
 
 TEST(Attention, FullyMaskedRowIsNaNAsTorch) {
-  const Tensor q = randn({1, 2, 3}, 1, DType::F64), k = randn({1, 4, 3}, 2, DType::F64), v = randn({1, 4, 2}, 3, DType::F64);
+  const Tensor q = randn({1, 2, 3}, 1, DType::F64), k = randn({1, 4, 3}, 2, DType::F64),
+               v = randn({1, 4, 2}, 3, DType::F64);
   const Tensor keep = from_vector<uint8_t>({0, 0, 0, 0, 0, 1, 0, 1}, {2, 4});
   const auto y = values(F::scaled_dot_product_attention(q, k, v, keep));  // row 0 keeps nothing
   const auto yc = values(F::scaled_dot_product_attention_composite(q, k, v, keep));
@@ -123,8 +123,8 @@ TEST(Attention, GradientsMatchCompositeAndGradcheck) {
     const Tensor q = make(7, {c.B, c.L, c.E}), k = make(8, {c.B, c.S, c.E}), v = make(9, {c.B, c.S, c.Ev});
     const Tensor m = mask_for(c, DType::F64, false);
     const Tensor g = randn({c.B, c.L, c.Ev}, 10, DType::F64);
-    const auto g1 = autograd::grad({(F::scaled_dot_product_attention(q, k, v, m, 0.0, c.mask == 3) * g).sum()},
-                                   {q, k, v});
+    const auto g1 =
+        autograd::grad({(F::scaled_dot_product_attention(q, k, v, m, 0.0, c.mask == 3) * g).sum()}, {q, k, v});
     const auto g2 = autograd::grad(
         {(F::scaled_dot_product_attention_composite(q, k, v, m, 0.0, c.mask == 3) * g).sum()}, {q, k, v});
     for (size_t i = 0; i < 3; ++i) expect_close(values(g1[i]), values(g2[i]), 1e-10, 1e-10, c.name);
@@ -135,7 +135,8 @@ TEST(Attention, GradientsMatchCompositeAndGradcheck) {
     Tensor m;
     if (kind == 1) m = rand({3, 5}, 24, DType::F64);
     if (kind == 2)
-      m = where(ones({1, 5}, DType::F64).cumsum(1) < 1.5, ones({1, 5}, DType::F64), rand({2, 1, 1, 5}, 25, DType::F64) > 0.2)
+      m = where(ones({1, 5}, DType::F64).cumsum(1) < 1.5, ones({1, 5}, DType::F64),
+                rand({2, 1, 1, 5}, 25, DType::F64) > 0.2)
               .to(DType::U8);
     const bool causal = kind == 3;
     auto f = [&](const std::vector<Tensor>& in) {
@@ -174,11 +175,9 @@ TEST(Attention, TypedErrorsNameTheShapes) {
   EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, randn({2, 4, 6}, 1)), ShapeMismatch, "need one S");
   EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, randn({3, 5, 4}, 1), v), ShapeMismatch, "leading");
   EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, randn({4, 5}, 1)), ShapeMismatch, "attn_mask [4, 5]");
-  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, randn({3, 5}, 1, DType::F64)), DTypeMismatch,
-                   "attn_mask");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, randn({3, 5}, 1, DType::F64)), DTypeMismatch, "attn_mask");
   EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k.to(DType::F64), v), DTypeMismatch, "one float dtype");
-  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, randn({3, 5}, 1), 0.0, true), InvalidArgument,
-                   "is_causal");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, randn({3, 5}, 1), 0.0, true), InvalidArgument, "is_causal");
   EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, {}, 1.0), InvalidArgument, "dropout_p");
 }
 

@@ -32,10 +32,10 @@ Checked check_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const int64_t n = q.dim();
   for (int64_t d = 0; d + 2 < n; ++d)
     OXM_CHECK(q.shape()[d] == k.shape()[d] && q.shape()[d] == v.shape()[d], ShapeMismatch, kOp,
-              ": query, key and value need the same leading (batch, head) dims; got ", q.shape(), ", ", k.shape(),
-              ", ", v.shape());
-  OXM_CHECK(q.shape()[n - 1] == k.shape()[n - 1], ShapeMismatch, kOp, ": query [..., L, E] and key [..., S, E] need one E; got ",
-            q.shape(), " and ", k.shape());
+              ": query, key and value need the same leading (batch, head) dims; got ", q.shape(), ", ", k.shape(), ", ",
+              v.shape());
+  OXM_CHECK(q.shape()[n - 1] == k.shape()[n - 1], ShapeMismatch, kOp,
+            ": query [..., L, E] and key [..., S, E] need one E; got ", q.shape(), " and ", k.shape());
   OXM_CHECK(k.shape()[n - 2] == v.shape()[n - 2], ShapeMismatch, kOp,
             ": key [..., S, E] and value [..., S, Ev] need one S; got ", k.shape(), " and ", v.shape());
   OXM_CHECK(is_floating(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), DTypeMismatch, kOp,
@@ -157,8 +157,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor out = detail::make_empty({B, L, Ev}, q.dtype(), q.device(), kOp);
   Tensor lse = detail::make_empty({B, L}, q.dtype(), q.device(), kOp);
   {
-    ops::FusedCall call = ops::AttentionCall{q3.impl(), k3.impl(), v3.impl(), m3.defined() ? m3.impl() : nullptr,
-                                             is_causal, c.scale, out.impl(), lse.impl()};
+    ops::FusedCall call = ops::AttentionCall{q3.impl(), k3.impl(), v3.impl(),  m3.defined() ? m3.impl() : nullptr,
+                                             is_causal, c.scale,   out.impl(), lse.impl()};
     ops::run_fused(call, q.device());
   }
   if (grad_enabled() && (q3.requires_grad() || k3.requires_grad() || v3.requires_grad())) {

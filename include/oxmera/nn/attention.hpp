@@ -10,9 +10,10 @@ namespace oxmera::nn::functional {
 
 // torch.nn.functional.scaled_dot_product_attention (torch 2.x): q [..., L, E], k [..., S, E], v [..., S, Ev]
 // (one float dtype, the same leading dims) -> [..., L, Ev] = softmax(q k^T * scale + mask) v with scale
-// 1 / sqrt(E) by default. attn_mask broadcasts to [..., L, S]: a bool (U8, as comparisons give) mask keeps the positions where it is
-// true, a float mask (q's dtype) is added to the scores. is_causal keeps key j <= query i (with no attn_mask).
-// dropout_p > 0 drops attention weights with `gen` (default_generator() when null) through the composite path.
+// 1 / sqrt(E) by default. attn_mask broadcasts to [..., L, S]: a bool (U8, as comparisons give) mask keeps the
+// positions where it is true, a float mask (q's dtype) is added to the scores. is_causal keeps key j <= query i (with
+// no attn_mask). dropout_p > 0 drops attention weights with `gen` (default_generator() when null) through the composite
+// path.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
                                     double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, Generator* gen = nullptr);

@@ -108,8 +108,8 @@ void attention_t(const ops::AttentionCall& c) {
 bool cpu_attention_supported(const ops::AttentionCall& c) {
   const DType d = c.q->dtype;
   if (d != DType::F32 && d != DType::F64) return false;
-  for (const TensorImpl* t : {c.q, c.k, c.v, c.mask, static_cast<const TensorImpl*>(c.out),
-                              static_cast<const TensorImpl*>(c.lse)})
+  for (const TensorImpl* t :
+       {c.q, c.k, c.v, c.mask, static_cast<const TensorImpl*>(c.out), static_cast<const TensorImpl*>(c.lse)})
     if (t && (t->dtype != d || !t->contiguous)) return false;
   return true;
 }
@@ -121,8 +121,7 @@ void cpu_attention(const ops::AttentionCall& c) {
     case DType::F64:
       return attention_t<double>(c);
     default:
-      OXM_FAIL(UnsupportedDType, "scaled_dot_product_attention: dtype ", c.q->dtype,
-               " is not supported (f32, f64)");
+      OXM_FAIL(UnsupportedDType, "scaled_dot_product_attention: dtype ", c.q->dtype, " is not supported (f32, f64)");
   }
 }
 
