@@ -1,5 +1,6 @@
 #pragma once
 // oxmera::nn: modules, layers, functional forms, initialisers and losses.
+#include "oxmera/nn/attention.hpp"
 #include "oxmera/nn/functional.hpp"
 #include "oxmera/nn/init.hpp"
 #include "oxmera/nn/layers.hpp"

@@ -495,6 +495,8 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::LayerNormBackward, "layer_norm backward", layer_norm_backward_fallback, "cpu (f32, f64)"},
     {FusedOp::LstmCell, "lstm_cell", lstm_cell_fallback, "cpu (f32, f64)"},
     {FusedOp::LstmCellBackward, "lstm_cell backward", lstm_cell_backward_fallback, "cpu (f32, f64)"},
+    {FusedOp::Attention, "scaled_dot_product_attention", attention_fallback,
+     "cpu (f32, f64; key tiles with an online softmax)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

@@ -6,6 +6,7 @@
 #include "backend/backend.hpp"
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/caching_allocator.hpp"
+#include "backend/cpu/cpu_attention.hpp"
 #include "backend/cpu/cpu_index.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
@@ -118,6 +119,8 @@ class CpuBackend final : public Backend {
         const auto& c = std::get<ops::LstmCellBackwardCall>(call);
         return real(c.acts->dtype) && (!c.gh || c.gh->contiguous) && (!c.gc || c.gc->contiguous);
       }
+      case ops::FusedOp::Attention:
+        return cpu_attention_supported(std::get<ops::AttentionCall>(call));
       case ops::FusedOp::Col2im:
         return real(std::get<ops::Col2imCall>(call).cols->dtype);
       case ops::FusedOp::OptimizerSteps: {
@@ -157,6 +160,8 @@ class CpuBackend final : public Backend {
         return cpu_lstm_cell(std::get<ops::LstmCellCall>(call));
       case ops::FusedOp::LstmCellBackward:
         return cpu_lstm_cell_backward(std::get<ops::LstmCellBackwardCall>(call));
+      case ops::FusedOp::Attention:
+        return cpu_attention(std::get<ops::AttentionCall>(call));
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);
         return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value);

@@ -1,0 +1,183 @@
+// scaled_dot_product_attention: argument checks, the fused op (ops/fused.hpp, AttentionCall) with its autograd
+// node, and the composite used for dropout, a mask that needs a gradient, and backends without the kernel.
+#include "oxmera/nn/attention.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/node.hpp"
+#include "ops/fused.hpp"
+#include "oxmera/autograd.hpp"
+#include "oxmera/nn/functional.hpp"
+
+namespace oxmera::nn::functional {
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct Checked {
+  double scale = 1;
+  Tensor mask;  // additive, q's dtype, or undefined
+};
+
+Checked check_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, double dropout_p,
+                   bool is_causal, std::optional<double> scale) {
+  detail::check_defined(q, kOp, "query");
+  detail::check_defined(k, kOp, "key");
+  detail::check_defined(v, kOp, "value");
+  OXM_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeMismatch, kOp,
+            ": query, key and value need the same number of dims (>= 2): [..., L, E], [..., S, E], [..., S, Ev]; got ",
+            q.shape(), ", ", k.shape(), ", ", v.shape());
+  const int64_t n = q.dim();
+  for (int64_t d = 0; d + 2 < n; ++d)
+    OXM_CHECK(q.shape()[d] == k.shape()[d] && q.shape()[d] == v.shape()[d], ShapeMismatch, kOp,
+              ": query, key and value need the same leading (batch, head) dims; got ", q.shape(), ", ", k.shape(), ", ",
+              v.shape());
+  OXM_CHECK(q.shape()[n - 1] == k.shape()[n - 1], ShapeMismatch, kOp,
+            ": query [..., L, E] and key [..., S, E] need one E; got ", q.shape(), " and ", k.shape());
+  OXM_CHECK(k.shape()[n - 2] == v.shape()[n - 2], ShapeMismatch, kOp,
+            ": key [..., S, E] and value [..., S, Ev] need one S; got ", k.shape(), " and ", v.shape());
+  OXM_CHECK(is_floating(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), DTypeMismatch, kOp,
+            ": query, key and value need one float dtype; got ", q.dtype(), ", ", k.dtype(), ", ", v.dtype());
+  OXM_CHECK(k.device() == q.device() && v.device() == q.device(), DeviceMismatch, kOp,
+            ": query, key and value must be on one device");
+  OXM_CHECK(dropout_p >= 0 && dropout_p < 1, InvalidArgument, kOp, ": dropout_p must be in [0, 1), got ", dropout_p);
+  OXM_CHECK(!(is_causal && attn_mask.defined()), InvalidArgument, kOp,
+            ": pass either attn_mask or is_causal, not both (fold the causal mask into attn_mask)");
+  Checked c;
+  c.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[n - 1]));
+  if (attn_mask.defined()) {
+    const int64_t L = q.shape()[n - 2], S = k.shape()[n - 2];
+    Shape want = q.shape();
+    want[static_cast<size_t>(n - 1)] = S;
+    bool fits = attn_mask.dim() <= n;
+    for (int64_t i = 1; fits && i <= attn_mask.dim(); ++i) {
+      const int64_t m = attn_mask.shape()[attn_mask.dim() - i], w = want[static_cast<size_t>(n - i)];
+      fits = m == 1 || m == w;
+    }
+    (void)L;
+    OXM_CHECK(fits, ShapeMismatch, kOp, ": attn_mask ", attn_mask.shape(), " does not broadcast to the scores ", want,
+              " ([..., L, S] for query ", q.shape(), ", key ", k.shape(), ")");
+    OXM_CHECK(attn_mask.device() == q.device(), DeviceMismatch, kOp, ": attn_mask must be on the query's device");
+    if (attn_mask.dtype() == DType::U8) {
+      c.mask = where(attn_mask, zeros({}, q.dtype()).to(q.device()), full({}, kNegInf, q.dtype()).to(q.device()));
+    } else {
+      OXM_CHECK(attn_mask.dtype() == q.dtype(), DTypeMismatch, kOp, ": a float attn_mask must have the query's dtype ",
+                q.dtype(), ", got ", attn_mask.dtype(), " (or pass a bool (u8) mask: nonzero = attend)");
+      c.mask = attn_mask;
+    }
+  }
+  return c;
+}
+
+Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
+                 bool is_causal, double scale, Generator* gen) {
+  Tensor s = q.matmul(k.transpose(-2, -1)) * scale;
+  if (mask.defined()) s = s + mask;
+  if (is_causal) {
+    const int64_t L = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
+    s = s.masked_fill(ones({L, S}, q.dtype()).to(q.device()).triu(1) > 0.5, kNegInf);
+  }
+  Tensor p = s.softmax(-1);
+  if (dropout_p > 0) p = dropout(p, dropout_p, true, gen ? *gen : default_generator());
+  return p.matmul(v);
+}
+
+// Saves q, k, v ([B, L, E], [B, S, E], [B, S, Ev]), the additive mask and the rows' logsumexp; the backward
+// recomputes the weights P = exp(scale q k^T + mask - lse) and applies softmax's gradient rule. With
+// create_graph the weights come from a recorded softmax of the re-attached inputs, so the gradient is itself
+// differentiable (the composite's double backward).
+struct AttentionNode final : detail::Node {
+  detail::SavedTensor q, k, v;
+  Tensor mask, lse;
+  bool causal = false;
+  double scale = 1;
+  bool release_saved() override {
+    const bool had = q.defined();
+    q.reset();
+    k.reset();
+    v.reset();
+    mask = Tensor();
+    lse = Tensor();
+    return had;
+  }
+  const char* name() const override { return kOp; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const Tensor qv = q.get(name()), kv = k.get(name()), vv = v.get(name());
+    const Tensor& g = gout[0];
+    Tensor s = qv.matmul(kv.transpose(1, 2)) * scale;
+    if (mask.defined()) s = s + mask;
+    if (causal) {
+      const int64_t L = qv.shape()[1], S = kv.shape()[1];
+      s = s.masked_fill(ones({L, S}, qv.dtype()).to(qv.device()).triu(1) > 0.5, kNegInf);
+    }
+    const Tensor p = grad_enabled() ? s.softmax(-1) : (s - lse.unsqueeze(-1)).exp();
+    const Tensor dp = g.matmul(vv.transpose(1, 2));
+    const Tensor ds = p * (dp - (dp * p).sum({-1}, true));
+    if (needs_grad(0)) gin[0] = ds.matmul(kv) * scale;
+    if (needs_grad(1)) gin[1] = ds.transpose(1, 2).matmul(qv) * scale;
+    if (needs_grad(2)) gin[2] = p.transpose(1, 2).matmul(g);
+  }
+};
+
+detail::Edge edge_or_none(const Tensor& t) { return t.requires_grad() ? detail::edge_of(t) : detail::Edge{}; }
+
+}  // namespace
+
+Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                              std::optional<double> scale, Generator* gen) {
+  const Checked c = check_args(q, k, v, attn_mask, dropout_p, is_causal, scale);
+  return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p, bool is_causal, std::optional<double> scale, Generator* gen) {
+  const Checked c = check_args(q, k, v, attn_mask, dropout_p, is_causal, scale);
+  const bool mask_grad = c.mask.defined() && c.mask.requires_grad() && grad_enabled();
+  if (dropout_p > 0 || mask_grad || q.numel() == 0 || k.numel() == 0 || v.numel() == 0)
+    return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
+  const int64_t n = q.dim();
+  const int64_t L = q.shape()[n - 2], E = q.shape()[n - 1], S = k.shape()[n - 2], Ev = v.shape()[n - 1];
+  const int64_t B = q.numel() / (L * E);
+  const Tensor q3 = q.contiguous().reshape({B, L, E}), k3 = k.contiguous().reshape({B, S, E}),
+               v3 = v.contiguous().reshape({B, S, Ev});
+  Tensor m3;
+  if (c.mask.defined()) {
+    const Tensor m = c.mask.detach();
+    bool shared = true;  // one [L, S] mask for every (batch, head): not expanded
+    for (int64_t i = 3; i <= m.dim(); ++i) shared = shared && m.shape()[m.dim() - i] == 1;
+    Shape full_shape = q.shape();
+    full_shape[static_cast<size_t>(n - 1)] = S;
+    m3 = shared ? m.expand({L, S}).contiguous().reshape({1, L, S})
+                : m.expand(full_shape).contiguous().reshape({B, L, S});
+  }
+  Tensor out = detail::make_empty({B, L, Ev}, q.dtype(), q.device(), kOp);
+  Tensor lse = detail::make_empty({B, L}, q.dtype(), q.device(), kOp);
+  {
+    ops::FusedCall call = ops::AttentionCall{q3.impl(), k3.impl(), v3.impl(),  m3.defined() ? m3.impl() : nullptr,
+                                             is_causal, c.scale,   out.impl(), lse.impl()};
+    ops::run_fused(call, q.device());
+  }
+  if (grad_enabled() && (q3.requires_grad() || k3.requires_grad() || v3.requires_grad())) {
+    auto* node = new AttentionNode();
+    node->next.push_back(edge_or_none(q3));
+    node->next.push_back(edge_or_none(k3));
+    node->next.push_back(edge_or_none(v3));
+    node->q.save(q3, false);
+    node->k.save(k3, false);
+    node->v.save(v3, false);
+    node->mask = m3;
+    node->lse = lse;
+    node->causal = is_causal;
+    node->scale = c.scale;
+    detail::set_history(out, node);
+  }
+  Shape out_shape = q.shape();
+  out_shape[static_cast<size_t>(n - 1)] = Ev;
+  return out.reshape(out_shape);
+}
+
+}  // namespace oxmera::nn::functional

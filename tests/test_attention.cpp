@@ -1,0 +1,184 @@
+// scaled_dot_product_attention: the fused CPU kernel against a direct f64 loop and against its composite
+// fallback (values, lse, f32 and f64, masks, causal, several key tiles), its gradients against the composite's,
+// gradcheck / gradgradcheck, and the typed errors.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "ops/fused.hpp"
+#include "test_util.hpp"
+
+using namespace oxt;
+namespace F = oxmera::nn::functional;
+namespace ops = oxmera::ops;
+namespace d = oxmera::detail;
+
+namespace {
+
+Tensor u64(const Shape& s, uint64_t seed) { return (rand(s, seed, DType::F64) * 2.0 - 1.0).requires_grad_(); }
+
+// softmax(scale q k^T + mask) v by loops over [B, L, E] x [B, S, E] x [B, S, Ev] in f64; mask [B, L, S] additive.
+std::vector<double> reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                              double scale) {
+  const int64_t B = q.shape()[0], L = q.shape()[1], E = q.shape()[2], S = k.shape()[1], Ev = v.shape()[2];
+  const auto qv = values(q), kv = values(k), vv = values(v);
+  const auto mv = mask.defined() ? values(mask.expand({B, L, S}).contiguous()) : std::vector<double>();
+  std::vector<double> out(static_cast<size_t>(B * L * Ev));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < L; ++i) {
+      std::vector<double> s(static_cast<size_t>(S));
+      double m = -INFINITY;
+      for (int64_t j = 0; j < S; ++j) {
+        double x = 0;
+        for (int64_t e = 0; e < E; ++e) x += qv[(b * L + i) * E + e] * kv[(b * S + j) * E + e];
+        x *= scale;
+        if (!mv.empty()) x += mv[(b * L + i) * S + j];
+        if (causal && j > i) x = -INFINITY;
+        s[j] = x;
+        m = std::max(m, x);
+      }
+      double den = 0;
+      for (auto& x : s) den += (x = std::exp(x - m));
+      for (int64_t c = 0; c < Ev; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < S; ++j) acc += s[j] * vv[(b * S + j) * Ev + c];
+        out[(b * L + i) * Ev + c] = acc / den;
+      }
+    }
+  return out;
+}
+
+struct Case {
+  const char* name;
+  int64_t B, L, S, E, Ev;
+  int mask;  // 0 none, 1 float [L, S], 2 bool [B, 1, S]-like (per batch), 3 causal
+};
+const Case kCases[] = {{"plain", 3, 5, 7, 4, 6, 0},        {"tiles", 2, 70, 150, 8, 5, 0},
+                       {"float_mask", 2, 33, 65, 4, 3, 1}, {"bool_mask", 4, 9, 70, 4, 4, 2},
+                       {"causal", 2, 70, 70, 8, 8, 3},     {"causal_rect", 2, 40, 90, 3, 2, 3}};
+
+Tensor mask_for(const Case& c, DType dt, bool as_bool) {
+  if (c.mask == 1) return randn({c.L, c.S}, 11, dt);
+  if (c.mask == 2) {
+    Tensor keep = rand({c.B, 1, c.S}, 12, DType::F64) > 0.3;
+    // keep key 0 so that no row is fully masked
+    keep = where(ones({c.B, 1, c.S}, DType::F64).cumsum(2) < 1.5, ones({c.B, 1, c.S}, DType::F64), keep).to(DType::U8);
+    return as_bool ? keep : where(keep, zeros({}, dt), full({}, -INFINITY, dt));
+  }
+  return Tensor();
+}
+
+TEST(Attention, FusedMatchesDirectLoopF32AndF64) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Case& c : kCases) {
+      const Tensor q = randn({c.B, c.L, c.E}, 1, dt), k = randn({c.B, c.S, c.E}, 2, dt),
+                   v = randn({c.B, c.S, c.Ev}, 3, dt);
+      const Tensor m = mask_for(c, dt, true);
+      const Tensor y = F::scaled_dot_product_attention(q, k, v, m, 0.0, c.mask == 3);
+      const Tensor madd = c.mask == 2 ? where(m, zeros({}, dt), full({}, -INFINITY, dt)) : m;
+      const double sc = 1.0 / std::sqrt(static_cast<double>(c.E));
+      const double tl = dt == DType::F64 ? 1e-12 : 2e-5;
+      expect_close(values(y), reference(q, k, v, madd, c.mask == 3, sc), tl, tl, std::string(c.name));
+      const Tensor yc = F::scaled_dot_product_attention_composite(q, k, v, m, 0.0, c.mask == 3);
+      expect_close(values(y), values(yc), tl, tl, std::string(c.name) + " vs composite");
+    }
+}
+
+TEST(Attention, KernelMatchesFallbackIncludingLse) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Case& c : kCases) {
+      const Tensor q = randn({c.B, c.L, c.E}, 4, dt), k = randn({c.B, c.S, c.E}, 5, dt),
+                   v = randn({c.B, c.S, c.Ev}, 6, dt);
+      Tensor m = mask_for(c, dt, false);
+      if (m.defined()) m = m.expand({m.dim() == 2 ? 1 : c.B, c.L, c.S}).contiguous();
+      Tensor o1 = empty({c.B, c.L, c.Ev}, dt), l1 = empty({c.B, c.L}, dt);
+      Tensor o2 = empty({c.B, c.L, c.Ev}, dt), l2 = empty({c.B, c.L}, dt);
+      const auto* mi = m.defined() ? m.impl() : nullptr;
+      ops::FusedCall kc = ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o1.impl(), l1.impl()};
+      ops::FusedCall fc = ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o2.impl(), l2.impl()};
+      ASSERT_TRUE(d::cpu_backend().supports(kc));
+      ops::run_fused(kc, Device::cpu());
+      ops::run_fused_fallback(fc, Device::cpu());
+      const double tl = dt == DType::F64 ? 1e-12 : 5e-6;
+      expect_close(values(o1), values(o2), tl, tl, std::string(c.name) + " out");
+      expect_close(values(l1), values(l2), tl, tl, std::string(c.name) + " lse");
+    }
+}
+
+TEST(Attention, FullyMaskedRowIsNaNAsTorch) {
+  const Tensor q = randn({1, 2, 3}, 1, DType::F64), k = randn({1, 4, 3}, 2, DType::F64),
+               v = randn({1, 4, 2}, 3, DType::F64);
+  const Tensor keep = from_vector<uint8_t>({0, 0, 0, 0, 0, 1, 0, 1}, {2, 4});
+  const auto y = values(F::scaled_dot_product_attention(q, k, v, keep));  // row 0 keeps nothing
+  const auto yc = values(F::scaled_dot_product_attention_composite(q, k, v, keep));
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
+  expect_close(y, yc, 1e-12, 1e-12, "fully masked");
+}
+
+TEST(Attention, GradientsMatchCompositeAndGradcheck) {
+  for (const Case& c : kCases) {
+    auto make = [&](uint64_t s, const Shape& sh) { return randn(sh, s, DType::F64).requires_grad_(); };
+    const Tensor q = make(7, {c.B, c.L, c.E}), k = make(8, {c.B, c.S, c.E}), v = make(9, {c.B, c.S, c.Ev});
+    const Tensor m = mask_for(c, DType::F64, false);
+    const Tensor g = randn({c.B, c.L, c.Ev}, 10, DType::F64);
+    const auto g1 =
+        autograd::grad({(F::scaled_dot_product_attention(q, k, v, m, 0.0, c.mask == 3) * g).sum()}, {q, k, v});
+    const auto g2 = autograd::grad(
+        {(F::scaled_dot_product_attention_composite(q, k, v, m, 0.0, c.mask == 3) * g).sum()}, {q, k, v});
+    for (size_t i = 0; i < 3; ++i) expect_close(values(g1[i]), values(g2[i]), 1e-10, 1e-10, c.name);
+  }
+  // gradcheck and gradgradcheck on small problems (4-d, heads), each mask kind
+  for (int kind = 0; kind < 4; ++kind) {
+    const Tensor q = u64({2, 2, 3, 4}, 21), k = u64({2, 2, 5, 4}, 22), v = u64({2, 2, 5, 3}, 23);
+    Tensor m;
+    if (kind == 1) m = rand({3, 5}, 24, DType::F64);
+    if (kind == 2)
+      m = where(ones({1, 5}, DType::F64).cumsum(1) < 1.5, ones({1, 5}, DType::F64),
+                rand({2, 1, 1, 5}, 25, DType::F64) > 0.2)
+              .to(DType::U8);
+    const bool causal = kind == 3;
+    auto f = [&](const std::vector<Tensor>& in) {
+      return F::scaled_dot_product_attention(in[0], in[1], in[2], m, 0.0, causal, 0.8);
+    };
+    const std::vector<Tensor> in{q, k, v};
+    GradcheckResult r = gradcheck(f, in);
+    EXPECT_TRUE(r.ok) << kind << ": " << r.message;
+    GradcheckResult r2 = gradgradcheck(f, in);
+    EXPECT_TRUE(r2.ok) << kind << ": " << r2.message;
+  }
+}
+
+TEST(Attention, FloatMaskGradientThroughComposite) {
+  const Tensor q = u64({1, 3, 2}, 1), k = u64({1, 4, 2}, 2), v = u64({1, 4, 2}, 3), m = u64({3, 4}, 4);
+  auto f = [&](const std::vector<Tensor>& in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], in[3]); };
+  GradcheckResult r = gradcheck(f, {q, k, v, m});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Attention, DropoutUsesTheGenerator) {
+  const Tensor q = randn({2, 6, 4}, 1), k = randn({2, 6, 4}, 2), v = randn({2, 6, 4}, 3);
+  Generator g1(5), g2(5);
+  const auto a = values(F::scaled_dot_product_attention(q, k, v, {}, 0.5, false, std::nullopt, &g1));
+  const auto b = values(F::scaled_dot_product_attention(q, k, v, {}, 0.5, false, std::nullopt, &g2));
+  expect_close(a, b, 0, 0, "same seed, same mask");
+  const auto plain = values(F::scaled_dot_product_attention(q, k, v));
+  bool differs = false;
+  for (size_t i = 0; i < a.size(); ++i) differs = differs || std::abs(a[i] - plain[i]) > 1e-6;
+  EXPECT_TRUE(differs);
+}
+
+TEST(Attention, TypedErrorsNameTheShapes) {
+  const Tensor q = randn({2, 3, 4}, 1), k = randn({2, 5, 4}, 2), v = randn({2, 5, 6}, 3);
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, randn({2, 5, 3}, 1), v), ShapeMismatch, "[2, 5, 3]");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, randn({2, 4, 6}, 1)), ShapeMismatch, "need one S");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, randn({3, 5, 4}, 1), v), ShapeMismatch, "leading");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, randn({4, 5}, 1)), ShapeMismatch, "attn_mask [4, 5]");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, randn({3, 5}, 1, DType::F64)), DTypeMismatch, "attn_mask");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k.to(DType::F64), v), DTypeMismatch, "one float dtype");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, randn({3, 5}, 1), 0.0, true), InvalidArgument, "is_causal");
+  EXPECT_OXM_ERROR(F::scaled_dot_product_attention(q, k, v, {}, 1.0), InvalidArgument, "dropout_p");
+}
+
+}  // namespace
