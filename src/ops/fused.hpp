@@ -271,56 +271,57 @@ struct LstmCellBackwardCall {
   int64_t batch = 0, hidden = 0;
   TensorImpl* grad_gates = nullptr;
   TensorImpl* grad_c_prev = nullptr;
-  // Scaled dot-product attention over B = batch * heads independent problems (one float dtype, all contiguous):
-  // q [B, L, E], k [B, S, E], v [B, S, Ev]; mask null or an additive mask [Bm, L, S] with Bm = 1 (shared) or B
-  // (a bool mask arrives as 0 / -inf); causal keeps key j <= query i. Writes out [B, L, Ev] = softmax(scale q k^T
-  // + mask) v and lse [B, L] = the rows' logsumexp (the backward's recompute); a fully masked row gives NaN, as
-  // torch's softmax does.
-  struct AttentionCall {
-    static constexpr FusedOp kOp = FusedOp::Attention;
-    const TensorImpl* q = nullptr;
-    const TensorImpl* k = nullptr;
-    const TensorImpl* v = nullptr;
-    const TensorImpl* mask = nullptr;
-    bool causal = false;
-    double scale = 1;
-    TensorImpl* out = nullptr;
-    TensorImpl* lse = nullptr;
-  };
+};
+// Scaled dot-product attention over B = batch * heads independent problems (one float dtype, all contiguous):
+// q [B, L, E], k [B, S, E], v [B, S, Ev]; mask null or an additive mask [Bm, L, S] with Bm = 1 (shared) or B
+// (a bool mask arrives as 0 / -inf); causal keeps key j <= query i. Writes out [B, L, Ev] = softmax(scale q k^T
+// + mask) v and lse [B, L] = the rows' logsumexp (the backward's recompute); a fully masked row gives NaN, as
+// torch's softmax does.
+struct AttentionCall {
+  static constexpr FusedOp kOp = FusedOp::Attention;
+  const TensorImpl* q = nullptr;
+  const TensorImpl* k = nullptr;
+  const TensorImpl* v = nullptr;
+  const TensorImpl* mask = nullptr;
+  bool causal = false;
+  double scale = 1;
+  TensorImpl* out = nullptr;
+  TensorImpl* lse = nullptr;
+};
 
-  // One fused call; its index is its FusedOp.
-  using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
-                                 LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall,
-                                 CumprodBackwardCall, SortIndicesCall, SoftmaxBackwardCall, LayerNormCall,
-                                 LayerNormBackwardCall, LstmCellCall, LstmCellBackwardCall, AttentionCall>;
+// One fused call; its index is its FusedOp.
+using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
+                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
+                               SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
+                               LstmCellBackwardCall, AttentionCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);
-  OXMERA_FUSED_OPS(OXM_X)
+OXMERA_FUSED_OPS(OXM_X)
 #undef OXM_X
-  static_assert(std::variant_size_v<FusedCall> == static_cast<size_t>(kNumFusedOps));
+static_assert(std::variant_size_v<FusedCall> == static_cast<size_t>(kNumFusedOps));
 
-  inline FusedOp fused_op(const FusedCall& call) { return static_cast<FusedOp>(call.index()); }
+inline FusedOp fused_op(const FusedCall& call) { return static_cast<FusedOp>(call.index()); }
 
-  // A registry row: what the op is called (errors, tests), its composite fallback (ordinary ops on `device`, run
-  // whenever the backend does not support a call) and which built-in backends offer a kernel for it.
-  struct FusedOpInfo {
-    FusedOp op;
-    const char* name;
-    void (*fallback)(FusedCall& call, Device device);
-    const char* offered_by;
-  };
-  const FusedOpInfo& fused_op_info(FusedOp op);
-  // The attention fallback (ops/attention_fused.cpp), listed in the registry.
-  void attention_fallback(FusedCall& call, Device device);
-  const char* fused_op_name(FusedOp op);
+// A registry row: what the op is called (errors, tests), its composite fallback (ordinary ops on `device`, run
+// whenever the backend does not support a call) and which built-in backends offer a kernel for it.
+struct FusedOpInfo {
+  FusedOp op;
+  const char* name;
+  void (*fallback)(FusedCall& call, Device device);
+  const char* offered_by;
+};
+const FusedOpInfo& fused_op_info(FusedOp op);
+// The attention fallback (ops/attention_fused.cpp), listed in the registry.
+void attention_fallback(FusedCall& call, Device device);
+const char* fused_op_name(FusedOp op);
 
-  // Whether the backend of `device` has a kernel for this call (its op id, dtypes and shapes).
-  bool fused_supported(const FusedCall& call, Device device);
-  // Runs the call: the backend's kernel when it supports it, else the registry's fallback. The one dispatch
-  // point of nn, optim and linalg.
-  void run_fused(FusedCall& call, Device device);
-  // The fallback alone, whatever the backend offers (tests compare it with the kernels).
-  void run_fused_fallback(FusedCall& call, Device device);
+// Whether the backend of `device` has a kernel for this call (its op id, dtypes and shapes).
+bool fused_supported(const FusedCall& call, Device device);
+// Runs the call: the backend's kernel when it supports it, else the registry's fallback. The one dispatch
+// point of nn, optim and linalg.
+void run_fused(FusedCall& call, Device device);
+// The fallback alone, whatever the backend offers (tests compare it with the kernels).
+void run_fused_fallback(FusedCall& call, Device device);
 
 }  // namespace oxmera::ops
