@@ -345,4 +345,21 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   return weight.index_select(0, indices.reshape({-1})).reshape(out);
 }
 
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx) {
+  detail::check_defined(weight, "embedding", "weight");
+  OXM_CHECK(weight.dim() == 2, ShapeMismatch, "embedding: weight must be [num_embeddings, dim], got ", weight.shape());
+  const int64_t V = weight.shape()[0];
+  OXM_CHECK(padding_idx >= 0 && padding_idx < V, InvalidArgument, "embedding: padding_idx ", padding_idx,
+            " is outside [0, ", V, ")");
+  // Same values; the padding row comes from a detached copy so no gradient reaches it.
+  Tensor keep;
+  {
+    NoGradGuard ng;
+    keep = ones({V, 1}, weight.dtype()).to(weight.device());
+    keep.narrow(0, padding_idx, 1).fill_(0.0);
+  }
+  const Tensor w = weight * keep + weight.detach() * (1.0 - keep);
+  return embedding(indices, w);
+}
+
 }  // namespace oxmera::nn::functional

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "oxmera/autograd.hpp"
 #include "oxmera/nn/init.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -114,12 +115,26 @@ Embedding::Embedding(int64_t num, int64_t dim, Generator& gen) {
   register_parameter("weight", &Embedding::weight, empty({num, dim}));
   init::normal_(weight, 0.0, 1.0, gen);
 }
-std::string Embedding::extra_repr() const { return concat(weight.shape()[0], ", ", weight.shape()[1]); }
+Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions opt, Generator& gen) : Embedding(num, dim, gen) {
+  if (opt.padding_idx) {
+    const int64_t p = *opt.padding_idx < 0 ? *opt.padding_idx + num : *opt.padding_idx;
+    OXM_CHECK(p >= 0 && p < num, InvalidArgument, "Embedding: padding_idx ", *opt.padding_idx,
+              " must be within num_embeddings ", num);
+    padding_idx = p;
+    NoGradGuard ng;
+    weight.narrow(0, p, 1).fill_(0.0);
+  }
+}
+std::string Embedding::extra_repr() const {
+  std::string s = concat(weight.shape()[0], ", ", weight.shape()[1]);
+  if (padding_idx) s += concat(", padding_idx=", *padding_idx);
+  return s;
+}
 Tensor Embedding::forward(const Tensor& indices) {
   detail::check_defined(indices, "Embedding", "indices");
   OXM_CHECK(indices.dtype() == DType::I64, DTypeMismatch, "Embedding: indices have dtype ", indices.dtype(),
             "; they must be i64 (cast with .to(DType::I64))");
-  return F::embedding(indices, weight);
+  return padding_idx ? F::embedding(indices, weight, *padding_idx) : F::embedding(indices, weight);
 }
 
 LayerNorm::LayerNorm(Shape shape, double e, bool affine) : normalized_shape(std::move(shape)), eps(e) {

@@ -470,10 +470,38 @@ void Module::to(Device device) {
   for (auto& [n, t] : named_buffers()) move(t);
 }
 
+void Module::to(DType dtype) {
+  OXM_CHECK(dtype == DType::F32 || dtype == DType::F64, InvalidArgument, name(), ".to: dtype ", dtype,
+            " is not a floating dtype a module can hold (F32, F64)");
+  auto convert = [&](Tensor t) {
+    if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == dtype) return;
+    Tensor converted;
+    {
+      NoGradGuard ng;
+      converted = t.detach().to(dtype).contiguous();
+    }
+    // As to(Device): the data swapped under the existing handle, so optimizers and other holders see it.
+    ::oxmera::detail::TensorImpl& dst = *t.impl();
+    const ::oxmera::detail::TensorImpl& src = *converted.impl();
+    dst.storage = src.storage;
+    dst.strides = src.strides;
+    dst.offset = src.offset;
+    dst.contiguous = src.contiguous;
+    dst.dtype = src.dtype;
+    dst.grad = Tensor();
+  };
+  for (auto& [n, t] : named_parameters()) convert(t);
+  for (auto& [n, t] : named_buffers()) convert(t);
+  for (Module* m : modules()) m->param_dtype_ = dtype;
+}
+
 void Module::check_f32_input(const Tensor& x) const {
   ::oxmera::detail::check_defined(x, name().c_str());
-  OXM_CHECK(x.dtype() == DType::F32, DTypeMismatch, name(), ": input has dtype ", x.dtype(),
-            " but the layer's parameters are f32; cast the input with .to(DType::F32)");
+  const char* want = param_dtype_ == DType::F64 ? "f64" : "f32";
+  OXM_CHECK(x.dtype() == param_dtype_, DTypeMismatch, name(), ": input has dtype ", x.dtype(),
+            " but the layer's parameters are ", want,
+            "; cast the input with .to(DType::", param_dtype_ == DType::F64 ? "F64" : "F32",
+            ") or the module with .to(DType::", x.dtype() == DType::F64 ? "F64" : "F32", ")");
 }
 
 // ------------------------------------------------------------------------------------------ printing

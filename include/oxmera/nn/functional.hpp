@@ -41,6 +41,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 // Rows of weight [V, D] for I64 indices of any shape: [..., D].
 Tensor embedding(const Tensor& indices, const Tensor& weight);
+// As above; the row padding_idx (in [0, V)) gets no gradient (torch's padding_idx; the output is unchanged).
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx);
 
 // Activations as torch.nn.functional names them (the Tensor methods of the op registry, f32 and f64).
 // approximate: "none" (exact, the default) or "tanh".

@@ -4,10 +4,12 @@
 // Every layer registers its tensors by member (assigning `weight` re-points the parameter), prints like torch
 // (extra_repr) and can be cloned.
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "oxmera/nn/activation.hpp"
 #include "oxmera/nn/functional.hpp"
 #include "oxmera/nn/module.hpp"
 #include "oxmera/random.hpp"
@@ -87,9 +89,15 @@ class AvgPool2d : public Module {
   bool count_include_pad;
 };
 
+struct EmbeddingOptions {
+  // torch's padding_idx (negative counts from the end): that row is zeroed at construction and gets no gradient.
+  std::optional<int64_t> padding_idx;
+};
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& gen = default_generator());
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOptions options,
+            Generator& gen = default_generator());
   Tensor forward(const Tensor& indices) override;  // I64 indices of any shape -> [..., D]
   std::string name() const override { return "Embedding"; }
   std::string extra_repr() const override;
@@ -98,7 +106,8 @@ class Embedding : public Module {
   ModulePtr shallow_copy() const override { return std::make_shared<Embedding>(*this); }
 
  public:
-  Tensor weight;  // [V, D], N(0, 1)
+  Tensor weight;                       // [V, D], N(0, 1)
+  std::optional<int64_t> padding_idx;  // normalised to [0, V)
 };
 
 class LayerNorm : public Module {
@@ -249,7 +258,6 @@ class ModuleDict : public Module {
 OXM_ACTIVATION(ReLU, x.relu())
 OXM_ACTIVATION(Tanh, x.tanh())
 OXM_ACTIVATION(Sigmoid, x.sigmoid())
-OXM_ACTIVATION(GELU, x.gelu())
 #undef OXM_ACTIVATION
 
 class Flatten : public Module {

@@ -216,6 +216,12 @@ class Module {
   void zero_grad();  // drops every parameter's gradient
   // Moves every parameter and buffer to `device` in place (handles held elsewhere see the move).
   void to(Device device);
+  // Converts every floating parameter and buffer to `dtype` (F32 or F64) in place, handles kept, gradients
+  // dropped (they were of the old dtype); integer buffers (num_batches_tracked) stay. The layers then expect
+  // inputs of that dtype. InvalidArgument for a non-floating dtype.
+  void to(DType dtype);
+  // The floating dtype the layers of this module expect (F32 unless to(DType) said otherwise).
+  DType param_dtype() const { return param_dtype_; }
 
   // ---- registration (public, as torch's, so a parameter can be re-pointed from outside the module)
   // By value: the registry keeps this handle (re-registering `name` replaces it). Sets requires_grad.
@@ -264,7 +270,7 @@ class Module {
   }
 
  protected:
-  // Throws DTypeMismatch unless x is f32 (layers hold f32 parameters).
+  // Throws DTypeMismatch unless x has the module's parameter dtype (f32, or f64 after to(DType::F64)).
   void check_f32_input(const Tensor& x) const;
   // A copy of this object by its copy constructor (tensors and children still shared); clone() then replaces
   // them. The default throws NotImplemented; nn::Cloneable<Derived> and the built-in modules override it.
@@ -312,6 +318,7 @@ class Module {
   std::vector<ChildSlot> children_;
   mutable std::vector<std::pair<std::string, ModulePtr>> children_view_;
   bool training_ = true;
+  DType param_dtype_ = DType::F32;
   bool children_owned_ = false;
   module_detail::ForwardHookSlot forward_hooks_;
 };

@@ -1,0 +1,137 @@
+// BatchNorm1d, GroupNorm and RMSNorm, functional and module forms (composites of differentiable tensor ops).
+#include "oxmera/nn/norm.hpp"
+
+#include <limits>
+#include <sstream>
+
+#include "oxmera/autograd.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace oxmera::nn {
+namespace functional {
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "group_norm";
+  detail::check_defined(x, op);
+  OXM_CHECK(is_floating(x.dtype()), UnsupportedDType, op, ": dtype ", x.dtype(), " is not supported (f32, f64)");
+  OXM_CHECK(x.dim() >= 2, ShapeMismatch, op, ": expected [N, C, *], got ", x.shape());
+  const int64_t N = x.shape()[0], C = x.shape()[1];
+  OXM_CHECK(num_groups >= 1 && C % num_groups == 0, InvalidArgument, op, ": ", C,
+            " channels are not divisible into num_groups ", num_groups);
+  Shape pshape(static_cast<size_t>(x.dim()), 1);
+  pshape[1] = C;
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined())
+      OXM_CHECK(p->shape() == Shape({C}), ShapeMismatch, op, ": weight and bias must be [", C, "], got ", p->shape());
+  Tensor xg = x.reshape({N, num_groups, -1});
+  Tensor mean = xg.mean({2}, true);
+  Tensor xc = xg - mean;
+  Tensor var = xc.square().mean({2}, true);
+  Tensor y = (xc * (var + eps).rsqrt()).reshape(x.shape());
+  if (weight.defined()) y = y * weight.reshape(pshape);
+  if (bias.defined()) y = y + bias.reshape(pshape);
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  const char* op = "rms_norm";
+  detail::check_defined(x, op);
+  OXM_CHECK(is_floating(x.dtype()), UnsupportedDType, op, ": dtype ", x.dtype(), " is not supported (f32, f64)");
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  OXM_CHECK(k >= 1 && x.dim() >= k, ShapeMismatch, op, ": normalized_shape ", normalized_shape, " does not fit input ",
+            x.shape());
+  for (int64_t i = 0; i < k; ++i)
+    OXM_CHECK(x.shape()[x.dim() - k + i] == normalized_shape[i], ShapeMismatch, op, ": input ", x.shape(),
+              " does not end with normalized_shape ", normalized_shape);
+  if (weight.defined())
+    OXM_CHECK(weight.shape() == normalized_shape, ShapeMismatch, op, ": weight must be ", normalized_shape, ", got ",
+              weight.shape());
+  const double e = eps ? *eps
+                       : (x.dtype() == DType::F64 ? std::numeric_limits<double>::epsilon()
+                                                  : static_cast<double>(std::numeric_limits<float>::epsilon()));
+  Dims dims;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  Tensor y = x * (x.square().mean(dims, true) + e).rsqrt();
+  return weight.defined() ? y * weight : y;
+}
+
+}  // namespace functional
+
+namespace F = functional;
+
+namespace {
+std::string py_float(double v) {
+  std::ostringstream os;
+  os << v;
+  std::string s = os.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+}  // namespace
+
+BatchNorm1d::BatchNorm1d(int64_t c, double e, double m, bool aff, bool track)
+    : eps(e), momentum(m), num_features(c), affine(aff), track_running_stats(track) {
+  OXM_CHECK(c > 0, InvalidArgument, "BatchNorm1d: num_features must be > 0, got ", c);
+  register_parameter("weight", &BatchNorm1d::weight, affine ? ones({c}) : Tensor());
+  register_parameter("bias", &BatchNorm1d::bias, affine ? zeros({c}) : Tensor());
+  register_buffer("running_mean", &BatchNorm1d::running_mean, track ? zeros({c}) : Tensor());
+  register_buffer("running_var", &BatchNorm1d::running_var, track ? ones({c}) : Tensor());
+  register_buffer("num_batches_tracked", &BatchNorm1d::num_batches_tracked, track ? zeros({}, DType::I64) : Tensor());
+}
+std::string BatchNorm1d::extra_repr() const {
+  std::ostringstream os;
+  os << std::boolalpha << num_features << ", eps=" << py_float(eps) << ", momentum=" << py_float(momentum)
+     << ", affine=" << affine << ", track_running_stats=" << track_running_stats;
+  return os.str();
+}
+Tensor BatchNorm1d::forward(const Tensor& x) {
+  check_f32_input(x);
+  OXM_CHECK(x.dim() == 2 || x.dim() == 3, ShapeMismatch, "BatchNorm1d: expected [N, C] or [N, C, L], got ", x.shape());
+  OXM_CHECK(x.shape()[1] == num_features, ShapeMismatch, "BatchNorm1d: input has ", x.shape()[1],
+            " channels, the layer ", num_features);
+  const bool use_batch = is_training() || !running_mean.defined();
+  if (is_training() && num_batches_tracked.defined()) num_batches_tracked.add_(1.0);
+  // [N, C, L] as [N, C, L, 1]: batch_norm's 4-d form reduces over N and L.
+  if (x.dim() == 3)
+    return F::batch_norm(x.unsqueeze(3), running_mean, running_var, weight, bias, use_batch, momentum, eps).squeeze(3);
+  return F::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps);
+}
+
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double e, bool affine)
+    : num_groups(groups), num_channels(channels), eps(e) {
+  OXM_CHECK(groups > 0 && channels > 0 && channels % groups == 0, InvalidArgument, "GroupNorm: num_channels ", channels,
+            " must be divisible by num_groups ", groups, " (both > 0)");
+  register_parameter("weight", &GroupNorm::weight, affine ? ones({channels}) : Tensor());
+  register_parameter("bias", &GroupNorm::bias, affine ? zeros({channels}) : Tensor());
+}
+std::string GroupNorm::extra_repr() const {
+  std::ostringstream os;
+  os << std::boolalpha << num_groups << ", " << num_channels << ", eps=" << py_float(eps)
+     << ", affine=" << weight.defined();
+  return os.str();
+}
+Tensor GroupNorm::forward(const Tensor& x) {
+  check_f32_input(x);
+  OXM_CHECK(x.dim() >= 2 && x.shape()[1] == num_channels, ShapeMismatch, "GroupNorm: expected [N, ", num_channels,
+            ", *], got ", x.shape());
+  return F::group_norm(x, num_groups, weight, bias, eps);
+}
+
+RMSNorm::RMSNorm(Shape shape, std::optional<double> e, bool affine) : normalized_shape(std::move(shape)), eps(e) {
+  OXM_CHECK(!normalized_shape.empty(), InvalidArgument, "RMSNorm: normalized_shape must not be empty");
+  register_parameter("weight", &RMSNorm::weight, affine ? ones(normalized_shape) : Tensor());
+}
+std::string RMSNorm::extra_repr() const {
+  std::ostringstream os;
+  os << std::boolalpha << "(";
+  for (size_t i = 0; i < normalized_shape.size(); ++i) os << (i ? ", " : "") << normalized_shape[i];
+  os << (normalized_shape.size() == 1 ? ",)" : ")") << ", eps=" << (eps ? py_float(*eps) : "None")
+     << ", elementwise_affine=" << weight.defined();
+  return os.str();
+}
+Tensor RMSNorm::forward(const Tensor& x) {
+  check_f32_input(x);
+  return F::rms_norm(x, normalized_shape, weight, eps);
+}
+
+}  // namespace oxmera::nn

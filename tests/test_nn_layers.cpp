@@ -1,0 +1,241 @@
+// Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, BatchNorm1d, GroupNorm, RMSNorm, Embedding(padding_idx), the
+// activation modules and Module::to(DType): f64 references, gradcheck, errors. Torch parity: tests/layers_torch.
+#include <oxmera/nn.hpp>
+
+#include "test_util.hpp"
+
+using namespace oxt;
+namespace F = oxmera::nn::functional;
+namespace nn = oxmera::nn;
+using oxmera::nn::Pair;
+
+namespace {
+Tensor u64(const Shape& s, uint64_t seed, bool grad = true) {
+  Tensor t = rand(s, seed, DType::F64) * 2.0 - 1.0;
+  return grad ? t.requires_grad_() : t;
+}
+void expect_gc(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
+               const std::string& what) {
+  GradcheckResult r = gradcheck(f, in);
+  EXPECT_TRUE(r.ok) << what << ": " << r.message;
+  GradcheckResult r2 = gradgradcheck(f, in);
+  EXPECT_TRUE(r2.ok) << what << " (second order): " << r2.message;
+}
+void expect_close(const Tensor& a, const std::vector<double>& ref, double tol, const std::string& what) {
+  auto v = values(a);
+  ASSERT_EQ(v.size(), ref.size()) << what;
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(v[i], ref[i], tol) << what << " at " << i;
+}
+}  // namespace
+
+TEST(ConvTranspose2d, MatchesDirectScatterAndGradchecks) {
+  // out[n, g*og + o, y*s - p + i*d, z*s - p + j*d] += x[n, c, y, z] w[c, o, i, j], c in group g.
+  const int64_t N = 2, C = 4, H = 3, W = 2, G = 2, og = 3, KH = 2, KW = 3;
+  const Pair s{2, 1}, p{1, 0}, op{1, 0}, d{1, 2};
+  Tensor x = u64({N, C, H, W}, 1), w = u64({C, og, KH, KW}, 2), b = u64({og * G}, 3);
+  Tensor y = F::conv_transpose2d(x, w, b, s, p, op, G, d);
+  const int64_t OH = (H - 1) * s[0] - 2 * p[0] + d[0] * (KH - 1) + op[0] + 1;
+  const int64_t OW = (W - 1) * s[1] - 2 * p[1] + d[1] * (KW - 1) + op[1] + 1;
+  ASSERT_EQ(y.shape(), Shape({N, og * G, OH, OW}));
+  auto xv = values(x), wv = values(w), bv = values(b);
+  std::vector<double> ref(static_cast<size_t>(N * og * G * OH * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < og * G; ++o)
+      for (int64_t a = 0; a < OH * OW; ++a) ref[static_cast<size_t>((n * og * G + o) * OH * OW + a)] = bv[o];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t yy = 0; yy < H; ++yy)
+        for (int64_t zz = 0; zz < W; ++zz)
+          for (int64_t o = 0; o < og; ++o)
+            for (int64_t i = 0; i < KH; ++i)
+              for (int64_t j = 0; j < KW; ++j) {
+                const int64_t r = yy * s[0] - p[0] + i * d[0], q = zz * s[1] - p[1] + j * d[1];
+                if (r < 0 || r >= OH || q < 0 || q >= OW) continue;
+                const int64_t oc = (c / (C / G)) * og + o;
+                ref[static_cast<size_t>(((n * og * G + oc) * OH + r) * OW + q)] +=
+                    xv[static_cast<size_t>(((n * C + c) * H + yy) * W + zz)] *
+                    wv[static_cast<size_t>(((c * og + o) * KH + i) * KW + j)];
+              }
+  expect_close(y, ref, 1e-12, "conv_transpose2d");
+  expect_gc([&](const std::vector<Tensor>& t) { return F::conv_transpose2d(t[0], t[1], t[2], s, p, op, G, d); },
+            {x, w, b}, "conv_transpose2d");
+}
+
+TEST(ConvTranspose2d, Errors) {
+  Tensor x = u64({1, 4, 3, 3}, 1, false), w = u64({4, 2, 2, 2}, 2, false);
+  EXPECT_OXM_ERROR(F::conv_transpose2d(x, u64({3, 2, 2, 2}, 2, false)), ShapeMismatch, "");
+  EXPECT_OXM_ERROR(F::conv_transpose2d(x, w, {}, {1, 1}, {0, 0}, {1, 1}), InvalidArgument,
+                   "");  // output_padding >= stride
+  EXPECT_OXM_ERROR(F::conv_transpose2d(x, w, {}, {1, 1}, {0, 0}, {0, 0}, 3), InvalidArgument, "");
+  EXPECT_OXM_ERROR(F::conv_transpose2d(x.to(DType::F32), w), DTypeMismatch, "");
+  EXPECT_OXM_ERROR(F::conv_transpose2d(u64({4, 3}, 1, false), w), ShapeMismatch, "");
+  EXPECT_OXM_ERROR(nn::ConvTranspose2d(4, 3, {2, 2}, {.groups = 2}), InvalidArgument, "");
+}
+
+TEST(Conv1d, MatchesConv2dAndGradchecks) {
+  Tensor x = u64({2, 4, 7}, 4), w = u64({6, 2, 3}, 5), b = u64({6}, 6);
+  Tensor y = F::conv1d(x, w, b, 2, 1, 2, 2);
+  Tensor ref = F::conv2d(x.unsqueeze(2), w.unsqueeze(2), b, {1, 2}, {0, 1}, {1, 2}, 2).squeeze(2);
+  expect_close(y, values(ref), 1e-14, "conv1d");
+  expect_gc([](const std::vector<Tensor>& t) { return F::conv1d(t[0], t[1], t[2], 2, 1, 2, 2); }, {x, w, b}, "conv1d");
+  EXPECT_EQ(F::conv1d(u64({4, 7}, 4, false), w, b, 1, 0, 1, 2).shape(), Shape({6, 5}));
+  EXPECT_OXM_ERROR(F::conv1d(u64({2, 3, 7}, 4, false), w, b, 1, 0, 1, 2), InvalidArgument, "");
+  EXPECT_OXM_ERROR(F::conv1d(u64({2, 4, 7, 1}, 4, false), w), ShapeMismatch, "");
+}
+
+TEST(AdaptiveAvgPool2d, TorchWindowsNonDivisible) {
+  const int64_t H = 5, W = 7, OH = 3, OW = 4;
+  Tensor x = u64({2, 3, H, W}, 7);
+  Tensor y = F::adaptive_avg_pool2d(x, {OH, OW});
+  ASSERT_EQ(y.shape(), Shape({2, 3, OH, OW}));
+  auto xv = values(x);
+  std::vector<double> ref;
+  for (int64_t nc = 0; nc < 6; ++nc)
+    for (int64_t i = 0; i < OH; ++i)
+      for (int64_t j = 0; j < OW; ++j) {
+        const int64_t h0 = (i * H) / OH, h1 = ((i + 1) * H + OH - 1) / OH;
+        const int64_t w0 = (j * W) / OW, w1 = ((j + 1) * W + OW - 1) / OW;
+        double acc = 0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t q = w0; q < w1; ++q) acc += xv[static_cast<size_t>((nc * H + h) * W + q)];
+        ref.push_back(acc / static_cast<double>((h1 - h0) * (w1 - w0)));
+      }
+  expect_close(y, ref, 1e-14, "adaptive_avg_pool2d");
+  expect_gc(
+      [](const std::vector<Tensor>& t) {
+        return F::adaptive_avg_pool2d(t[0], {3, 4});
+      },
+      {x}, "adaptive_avg_pool2d");
+  EXPECT_OXM_ERROR(F::adaptive_avg_pool2d(u64({5, 7}, 1, false), {2, 2}), ShapeMismatch, "");
+  EXPECT_OXM_ERROR(F::adaptive_avg_pool2d(x, {0, 2}), InvalidArgument, "");
+}
+
+TEST(GroupNormRMSNorm, ReferenceAndGradcheck) {
+  Tensor x = u64({2, 6, 5}, 8), w = u64({6}, 9), b = u64({6}, 10);
+  Tensor y = F::group_norm(x, 3, w, b, 1e-5);
+  auto xv = values(x), wv = values(w), bv = values(b);
+  std::vector<double> ref(xv.size());
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t g = 0; g < 3; ++g) {
+      double m = 0, v = 0;
+      const size_t base = static_cast<size_t>((n * 6 + g * 2) * 5);
+      for (size_t i = 0; i < 10; ++i) m += xv[base + i] / 10;
+      for (size_t i = 0; i < 10; ++i) v += (xv[base + i] - m) * (xv[base + i] - m) / 10;
+      for (size_t i = 0; i < 10; ++i) {
+        const size_t c = static_cast<size_t>(g * 2) + i / 5;
+        ref[base + i] = (xv[base + i] - m) / std::sqrt(v + 1e-5) * wv[c] + bv[c];
+      }
+    }
+  expect_close(y, ref, 1e-12, "group_norm");
+  expect_gc([](const std::vector<Tensor>& t) { return F::group_norm(t[0], 3, t[1], t[2]); }, {x, w, b}, "group_norm");
+  EXPECT_OXM_ERROR(F::group_norm(x, 4, w, b), InvalidArgument, "");
+  EXPECT_OXM_ERROR(F::group_norm(x, 3, u64({5}, 1, false), b), ShapeMismatch, "");
+
+  Tensor rw = u64({5}, 11);
+  Tensor r = F::rms_norm(x, {5}, rw);
+  std::vector<double> rref(xv.size());
+  auto rwv = values(rw);
+  for (size_t row = 0; row < 12; ++row) {
+    double ms = 0;
+    for (size_t i = 0; i < 5; ++i) ms += xv[row * 5 + i] * xv[row * 5 + i] / 5;
+    for (size_t i = 0; i < 5; ++i)
+      rref[row * 5 + i] = xv[row * 5 + i] / std::sqrt(ms + std::numeric_limits<double>::epsilon()) * rwv[i];
+  }
+  expect_close(r, rref, 1e-12, "rms_norm");
+  expect_gc([](const std::vector<Tensor>& t) { return F::rms_norm(t[0], {6, 5}, {}, 1e-3); }, {x}, "rms_norm");
+  expect_gc([](const std::vector<Tensor>& t) { return F::rms_norm(t[0], {5}, t[1]); }, {x, rw}, "rms_norm w");
+  EXPECT_OXM_ERROR(F::rms_norm(x, {6}), ShapeMismatch, "");
+  EXPECT_OXM_ERROR(F::rms_norm(x, {5}, u64({6}, 1, false)), ShapeMismatch, "");
+}
+
+TEST(BatchNorm1d, ThreeDimsMatchPerChannelStatistics) {
+  nn::BatchNorm1d bn(3);
+  bn.to(DType::F64);
+  Tensor x = u64({4, 3, 5}, 12, false);
+  Tensor y = bn.forward(x);
+  auto xv = values(x), yv = values(y);
+  for (int64_t c = 0; c < 3; ++c) {
+    double m = 0, v = 0;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t l = 0; l < 5; ++l) m += xv[static_cast<size_t>((n * 3 + c) * 5 + l)] / 20;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t l = 0; l < 5; ++l) {
+        const double d = xv[static_cast<size_t>((n * 3 + c) * 5 + l)] - m;
+        v += d * d / 20;
+      }
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t l = 0; l < 5; ++l) {
+        const size_t i = static_cast<size_t>((n * 3 + c) * 5 + l);
+        EXPECT_NEAR(yv[i], (xv[i] - m) / std::sqrt(v + 1e-5), 1e-12);
+      }
+    EXPECT_NEAR(values(bn.running_mean)[static_cast<size_t>(c)], 0.1 * m, 1e-12);
+  }
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_EQ(bn.forward(u64({4, 3}, 13, false)).shape(), Shape({4, 3}));
+  EXPECT_OXM_ERROR(bn.forward(u64({4, 2, 5}, 1, false)), ShapeMismatch, "");
+  EXPECT_OXM_ERROR(bn.forward(u64({4, 3, 5, 1}, 1, false)), ShapeMismatch, "");
+}
+
+TEST(EmbeddingPadding, RowZeroedAndNoGradient) {
+  Generator gen(3);
+  nn::Embedding old(5, 3, gen);  // the old constructor still compiles
+  nn::Embedding e(5, 3, {.padding_idx = -1}, gen);
+  ASSERT_TRUE(e.padding_idx.has_value());
+  EXPECT_EQ(*e.padding_idx, 4);
+  for (double v : values(e.weight.narrow(0, 4, 1))) EXPECT_EQ(v, 0.0);
+  Tensor idx = from_vector(std::vector<int64_t>{4, 1, 4, 0}, {2, 2});
+  e.forward(idx).sum().backward();
+  auto g = values(e.weight.grad());
+  for (int64_t j = 0; j < 3; ++j) {
+    EXPECT_EQ(g[static_cast<size_t>(4 * 3 + j)], 0.0);
+    EXPECT_EQ(g[static_cast<size_t>(1 * 3 + j)], 1.0);
+  }
+  EXPECT_OXM_ERROR(nn::Embedding(5, 3, {.padding_idx = 5}), InvalidArgument, "");
+}
+
+TEST(ActivationModules, MatchFunctionalAndDefaultsCompile) {
+  Tensor x = u64({3, 4}, 14, false).to(DType::F32);
+  nn::GELU gelu_default;  // default-constructible as before
+  EXPECT_EQ(values(gelu_default.forward(x)), values(F::gelu(x)));
+  EXPECT_EQ(values(nn::GELU("tanh").forward(x)), values(F::gelu(x, "tanh")));
+  EXPECT_EQ(values(nn::SiLU().forward(x)), values(F::silu(x)));
+  EXPECT_EQ(values(nn::Mish().forward(x)), values(F::mish(x)));
+  EXPECT_EQ(values(nn::Softplus(2.0, 1.0).forward(x)), values(F::softplus(x, 2.0, 1.0)));
+  EXPECT_EQ(values(nn::ELU(0.5).forward(x)), values(F::elu(x, 0.5)));
+  EXPECT_EQ(values(nn::LeakyReLU(0.2).forward(x)), values(F::leaky_relu(x, 0.2)));
+  EXPECT_EQ(values(nn::Hardtanh(-0.5, 0.5).forward(x)), values(F::hardtanh(x, -0.5, 0.5)));
+  EXPECT_EQ(values(nn::Softmax(1).forward(x)), values(x.softmax(1)));
+  EXPECT_EQ(values(nn::LogSoftmax(0).forward(x)), values(x.log_softmax(0)));
+  EXPECT_EQ(values(nn::Identity().forward(x)), values(x));
+  EXPECT_OXM_ERROR(nn::GELU("fast"), InvalidArgument, "");
+  EXPECT_OXM_ERROR(nn::Hardtanh(1.0, -1.0), InvalidArgument, "");
+  EXPECT_OXM_ERROR(nn::SiLU().forward(x.to(DType::F64)), DTypeMismatch, "");
+}
+
+TEST(ModuleToDType, F64ModelRunsAndMismatchStillThrows) {
+  Generator gen(5);
+  auto model = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Conv1d>(2, 4, 3, nn::Conv1dOptions{}, gen), std::make_shared<nn::BatchNorm1d>(4),
+      std::make_shared<nn::SiLU>(), std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(12, 2, true, gen)});
+  Tensor x32 = u64({3, 2, 5}, 15, false).to(DType::F32);
+  Tensor y32 = model->forward(x32);
+  EXPECT_OXM_ERROR(model->forward(x32.to(DType::F64)), DTypeMismatch, "");
+  auto params = model->parameters();
+  model->to(DType::F64);
+  for (auto& [n, t] : model->state_dict()) {
+    if (n.find("num_batches_tracked") == std::string::npos) {
+      EXPECT_EQ(t.dtype(), DType::F64) << n;
+    }
+  }
+  EXPECT_EQ(model->state_dict().at("1.num_batches_tracked").dtype(), DType::I64);
+  EXPECT_EQ(params[0].dtype(), DType::F64);  // handles held elsewhere see the conversion
+  model->eval();
+  Tensor y64 = model->forward(x32.to(DType::F64));
+  EXPECT_EQ(y64.dtype(), DType::F64);
+  EXPECT_OXM_ERROR(model->forward(x32), DTypeMismatch, "");
+  y64.sum().backward();
+  EXPECT_EQ(params[0].grad().dtype(), DType::F64);
+  model->to(DType::F32);
+  EXPECT_EQ(model->forward(x32).dtype(), DType::F32);
+  EXPECT_OXM_ERROR(model->to(DType::I64), InvalidArgument, "");
+}
