@@ -101,3 +101,23 @@ TEST(MultiheadAttention, TypedErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(TransformerEncoderLayer, TorchNamesCloneAndErrors) {
+  Generator g(4);
+  nn::TransformerEncoderLayer m(8, 2, {.dim_feedforward = 16, .dropout = 0.0}, g);
+  EXPECT_EQ(m.state_dict().keys(),
+            (std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+                                      "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
+                                      "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"}));
+  const Tensor x = randn({5, 3, 8}, 9);
+  const auto y = values(m.forward(x));
+  auto c = nn::clone(std::make_shared<nn::TransformerEncoderLayer>(m));
+  expect_close(values(c->forward(x)), y, 0, 0, "clone");
+  EXPECT_NE(c->self_attn.get(), m.self_attn.get());
+  EXPECT_OXM_ERROR(nn::TransformerEncoderLayer(8, 2, {.activation = "tanh"}), InvalidArgument, "activation");
+  EXPECT_OXM_ERROR(m.forward(randn({5, 3, 6}, 1)), ShapeMismatch, "embed_dim 8");
+}
+
+}  // namespace

@@ -20,8 +20,8 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // A mask as an additive float mask of dtype `dt`: U8 true -> -inf (torch MHA: true = not allowed).
 Tensor additive(const Tensor& m, DType dt, const char* what) {
   if (m.dtype() == DType::U8) return where(m, kNegInf, zeros({}, dt).to(m.device()));
-  OXM_CHECK(m.dtype() == dt, DTypeMismatch, kOp, ": ", what, " must be bool (u8, true = not allowed) or ", dt,
-            ", got ", m.dtype());
+  OXM_CHECK(m.dtype() == dt, DTypeMismatch, kOp, ": ", what, " must be bool (u8, true = not allowed) or ", dt, ", got ",
+            m.dtype());
   return m;
 }
 
@@ -78,8 +78,8 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
             ": feature sizes must be embed_dim ", E, " (query), kdim ", kdim, " (key), vdim ", vdim, " (value); got ",
             query.shape(), ", ", key.shape(), ", ", value.shape());
   OXM_CHECK(k.shape()[1] == N && v.shape()[1] == N && v.shape()[0] == S, ShapeMismatch, kOp,
-            ": key and value need the query's batch size and one sequence length; got query ", query.shape(),
-            ", key ", key.shape(), ", value ", value.shape(), (options.batch_first ? " (batch_first)" : ""));
+            ": key and value need the query's batch size and one sequence length; got query ", query.shape(), ", key ",
+            key.shape(), ", value ", value.shape(), (options.batch_first ? " (batch_first)" : ""));
 
   // Additive mask broadcasting to the scores [N, H, L, S] (undefined when there is none).
   Tensor mask;
@@ -87,10 +87,10 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
   if (attn_mask.defined()) {
     OXM_CHECK(attn_mask.device() == query.device(), DeviceMismatch, kOp, ": attn_mask must be on the query's device");
     const bool two = attn_mask.dim() == 2 && attn_mask.shape()[0] == L && attn_mask.shape()[1] == S;
-    const bool three = attn_mask.dim() == 3 && attn_mask.shape()[0] == N * H && attn_mask.shape()[1] == L &&
-                       attn_mask.shape()[2] == S;
-    OXM_CHECK(two || three, ShapeMismatch, kOp, ": attn_mask must be [L, S] = [", L, ", ", S, "] or [N * num_heads, L, S] = [",
-              N * H, ", ", L, ", ", S, "]; got ", attn_mask.shape());
+    const bool three =
+        attn_mask.dim() == 3 && attn_mask.shape()[0] == N * H && attn_mask.shape()[1] == L && attn_mask.shape()[2] == S;
+    OXM_CHECK(two || three, ShapeMismatch, kOp, ": attn_mask must be [L, S] = [", L, ", ", S,
+              "] or [N * num_heads, L, S] = [", N * H, ", ", L, ", ", S, "]; got ", attn_mask.shape());
     mask = additive(attn_mask, q.dtype(), "attn_mask");
     if (three) mask = mask.reshape({N, H, L, S});
   } else if (is_causal) {
@@ -157,10 +157,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d, int64_t h, Transform
   OXM_CHECK(options.dim_feedforward > 0, InvalidArgument, op, ": dim_feedforward must be positive, got ",
             options.dim_feedforward);
   // Registration order is torch's (state_dict keys in its order).
-  register_module("self_attn", &TransformerEncoderLayer::self_attn,
-                  std::make_shared<MultiheadAttention>(
-                      d, h, MultiheadAttentionOptions{.dropout = options.dropout, .batch_first = options.batch_first},
-                      gen));
+  register_module(
+      "self_attn", &TransformerEncoderLayer::self_attn,
+      std::make_shared<MultiheadAttention>(
+          d, h, MultiheadAttentionOptions{.dropout = options.dropout, .batch_first = options.batch_first}, gen));
   register_module("linear1", &TransformerEncoderLayer::linear1,
                   std::make_shared<Linear>(d, options.dim_feedforward, true, gen));
   register_module("dropout", &TransformerEncoderLayer::dropout,
