@@ -113,7 +113,16 @@ struct AttentionNode final : detail::Node {
       const int64_t L = qv.shape()[1], S = kv.shape()[1];
       s = s.masked_fill(ones({L, S}, qv.dtype()).to(qv.device()).triu(1) > 0.5, kNegInf);
     }
-    const Tensor p = grad_enabled() ? s.softmax(-1) : (s - lse.unsqueeze(-1)).exp();
+    // exp(s - lse) alone sums to 1 only up to the difference between the kernel's scores and these (f32: ~eps *
+    // |s|); softmax's gradient p * (dp - sum(dp p)) amplifies that by dp's common offset (a value bias), so the
+    // rows are renormalised (f32 gradient errors 1e-5 -> 1e-7 against f64 at logits ~10).
+    Tensor p;
+    if (grad_enabled()) {
+      p = s.softmax(-1);
+    } else {
+      p = (s - lse.unsqueeze(-1)).exp();
+      p = p / p.sum({-1}, true);
+    }
     const Tensor dp = g.matmul(vv.transpose(1, 2));
     const Tensor ds = p * (dp - (dp * p).sum({-1}, true));
     if (needs_grad(0)) gin[0] = ds.matmul(kv) * scale;

@@ -1,0 +1,123 @@
+// nn::MultiheadAttention: torch's parameter names and init, the explicit-weights path against the fused one,
+// batch_first and unbatched layouts against the seq-first one, AnyModule, dropout, typed errors. Values against
+// torch: tests/mha_torch.
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "oxmera/nn.hpp"
+#include "test_util.hpp"
+
+using namespace oxt;
+namespace nn = oxmera::nn;
+
+namespace {
+
+TEST(MultiheadAttention, TorchNamesAndInit) {
+  Generator g(1);
+  nn::MultiheadAttention m(8, 2, {}, g);
+  EXPECT_EQ(m.state_dict().keys(),
+            (std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"}));
+  EXPECT_EQ(m.in_proj_weight.shape(), (Shape{24, 8}));
+  const double bound = std::sqrt(6.0 / (8 + 24));  // xavier_uniform_ over [3E, E]
+  for (double w : values(m.in_proj_weight)) EXPECT_LE(std::abs(w), bound);
+  for (double b : values(m.in_proj_bias)) EXPECT_EQ(b, 0.0);
+  for (double b : values(m.out_proj->bias)) EXPECT_EQ(b, 0.0);
+  nn::MultiheadAttention kv(8, 2, {.bias = false, .kdim = 6, .vdim = 5}, g);
+  EXPECT_EQ(kv.state_dict().keys(),
+            (std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight"}));
+  EXPECT_EQ(kv.k_proj_weight.shape(), (Shape{8, 6}));
+  EXPECT_EQ(kv.v_proj_weight.shape(), (Shape{8, 5}));
+}
+
+TEST(MultiheadAttention, FusedPathMatchesExplicitWeightsAndLayouts) {
+  Generator g(2);
+  nn::MultiheadAttention m(8, 2, {}, g);
+  for (auto& [name, p] : m.named_parameters()) {
+    oxmera::NoGradGuard ng;
+    p.copy_(randn(p.shape(), 3) * 0.5);
+  }
+  const Tensor q = randn({5, 3, 8}, 4), k = randn({6, 3, 8}, 5), v = randn({6, 3, 8}, 6);
+  const Tensor kpm = (rand({3, 6}, 7) > 0.7).masked_fill(ones({3, 6}).cumsum(1) < 1.5, 0.0).to(DType::U8);
+  const Tensor am = (ones({5, 6}).triu(1) > 0.5).to(DType::U8);
+  auto grads = [&](bool nw, bool causal) {
+    const Tensor qq = q.detach().requires_grad_();
+    auto [out, w] = m.forward(qq, k, v, kpm, nw, causal ? Tensor() : am, true, causal);
+    EXPECT_EQ(w.defined(), nw);
+    m.zero_grad();
+    (out * out).sum().backward();
+    return std::vector<std::vector<double>>{values(out), values(qq.grad()), values(m.in_proj_weight.grad())};
+  };
+  const auto a = grads(true, false), b = grads(false, false), c = grads(false, true);
+  for (size_t i = 0; i < a.size(); ++i) {
+    expect_close(a[i], b[i], 1e-5, 1e-5, "weights vs fused");
+    expect_close(a[i], c[i], 1e-5, 1e-5, "attn_mask vs is_causal");
+  }
+  // batch_first and unbatched: the same numbers in the other layouts
+  nn::MultiheadAttention bf(8, 2, {.batch_first = true}, g);
+  bf.load_state_dict(m.state_dict());
+  auto [y, w] = m.forward(q, k, v);
+  auto [yb, wb] = bf.forward(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1));
+  EXPECT_EQ(yb.shape(), (Shape{3, 5, 8}));
+  EXPECT_EQ(w.shape(), (Shape{3, 5, 6}));
+  expect_close(values(yb.transpose(0, 1).contiguous()), values(y), 1e-6, 1e-6, "batch_first");
+  expect_close(values(wb), values(w), 1e-6, 1e-6, "batch_first weights");
+  auto [yu, wu] = m.forward(q.select(1, 1), k.select(1, 1), v.select(1, 1), {}, true, {}, false);
+  EXPECT_EQ(yu.shape(), (Shape{5, 8}));
+  EXPECT_EQ(wu.shape(), (Shape{2, 5, 6}));
+  expect_close(values(yu), values(y.select(1, 1).contiguous()), 1e-6, 1e-6, "unbatched");
+}
+
+TEST(MultiheadAttention, AnyModuleAndDropout) {
+  Generator g(3);
+  auto m = std::make_shared<nn::MultiheadAttention>(4, 2, nn::MultiheadAttentionOptions{.dropout = 0.5}, g);
+  nn::AnyModule any(m);
+  const Tensor x = randn({3, 2, 4}, 8);
+  auto [y, w] = any.forward<std::tuple<Tensor, Tensor>>(x, x, x, Tensor(), true, Tensor(), true, false);
+  EXPECT_EQ(y.shape(), (Shape{3, 2, 4}));
+  m->eval();
+  auto [e1, ew] = m->forward(x, x, x);
+  expect_close(values(e1), values(std::get<0>(m->forward(x, x, x, {}, false))), 1e-6, 1e-6, "eval: no dropout");
+  m->train();
+  const auto d = values(std::get<0>(m->forward(x, x, x, {}, false)));
+  const auto e = values(e1);
+  bool differs = false;
+  for (size_t i = 0; i < d.size(); ++i) differs = differs || std::abs(d[i] - e[i]) > 1e-6;
+  EXPECT_TRUE(differs);
+}
+
+TEST(MultiheadAttention, TypedErrors) {
+  EXPECT_OXM_ERROR(nn::MultiheadAttention(6, 4), InvalidArgument, "divisible");
+  nn::MultiheadAttention m(8, 2);
+  const Tensor x = randn({5, 3, 8}, 1);
+  EXPECT_OXM_ERROR(m.forward(randn({5, 3, 6}, 1), x, x), ShapeMismatch, "embed_dim 8");
+  EXPECT_OXM_ERROR(m.forward(x, randn({4, 2, 8}, 1), randn({4, 2, 8}, 1)), ShapeMismatch, "batch size");
+  EXPECT_OXM_ERROR(m.forward(x, x, x, ones({3, 4}).to(DType::U8)), ShapeMismatch, "key_padding_mask");
+  EXPECT_OXM_ERROR(m.forward(x, x, x, {}, true, ones({5, 4}).to(DType::U8)), ShapeMismatch, "attn_mask");
+  EXPECT_OXM_ERROR(m.forward(x, x, x, ones({3, 5}, DType::F64)), DTypeMismatch, "key_padding_mask");
+  EXPECT_OXM_ERROR(m.forward(x.to(DType::F64), x, x), DTypeMismatch, "f32");
+  EXPECT_OXM_ERROR(m.forward(randn({3, 8}, 1), x, x), ShapeMismatch, "2-d");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TransformerEncoderLayer, TorchNamesCloneAndErrors) {
+  Generator g(4);
+  nn::TransformerEncoderLayer m(8, 2, {.dim_feedforward = 16, .dropout = 0.0}, g);
+  EXPECT_EQ(m.state_dict().keys(),
+            (std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+                                      "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
+                                      "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"}));
+  const Tensor x = randn({5, 3, 8}, 9);
+  const auto y = values(m.forward(x));
+  auto c = nn::clone(std::make_shared<nn::TransformerEncoderLayer>(m));
+  expect_close(values(c->forward(x)), y, 0, 0, "clone");
+  EXPECT_NE(c->self_attn.get(), m.self_attn.get());
+  EXPECT_OXM_ERROR(nn::TransformerEncoderLayer(8, 2, {.activation = "tanh"}), InvalidArgument, "activation");
+  EXPECT_OXM_ERROR(m.forward(randn({5, 3, 6}, 1)), ShapeMismatch, "embed_dim 8");
+}
+
+}  // namespace
