@@ -110,6 +110,39 @@ struct LstmCellNode final : detail::Node {
 
 detail::Edge edge_or_none(const Tensor& t) { return t.defined() ? detail::edge_of(t) : detail::Edge{}; }
 
+// The per-step slices of the input projection [T, B, G] as one node with T outputs: its backward stacks the T
+// step gradients once (O(T)), where T select nodes would each scatter into a zero-filled [T, B, G] (O(T^2)).
+struct SeqUnbindNode final : detail::Node {
+  explicit SeqUnbindNode(int64_t steps) { num_outputs = static_cast<uint32_t>(steps); }
+  const char* name() const override { return "rnn_sequence_unbind"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    if (!needs_grad(0)) return;
+    const Tensor* any = nullptr;
+    for (uint32_t t = 0; t < num_outputs && !any; ++t)
+      if (gout[t].defined()) any = &gout[t];
+    if (!any) return;
+    std::vector<Tensor> g(num_outputs);
+    for (uint32_t t = 0; t < num_outputs; ++t) g[t] = gout[t].defined() ? gout[t] : zeros_like(*any);
+    gin[0] = stack(g, 0);
+  }
+};
+
+std::vector<Tensor> sequence_unbind(const Tensor& xp) {
+  const int64_t T = xp.size(0);
+  if (!(grad_enabled() && xp.requires_grad())) return xp.unbind(0);
+  const Tensor base = xp.detach();
+  std::vector<Tensor> out(static_cast<size_t>(T));
+  auto* node = new SeqUnbindNode(T);
+  node->next.push_back(detail::edge_of(xp));
+  node->refcount.fetch_add(static_cast<int32_t>(T) - 1);  // T outputs hold it
+  for (int64_t t = 0; t < T; ++t) {
+    out[static_cast<size_t>(t)] = base.select(0, t).clone();
+    detail::set_history(out[static_cast<size_t>(t)], node, static_cast<uint32_t>(t));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates_in, const Tensor& c_prev_in) {
@@ -251,9 +284,10 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
       Tensor h = h0.select(0, l * D + d);
       Tensor c = lstm ? c0.select(0, l * D + d) : Tensor();
       std::vector<Tensor> outs(static_cast<size_t>(T));
+      const std::vector<Tensor> xsteps = sequence_unbind(xp);
       for (int64_t s = 0; s < T; ++s) {
         const int64_t t = d == 0 ? s : T - 1 - s;
-        const Tensor xt = xp.select(0, t);
+        const Tensor& xt = xsteps[static_cast<size_t>(t)];
         Tensor hh = h.matmul(w_hhT);
         switch (mode_) {
           case Mode::RnnTanh:
