@@ -311,6 +311,9 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::SoftmaxBackward:  // the composite fallbacks (no kernels here yet)
       case ops::FusedOp::LayerNorm:
       case ops::FusedOp::LayerNormBackward:
+      case ops::FusedOp::LstmCell:
+      case ops::FusedOp::LstmCellBackward:
+      case ops::FusedOp::Attention:
         return false;
     }
     return false;
@@ -361,6 +364,9 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::SoftmaxBackward:
       case ops::FusedOp::LayerNorm:
       case ops::FusedOp::LayerNormBackward:
+      case ops::FusedOp::LstmCell:
+      case ops::FusedOp::LstmCellBackward:
+      case ops::FusedOp::Attention:
         break;
     }
     Backend::run(call);  // not offered (supports() said so)
