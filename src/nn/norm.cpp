@@ -4,6 +4,7 @@
 #include <limits>
 #include <sstream>
 
+#include "nn/repr.hpp"
 #include "oxmera/autograd.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -58,16 +59,6 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 }  // namespace functional
 
 namespace F = functional;
-
-namespace {
-std::string py_float(double v) {
-  std::ostringstream os;
-  os << v;
-  std::string s = os.str();
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
-}  // namespace
 
 BatchNorm1d::BatchNorm1d(int64_t c, double e, double m, bool aff, bool track)
     : eps(e), momentum(m), num_features(c), affine(aff), track_running_stats(track) {
