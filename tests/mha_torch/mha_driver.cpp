@@ -72,13 +72,15 @@ int main() {
       int64_t E, H, kdim, vdim;
       int bias, bf, nw, avg, mask, kpm, nt;
       in >> E >> H >> kdim >> vdim >> bias >> bf >> nw >> avg >> mask >> kpm >> nt;
+      const DType dt = id.rfind("f64.", 0) == 0 ? DType::F64 : DType::F32;  // f64 cases: the module to(F64)
       std::map<std::string, Tensor> ts;
       for (int i = 0; i < nt; ++i) {
         std::string name;
         in >> name;
-        ts[name] = oxmera_parity::read_tensor(in, DType::F32);
+        ts[name] = oxmera_parity::read_tensor(in, dt);
       }
       nn::MultiheadAttention m(E, H, {.bias = bias != 0, .batch_first = bf != 0, .kdim = kdim, .vdim = vdim});
+      m.to(dt);
       std::map<std::string, Tensor> sd;
       for (const auto& [k, t] : m.state_dict()) sd[k] = ts.at(k);
       m.load_state_dict(sd);

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Parity of nn::MultiheadAttention (and nn::TransformerEncoderLayer) against torch 1.13's nn.MultiheadAttention with the same weights (torch's
 state_dict, loaded by name): output, attention weights and the gradients of query, key, value and every
-parameter, f32 (layers hold f32 parameters).
+parameter: MHA in f32 and in f64 (Module::to), the encoder layer in f32.
 
 Usage: /usr/bin/python3 test_mha_parity.py PATH/TO/mha_torch_parity_driver [-v]
-Tolerance |got - want| <= 1e-5 * (1 + max|want|). Exits 1 on any failure, 77 without torch.
+Tolerance |got - want| <= 1e-5 (f32) / 1e-10 (f64) * (1 + max|want|). Exits 1 on any failure, 77 without torch.
 """
 import os
 import subprocess
@@ -19,7 +19,7 @@ except Exception:  # noqa: BLE001
 
 torch.set_num_threads(1)
 rng = np.random.default_rng(int(os.environ.get("PARITY_SEED", "1516")))
-TOL = 1e-5
+TOL, TOL64 = 1e-5, 1e-10
 # (E, H, kdim, vdim, bias, batch_first, need_weights, average, mask, kpm, L, S, N); N = 0: unbatched.
 # mask: 0 none, 1 bool attn_mask, 2 is_causal (torch gets the explicit causal mask), 3 float; kpm: 0/1 bool/2 float.
 TABLE = [
@@ -62,67 +62,68 @@ def fmt(name, a):
 def main():
     driver, verbose = sys.argv[1], "-v" in sys.argv[2:]
     cases, lines = [], []
-    for i, (E, H, kd, vd, bias, bf, nw, avg, mask, kpm, L, S, N) in enumerate(TABLE):
-        kdim, vdim = kd or E, vd or E
-        m = torch.nn.MultiheadAttention(E, H, bias=bool(bias), batch_first=bool(bf),
-                                        kdim=kd or None, vdim=vd or None)
-        with torch.no_grad():  # torch's init leaves biases zero: random values test their use
-            for p in m.parameters():
-                p.copy_(torch.tensor(rng.standard_normal(tuple(p.shape)) * 0.5))
-        arrs = {k: v.detach().double().numpy() for k, v in m.state_dict().items()}
+    for dt, tag in ((torch.float32, "f32"), (torch.float64, "f64")):
+        for i, (E, H, kd, vd, bias, bf, nw, avg, mask, kpm, L, S, N) in enumerate(TABLE):
+            kdim, vdim = kd or E, vd or E
+            m = torch.nn.MultiheadAttention(E, H, bias=bool(bias), batch_first=bool(bf),
+                                            kdim=kd or None, vdim=vd or None).to(dt)
+            with torch.no_grad():  # torch's init leaves biases zero: random values test their use
+                for p in m.parameters():
+                    p.copy_(torch.tensor(rng.standard_normal(tuple(p.shape)) * 0.5))
+            arrs = {k: v.detach().double().numpy() for k, v in m.state_dict().items()}
 
-        def seq(T, F):
-            if N == 0:
-                return rng.standard_normal((T, F))
-            return rng.standard_normal((N, T, F) if bf else (T, N, F))
-        arrs["query"], arrs["key"], arrs["value"] = seq(L, E), seq(S, kdim), seq(S, vdim)
-        if mask == 1:
-            am = rng.random((L, S)) < 0.3
-            am[:, 0] = False
-            arrs["attn_mask"] = am.astype(np.float64)
-        if mask == 2:
-            am = np.triu(np.ones((L, S), dtype=bool), 1)
-        if mask == 3:
-            am = rng.standard_normal((N * H, L, S) if N and i % 2 else (L, S))
-            arrs["attn_mask"] = am
-        if kpm:
-            shape = (N, S) if N else (S,)
-            kp = rng.random(shape) < 0.3 if kpm == 1 else rng.standard_normal(shape)
+            def seq(T, F):
+                if N == 0:
+                    return rng.standard_normal((T, F))
+                return rng.standard_normal((N, T, F) if bf else (T, N, F))
+            arrs["query"], arrs["key"], arrs["value"] = seq(L, E), seq(S, kdim), seq(S, vdim)
+            if mask == 1:
+                am = rng.random((L, S)) < 0.3
+                am[:, 0] = False
+                arrs["attn_mask"] = am.astype(np.float64)
+            if mask == 2:
+                am = np.triu(np.ones((L, S), dtype=bool), 1)
+            if mask == 3:
+                am = rng.standard_normal((N * H, L, S) if N and i % 2 else (L, S))
+                arrs["attn_mask"] = am
+            if kpm:
+                shape = (N, S) if N else (S,)
+                kp = rng.random(shape) < 0.3 if kpm == 1 else rng.standard_normal(shape)
+                if kpm == 1:
+                    kp[..., 0] = False
+                arrs["kpm"] = kp.astype(np.float64)
+            qt = torch.tensor(arrs["query"], dtype=dt, requires_grad=True)
+            kt = torch.tensor(arrs["key"], dtype=dt, requires_grad=True)
+            vt = torch.tensor(arrs["value"], dtype=dt, requires_grad=True)
+            am_t = None
+            if mask in (1, 2):
+                am_t = torch.tensor(am)
+            if mask == 3:
+                am_t = torch.tensor(am, dtype=dt)
+            kp_t = None
             if kpm == 1:
-                kp[..., 0] = False
-            arrs["kpm"] = kp.astype(np.float64)
-        qt = torch.tensor(arrs["query"], dtype=torch.float32, requires_grad=True)
-        kt = torch.tensor(arrs["key"], dtype=torch.float32, requires_grad=True)
-        vt = torch.tensor(arrs["value"], dtype=torch.float32, requires_grad=True)
-        am_t = None
-        if mask in (1, 2):
-            am_t = torch.tensor(am)
-        if mask == 3:
-            am_t = torch.tensor(am, dtype=torch.float32)
-        kp_t = None
-        if kpm == 1:
-            kp_t = torch.tensor(kp)
-        if kpm == 2:
-            kp_t = torch.tensor(kp, dtype=torch.float32)
-        out, w = m(qt, kt, vt, key_padding_mask=kp_t, need_weights=bool(nw), attn_mask=am_t,
-                   average_attn_weights=bool(avg))
-        arrs["gout"] = rng.standard_normal(tuple(out.shape))
-        loss = (out * torch.tensor(arrs["gout"], dtype=torch.float32)).sum()
-        if w is not None:
-            arrs["gw"] = rng.standard_normal(tuple(w.shape))
-            loss = loss + (w * torch.tensor(arrs["gw"], dtype=torch.float32)).sum()
-        loss.backward()
-        want = {"out": out.detach().double().numpy().ravel()}
-        if w is not None:
-            want["weights"] = w.detach().double().numpy().ravel()
-        for name, t in (("query", qt), ("key", kt), ("value", vt)):
-            want["grad." + name] = t.grad.double().numpy().ravel()
-        for name, p in m.named_parameters():
-            want["grad." + name] = p.grad.double().numpy().ravel()
-        cid = f"f32.{i}"
-        cases.append((cid, want))
-        lines.append(" ".join([cid] + [str(x) for x in (E, H, kd, vd, bias, bf, nw, avg, mask, kpm, len(arrs))] +
-                              [fmt(k, a) for k, a in arrs.items()]))
+                kp_t = torch.tensor(kp)
+            if kpm == 2:
+                kp_t = torch.tensor(kp, dtype=dt)
+            out, w = m(qt, kt, vt, key_padding_mask=kp_t, need_weights=bool(nw), attn_mask=am_t,
+                       average_attn_weights=bool(avg))
+            arrs["gout"] = rng.standard_normal(tuple(out.shape))
+            loss = (out * torch.tensor(arrs["gout"], dtype=dt)).sum()
+            if w is not None:
+                arrs["gw"] = rng.standard_normal(tuple(w.shape))
+                loss = loss + (w * torch.tensor(arrs["gw"], dtype=dt)).sum()
+            loss.backward()
+            want = {"out": out.detach().double().numpy().ravel()}
+            if w is not None:
+                want["weights"] = w.detach().double().numpy().ravel()
+            for name, t in (("query", qt), ("key", kt), ("value", vt)):
+                want["grad." + name] = t.grad.double().numpy().ravel()
+            for name, p in m.named_parameters():
+                want["grad." + name] = p.grad.double().numpy().ravel()
+            cid = f"{tag}.{i}"
+            cases.append((cid, want, TOL if tag == "f32" else TOL64))
+            lines.append(" ".join([cid] + [str(x) for x in (E, H, kd, vd, bias, bf, nw, avg, mask, kpm, len(arrs))] +
+                                  [fmt(k, a) for k, a in arrs.items()]))
     for i, (d, h, ff, gelu, bf, nf, mask, kpm, L, N) in enumerate(ENC_TABLE):
         m = torch.nn.TransformerEncoderLayer(d, h, dim_feedforward=ff, dropout=0.0,
                                              activation="gelu" if gelu else "relu", batch_first=bool(bf),
@@ -157,13 +158,13 @@ def main():
         for name, p in m.named_parameters():
             want["grad." + name] = p.grad.double().numpy().ravel()
         cid = f"f32.enc{i}"
-        cases.append((cid, want))
+        cases.append((cid, want, TOL))
         lines.append(" ".join([cid, "ENC"] + [str(x) for x in (d, h, ff, gelu, bf, nf, mask, kpm, len(arrs))] +
                               [fmt(k, a) for k, a in arrs.items()]))
     out = subprocess.run([driver], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True).stdout
     got = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.strip()}
     passed = failed = 0
-    for cid, want in cases:
+    for cid, want, tol in cases:
         g = got.get(cid)
         ok = g is not None and g[0] == "OK"
         msg = "" if ok else " ".join(g or ["missing"])
@@ -178,7 +179,7 @@ def main():
             else:
                 for name, w in want.items():
                     err = np.max(np.abs(vals[name] - w)) if w.size else 0.0
-                    if vals[name].shape != w.shape or not err <= TOL * (1 + np.max(np.abs(w))):
+                    if vals[name].shape != w.shape or not err <= tol * (1 + np.max(np.abs(w))):
                         ok, msg = False, f"{name}: max err {err:.3g}"
                         break
         passed += ok
