@@ -1,26 +1,49 @@
 #!/usr/bin/env bash
-# GPU check for a fresh machine with an NVIDIA GPU (sized for 16 cores, under 8 minutes):
-#   configure Release with -DCMAKE_CUDA_ARCHITECTURES=90, build, run the `cuda` test label, the GPU
-#   benchmarks, the demo training (`oxmera train --device cuda`), the research workload on the GPU (f32)
-#   and on the CPU at the same dtype, the research workload side by side with its PyTorch twin on the GPU
-#   (bench/compare.sh, when python3 has torch with CUDA), then compute-sanitizer memcheck and racecheck over
-#   the cuda suite; print one summary table.
-#   Logs go to build-gpu/logs; with $OUT set (the device tool), the summary and one .tar.gz of the logs are
-#   copied there (the tool brings back at most 8 files). Every step has a time limit and the whole run a
-#   budget (GPU_CHECK_BUDGET seconds, default 450): a step that would start past it is skipped and says so.
-#   GPU_CHECK_STEPS="memcheck racecheck" runs only the named steps (configure and build always run, and are
-#   no-ops on a warm machine whose build-gpu/ is still there): a second call for what the first one skipped.
+# GPU check for a fresh machine with an NVIDIA GPU (16 cores), in one call of the device tool
+# (`run` with timeout_s 580): scripts/gpu-check.sh [--dry-run]
+#
+# Steps, most important first, so that a run cut short by its budget loses the least: configure (Release,
+# -DCMAKE_CUDA_ARCHITECTURES=90) and build, `blas` (oxmera doctor: the CPU side must use OpenBLAS, or
+# every CPU-vs-GPU figure is wrong), the `cuda` test label, compute-sanitizer memcheck and racecheck over
+# the cuda suite, the GPU benchmarks, the demo training on the GPU, the research workload on the GPU (f32)
+# and on the CPU at the same dtype, and — opt-in, GPU_CHECK_TORCH=1 — the research workload side by side
+# with the machine's PyTorch (bench/compare.sh). One summary table at the end.
+#
+# Budget: GPU_CHECK_BUDGET seconds (default 540, inside the tool's 580 s timeout with room for the
+# summary and the copy to $OUT); the steps' limits add up to 540 without the opt-in comparison. Every step has its own limit, cut to what is left of the budget; a step
+# that would start with under 20 s left is skipped and says so. The machine does not stay up between
+# calls, so there is no "second call for the rest": a later call starts bare and rebuilds.
+# GPU_CHECK_STEPS="cuda_tests memcheck" runs only the named steps (configure and build always run).
+# GPU_CHECK_TOOLS overrides the list of commands checked for (tests/scripts/gpu_scripts.sh uses it).
+#
+# --dry-run (what CI runs here, without a GPU): checks the dependencies and reports what is missing
+# without stopping, then walks the steps in order on a simulated clock — each step "takes" its full limit
+# (or GPU_CHECK_DRY_STEP_S seconds) — printing the command it would run, and prints the summary, so the
+# order, the budget and the skips are the ones a real run would get in its worst case. Exit status 0.
+#
+# Logs go to build-gpu/logs; with $OUT set (the device tool), the summary and one .tar.gz of the logs are
+# copied there.
 #
 # Build dependencies that a bare GPU image may lack (Debian 12 packages): GoogleTest, Google Benchmark,
-# CLI11, nlohmann-json, ncurses (wide), OpenBLAS. The GPU machine has no network, so fetch them here first
-# with scripts/gpu-deps.sh: it puts the .deb files in shared/debs/, which travels with the working tree.
-# This script extracts them under /tmp (never into /) and points CMake, the linker and the loader there;
-# what the image already has is used as it is. It fetches nothing: it fails early, listing what is missing.
+# CLI11, nlohmann-json, ncurses (wide), OpenBLAS and its Fortran runtime. The GPU machine has no network,
+# so fetch them here first with scripts/gpu-deps.sh (it checks that every shared library they need
+# resolves): it puts the .deb files in shared/debs/, which travels with the working tree. This script
+# extracts them under /tmp (never into /) and points CMake, the linker and the loader there; what the
+# image already has is used as it is. It fetches nothing: it fails early, listing what is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-start=$(date +%s)
-budget=${GPU_CHECK_BUDGET:-450}
+dry=0
+for a in "$@"; do
+  case "$a" in
+    --dry-run) dry=1 ;;
+    *) echo "usage: scripts/gpu-check.sh [--dry-run]" >&2; exit 2 ;;
+  esac
+done
+budget=${GPU_CHECK_BUDGET:-540}
 only=" ${GPU_CHECK_STEPS:-} "
+start=$(date +%s)
+elapsed=0  # seconds of the budget spent: the real clock, or the simulated one of a dry run
+now() { if [ "$dry" = 1 ]; then echo "$elapsed"; else echo $(($(date +%s) - start)); fi; }
 logs=build-gpu/logs
 rm -rf "$logs"  # this run's logs only (an earlier run's came back through $OUT already)
 mkdir -p "$logs"
@@ -35,10 +58,10 @@ if compgen -G "shared/debs/*.deb" >/dev/null; then
   export LIBRARY_PATH="${LIBRARY_PATH:+$LIBRARY_PATH:}$libdirs"
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$libdirs:$root/usr/lib/x86_64-linux-gnu/openblas-openmp"
 fi
-export PATH="/usr/local/cuda/bin:$PATH"
+[ "$dry" = 1 ] || export PATH="/usr/local/cuda/bin:$PATH"
 
 missing=()
-for tool in cmake ninja g++ nvcc; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+for tool in ${GPU_CHECK_TOOLS:-cmake ninja g++ nvcc}; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 have_hdr() { local d p=${CMAKE_PREFIX_PATH:-}; for d in /usr/include ${p//:/\/include }${p:+/include}; do [ -e "$d/$1" ] && return 0; done; return 1; }
 have_hdr gtest/gtest.h || missing+=("libgtest-dev (GoogleTest)")
 have_hdr benchmark/benchmark.h || missing+=("libbenchmark-dev (Google Benchmark)")
@@ -49,13 +72,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "gpu-check: missing build dependencies:" >&2
   printf '  - %s\n' "${missing[@]}" >&2
   echo "fetch them on a networked Debian 12 machine with scripts/gpu-deps.sh (see the header of this script)" >&2
-  exit 2
+  if [ "$dry" = 0 ]; then exit 2; fi
+  echo "gpu-check: dry run: going on as if they were there" >&2
 fi
-command -v nvidia-smi >/dev/null && nvidia-smi -L | tee "$logs/nvidia-smi.txt"
+[ "$dry" = 0 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L | tee "$logs/nvidia-smi.txt"
 
 declare -A result
 steps=()
-step() {  # step NAME TIMEOUT CMD...: runs with a time limit, logs to $logs/NAME.log, records PASS/FAIL
+step() {  # step NAME LIMIT CMD...: runs CMD with a time limit, logs to $logs/NAME.log, records PASS/FAIL
   local name=$1 limit=$2
   shift 2
   steps+=("$name")
@@ -63,51 +87,73 @@ step() {  # step NAME TIMEOUT CMD...: runs with a time limit, logs to $logs/NAME
     result[$name]="SKIP (not in GPU_CHECK_STEPS)"
     return
   fi
-  local t0=$(date +%s) left=$((budget - ($(date +%s) - start)))
+  local t0 left
+  t0=$(now)
+  left=$((budget - t0))
   if [ "$left" -lt 20 ]; then result[$name]="SKIP (budget of ${budget}s spent)"; echo "--- $name: ${result[$name]}"; return; fi
   [ "$limit" -gt "$left" ] && limit=$left
-  if timeout "$limit" "$@" >"$logs/$name.log" 2>&1; then result[$name]="PASS"; else result[$name]="FAIL(rc=$?)"; fi
-  result[$name]+=" $(($(date +%s) - t0))s"
+  if [ "$dry" = 1 ]; then
+    local took=${GPU_CHECK_DRY_STEP_S:-$limit}
+    [ "$took" -gt "$limit" ] && took=$limit
+    elapsed=$((elapsed + took))
+    result[$name]="DRY (limit ${limit}s, at ${t0}s): $*"
+  else
+    if timeout "$limit" "$@" >"$logs/$name.log" 2>&1; then result[$name]="PASS"; else result[$name]="FAIL(rc=$?)"; fi
+    result[$name]+=" $(($(now) - t0))s"
+  fi
   echo "--- $name: ${result[$name]}"
 }
+skip() { steps+=("$1"); result[$1]="SKIP ($2)"; echo "--- $1: ${result[$1]}"; }
 
 ox=build-gpu/tools/oxmera/oxmera
-step configure 120 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DOXMERA_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DOXMERA_BUILD_EXAMPLES=ON
-step build 300 cmake --build build-gpu -j "$jobs" --target oxmera_cuda_tests oxmera_cuda_bench oxmera_cli
-step cuda_tests 120 ctest --test-dir build-gpu -L cuda --no-tests=error --output-on-failure -j 1
 tests=build-gpu/tests/oxmera_cuda_tests
-step bench 120 build-gpu/bench/oxmera_cuda_bench
-step train_cuda 60 "$ox" train --device cuda --epochs 5
-step research_cuda 150 "$ox" bench research --device cuda --out "$logs/research_cuda.json"
-step research_cpu 150 env OMP_NUM_THREADS=1 "$ox" bench research --device cpu --dtype f32 --out "$logs/research_cpu.json"
-if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  step compare_torch 240 bench/compare.sh --device cuda --rounds 2 --oxmera "$ox" --python python3
+# the OOM test asks the driver for 1 PiB on purpose: excluded under memcheck (it reports the failed cudaMalloc);
+# the two training runs launch thousands of kernels that the other tests already cover one by one
+memcheck_filter=-Cuda.AllocatorReusesBlocksAndReportsOutOfMemory:Cuda.EightThreadsIssuingOps:Cuda.ResearchShortRunMatchesCpuF32:Cuda.DemoTrainingReachesTheCpuLoss
+racecheck_filter=Cuda.ReductionsOverDimSets:Cuda.SoftmaxAndArgReductions:Cuda.IndexOpsAreDeterministicAndMatchCpu
+have_sanitizer=0
+command -v compute-sanitizer >/dev/null && have_sanitizer=1
+[ "$dry" = 1 ] && have_sanitizer=1  # a dry run walks every step
+
+step configure 30 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DOXMERA_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DOXMERA_BUILD_EXAMPLES=ON
+step build 200 cmake --build build-gpu -j "$jobs" --target oxmera_cuda_tests oxmera_cuda_bench oxmera_cli
+# OpenBLAS must be the CPU GEMM: without its runtime (libgfortran5, libquadmath0) the dlopen fails and the
+# portable GEMM runs, which makes every CPU-vs-GPU figure wrong
+step blas 10 bash -c "'$ox' doctor | tee /dev/stderr | grep -E '^ *blas +.*OpenBLAS'"
+# the binary itself, not ctest: one process loads cuBLAS (about 0.5 GB) once, not once per test case
+step cuda_tests 60 "$tests"
+if [ "$have_sanitizer" = 1 ]; then
+  step memcheck 80 compute-sanitizer --tool memcheck --error-exitcode 1 "$tests" --gtest_filter="$memcheck_filter"
+  step racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter="$racecheck_filter"
 else
-  result[compare_torch]="SKIP (python3 has no torch with CUDA)"
-  steps+=(compare_torch)
+  skip memcheck "no compute-sanitizer"
+  skip racecheck "no compute-sanitizer"
 fi
-if command -v compute-sanitizer >/dev/null; then
-  # the OOM test asks the driver for 1 PiB on purpose: excluded under memcheck (it reports the failed cudaMalloc);
-  # the two training runs launch thousands of kernels that the other tests already cover one by one
-  step memcheck 180 compute-sanitizer --tool memcheck --error-exitcode 1 "$tests" \
-    --gtest_filter=-Cuda.AllocatorReusesBlocksAndReportsOutOfMemory:Cuda.EightThreadsIssuingOps:Cuda.ResearchShortRunMatchesCpuF32:Cuda.DemoTrainingReachesTheCpuLoss
-  step racecheck 180 compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" \
-    --gtest_filter=Cuda.ReductionsOverDimSets:Cuda.SoftmaxAndArgReductions:Cuda.IndexOpsAreDeterministicAndMatchCpu
+step bench 40 build-gpu/bench/oxmera_cuda_bench
+step train_cuda 20 "$ox" train --device cuda --epochs 5
+step research_cuda 30 "$ox" bench research --device cuda --out "$logs/research_cuda.json"
+step research_cpu 30 env OMP_NUM_THREADS=1 "$ox" bench research --device cpu --dtype f32 --out "$logs/research_cpu.json"
+if [ "${GPU_CHECK_TORCH:-0}" != 1 ]; then
+  skip compare_torch "opt-in: GPU_CHECK_TORCH=1"
+elif [ "$dry" = 1 ] || python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  step compare_torch 120 bench/compare.sh --device cuda --rounds 2 --oxmera "$ox" --python python3
 else
-  result[memcheck]="SKIP (no compute-sanitizer)"
-  result[racecheck]="SKIP (no compute-sanitizer)"
-  steps+=(memcheck racecheck)
+  skip compare_torch "python3 has no torch with CUDA"
 fi
 
 summary() {
-  echo "================ gpu-check summary ($(($(date +%s) - start)) s, $(date -u +%FT%TZ)) ================"
+  local mode=""
+  [ "$dry" = 1 ] && mode="dry run, simulated worst case: "
+  echo "================ gpu-check summary (${mode}$(now) s of ${budget}, $(date -u +%FT%TZ)) ================"
   printf '%-14s %s\n' step result
   for s in "${steps[@]}"; do printf '%-14s %s\n' "$s" "${result[$s]:-not run}"; done
-  if [ -f "$logs/cuda_tests.log" ]; then grep -E "tests passed|Skipped|Failed|\*\*\*" "$logs/cuda_tests.log" | tail -12; fi
+  [ "$dry" = 1 ] && return
+  if [ -f "$logs/cuda_tests.log" ]; then grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|tests? ran" "$logs/cuda_tests.log" | tail -12; fi
   for s in memcheck racecheck; do
     [ -f "$logs/$s.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAILED|PASSED" "$logs/$s.log" | sed "s/^/$s: /" | tail -4
   done
+  [ -f "$logs/blas.log" ] && { echo "---- blas (oxmera doctor)"; cat "$logs/blas.log"; }
   if [ -f "$logs/bench.log" ]; then echo "---- benchmarks"; cat "$logs/bench.log"; fi
   for s in train_cuda research_cuda research_cpu; do
     [ -f "$logs/$s.log" ] && { echo "---- $s"; cat "$logs/$s.log"; }
@@ -121,5 +167,6 @@ if [ -n "${OUT:-}" ]; then
   cp "$logs/summary.txt" "$OUT/summary.txt"
   tar -czf "$OUT/gpu-check-logs.tar.gz" -C build-gpu logs
 fi
-for s in configure build cuda_tests memcheck racecheck; do [[ "${result[$s]:-}" == FAIL* ]] && exit 1; done
+[ "$dry" = 1 ] && exit 0
+for s in configure build blas cuda_tests memcheck racecheck; do [[ "${result[$s]:-}" == FAIL* ]] && exit 1; done
 exit 0

@@ -147,3 +147,19 @@ TEST(Errors, OutOfMemoryIsTyped) {
   EXPECT_OXM_ERROR(zeros({int64_t{1} << 46}), OutOfMemory, "cannot allocate");
   EXPECT_EQ(zeros({2}).sum().item<float>(), 0.0f);  // still usable afterwards
 }
+
+// TF32 is opt-in, as in torch; the setting never changes CPU results.
+TEST(Build, Float32MatmulPrecisionIsOptInAndLeavesTheCpuExact) {
+  EXPECT_EQ(float32_matmul_precision(), "highest");
+  Tensor a = rand({17, 33}, 1), b = rand({33, 9}, 2);
+  const std::vector<double> exact = values(matmul(a, b));
+  for (const char* p : {"high", "medium"}) {
+    set_float32_matmul_precision(p);
+    EXPECT_EQ(float32_matmul_precision(), p);
+    EXPECT_EQ(values(matmul(a, b)), exact) << p;
+  }
+  EXPECT_OXM_ERROR(set_float32_matmul_precision("tf32"), InvalidArgument, "set_float32_matmul_precision");
+  EXPECT_EQ(float32_matmul_precision(), "medium");  // unchanged by the refused call
+  set_float32_matmul_precision("highest");
+  EXPECT_EQ(float32_matmul_precision(), "highest");
+}

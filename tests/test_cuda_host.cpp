@@ -2,6 +2,7 @@
 // device kernels run, checked against naive row-major walks. Needs no GPU and no CUDA toolkit.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <random>
 #include <type_traits>
@@ -53,6 +54,10 @@ void check_plan(const std::vector<int64_t>& shape, const std::vector<std::vector
       ASSERT_EQ(off[o], naive_offset(i, shape, strides[o])) << "operand " << o << " index " << i;
       ASSERT_EQ(p.offset(o, i), off[o]);
     }
+    ASSERT_TRUE(p.index32);  // every plan here is small
+    int64_t off32[N];
+    p.offsets32(static_cast<uint32_t>(i), off32);
+    for (int o = 0; o < N; ++o) ASSERT_EQ(off32[o], off[o]) << "32-bit walk, operand " << o << " index " << i;
   }
 }
 
@@ -92,6 +97,34 @@ TEST(CudaIndexMath, EmptyAndScalar) {
   p.offsets(0, off);
   EXPECT_EQ(off[0], 0);
   EXPECT_EQ(off[1], 0);
+}
+
+// The 32-bit walk is chosen exactly when the flat index and every operand's largest offset fit in int32; where it
+// is chosen it agrees with the 64-bit walk, also for offsets near 2^31.
+TEST(CudaIndexMath, ThirtyTwoBitWalkOnlyWhereEverythingFits) {
+  auto plan_of = [](std::vector<int64_t> shape, std::vector<int64_t> a, std::vector<int64_t> b) {
+    Plan<2> p;
+    const int64_t* sp[2] = {a.data(), b.data()};
+    EXPECT_TRUE(make_plan<2>(static_cast<int>(shape.size()), shape.data(), sp, p));
+    return p;
+  };
+  const int64_t big = INT32_MAX;
+  // [2, 3] with a row stride putting the last element exactly at 2^31 - 1: fits
+  Plan<2> p = plan_of({2, 3}, {3, 1}, {big - 2, 1});
+  EXPECT_TRUE(p.index32);
+  for (int64_t i = 0; i < 6; ++i) {
+    int64_t o64[2], o32[2];
+    p.offsets(i, o64);
+    p.offsets32(static_cast<uint32_t>(i), o32);
+    EXPECT_EQ(o32[1], o64[1]) << i;
+  }
+  EXPECT_EQ(p.offset(1, 5), big);
+  EXPECT_FALSE(plan_of({2, 3}, {3, 1}, {big - 1, 1}).index32);  // one past: the span is 2^31
+  EXPECT_FALSE(plan_of({2, 3}, {3, 1}, {int64_t{1} << 40, 1}).index32);
+  EXPECT_TRUE(plan_of({2, 3}, {3, 1}, {0, 1}).index32);  // broadcast
+  // a flat index range past int32 (a contiguous operand and a broadcast one)
+  EXPECT_FALSE(plan_of({int64_t{1} << 31}, {1}, {0}).index32);
+  EXPECT_TRUE(plan_of({big}, {1}, {0}).index32);
 }
 
 TEST(CudaIndexMath, TooManyDimsIsReported) {

@@ -313,7 +313,8 @@ TEST(FakeDevice, MovingToTheCpuKeepsTheGradient) {
 // What one training step of the demo-sized MLP (bench_cuda's train_step) asks of a device: kernel launches
 // and transfers. A GPU step of this size is bound by launch latency, so this count is its cost model; it fell
 // from 52 kernels, 7 uploads and 2 read-backs to 22, 2 and 1 with the one-pass unary backward, the fused cross
-// entropy, the layout-matched weight gradient and one optimizer launch for all parameters. Set g_device->trace to see
+// entropy, the layout-matched weight gradient and one optimizer launch for all parameters; filling the backward
+// seed on the device made it 23 kernels and 1 upload. Set g_device->trace to see
 // the list.
 TEST(FakeDevice, DemoTrainingStepLaunchBudget) {
   NEED_FAKE_DEVICE();
@@ -335,10 +336,53 @@ TEST(FakeDevice, DemoTrainingStepLaunchBudget) {
   const int64_t k0 = g_device->kernel_calls, h0 = g_device->host_to_device, d0 = g_device->device_to_host;
   const float second = step();
   EXPECT_LT(second, first);
-  // forward 8 (3 GEMM, 3 bias adds, 2 tanh), loss 2, backward 11 (loss 1, 3 bias sums, 5 GEMM, 2 tanh), Adam 1
-  EXPECT_EQ(g_device->kernel_calls - k0, 22);
-  EXPECT_EQ(g_device->host_to_device - h0, 2);  // the class targets, the backward seed
+  // forward 8 (3 GEMM, 3 bias adds, 2 tanh), loss 2, backward 12 (the seed's fill, loss 1, 3 bias sums, 5 GEMM,
+  // 2 tanh), Adam 1
+  EXPECT_EQ(g_device->kernel_calls - k0, 23);
+  EXPECT_EQ(g_device->host_to_device - h0, 1);  // the class targets (the backward seed is filled on the device)
   EXPECT_EQ(g_device->device_to_host - d0, 1);  // loss.item()
+}
+
+// A backward builds its zeros, ones and identities on the device (a fill kernel), never as a host buffer uploaded:
+// index_select, gather and view backwards (which also keep the index's device copy rather than uploading it
+// again), unfold (conv) backward, attention, the loss seed. (tril/triu still upload their [rows, cols] mask: one
+// small transfer, so a causal mask is not exercised here.)
+TEST(FakeDevice, BackwardMakesNoHostToDeviceCopies) {
+  NEED_FAKE_DEVICE();
+  Tensor x = dev(rand({4, 6}, 91)).requires_grad_();
+  Tensor idx = dev(from_vector<int64_t>({0, 2, 2, 3}, {4}));
+  Tensor gidx = dev(from_vector<int64_t>({5, 0, 1, 1, 2, 4, 3, 3}, {4, 2}));
+  Tensor img = dev(rand({2, 3, 5, 5}, 92)).requires_grad_(), w = dev(rand({4, 3, 3, 3}, 93)).requires_grad_();
+  Tensor q = dev(rand({2, 5, 8}, 94)).requires_grad_();
+  const int64_t h0 = g_device->host_to_device, k0 = g_device->kernel_calls;
+  g_device->trace = std::getenv("OXMERA_TRACE") != nullptr;
+  Tensor y = x.index_select(0, idx).sum() + x.slice(1, 1, 4).sum() + x.select(0, 1).sum() + x.diagonal().sum() +
+             x.gather(1, gidx).sum() + nn::functional::conv2d(img, w, {}, {1, 1}, {1, 1}).sum() +
+             nn::functional::scaled_dot_product_attention(q, q, q).sum();
+  y.backward();
+  g_device->trace = false;
+  EXPECT_EQ(g_device->host_to_device - h0, 0);
+  EXPECT_GT(g_device->kernel_calls - k0, 10);
+  // the results are those of the CPU
+  Tensor xc = host(x.detach()).requires_grad_(), imgc = host(img.detach()).requires_grad_();
+  Tensor wc = host(w.detach()).requires_grad_(), qc = host(q.detach()).requires_grad_();
+  Tensor yc = xc.index_select(0, host(idx)).sum() + xc.slice(1, 1, 4).sum() + xc.select(0, 1).sum() +
+              xc.diagonal().sum() + xc.gather(1, host(gidx)).sum() +
+              nn::functional::conv2d(imgc, wc, {}, {1, 1}, {1, 1}).sum() +
+              nn::functional::scaled_dot_product_attention(qc, qc, qc).sum();
+  yc.backward();
+  expect_match(x.grad(), xc.grad(), "x.grad", 1e-6, 1e-6);
+  expect_match(w.grad(), wc.grad(), "w.grad", 1e-5, 1e-5);
+  expect_match(q.grad(), qc.grad(), "q.grad", 1e-5, 1e-5);
+  // factories on a device: filled there, no upload
+  const int64_t h1 = g_device->host_to_device;
+  Tensor e = eye(3, DType::F32, kDev), z = zeros({2, 2}, DType::I64, kDev), f = full({2}, 2.5, DType::F32, kDev);
+  EXPECT_EQ(g_device->host_to_device - h1, 0);
+  expect_match(e, eye(3), "eye on the device", 0, 0);
+  expect_match(z, zeros({2, 2}, DType::I64), "zeros on the device", 0, 0);
+  expect_match(f, full({2}, 2.5), "full on the device", 0, 0);
+  EXPECT_EQ(ones({0, 3}, DType::F32, kDev).numel(), 0);
+  EXPECT_THROW(full({2}, -1.0, DType::U8, kDev), Error);
 }
 
 // Indexing, index_put_, scalar comparisons / where and sampling keep device data on the device and agree

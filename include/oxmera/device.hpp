@@ -43,4 +43,10 @@ void init();
 // unavailable, exactly why (not compiled in, the driver's error, no device). Never throws.
 std::string device_description(Device d);
 
+// torch.set_float32_matmul_precision: "highest" (the default: f32 matmul in full f32 everywhere) or "high" /
+// "medium" (a GPU may use TF32 tensor cores for f32 matmul: 10-bit mantissa inputs, f32 accumulation, several
+// times the throughput). CPU matmul is unaffected. Anything else is InvalidArgument. Process-wide.
+void set_float32_matmul_precision(std::string_view precision);
+std::string float32_matmul_precision();
+
 }  // namespace oxmera

@@ -414,6 +414,11 @@ requires(std::is_arithmetic_v<S>&& std::is_arithmetic_v<E>&& std::is_arithmetic_
                 ints ? DType::I64 : DType::F32);
 }
 Tensor eye(int64_t n, DType dtype = DType::F32);
+// The same on `device`: allocated there and filled by the device's own kernel (no host buffer, no upload).
+Tensor zeros(const Shape& shape, DType dtype, Device device);
+Tensor ones(const Shape& shape, DType dtype, Device device);
+Tensor full(const Shape& shape, double value, DType dtype, Device device);
+Tensor eye(int64_t n, DType dtype, Device device);
 Tensor scalar(double value, DType dtype = DType::F32);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);

@@ -486,7 +486,7 @@ Tensor checked_seed(const Tensor& out, const Tensor& given, const char* op, size
   if (!given.defined()) {
     OXM_CHECK(out.numel() == 1, ShapeMismatch, op, ": output ", which, " has shape ", out.shape(),
               "; only a one-element tensor has an implicit seed — pass a gradient (seed) of the same shape");
-    return ones(out.shape(), out.dtype()).to(out.device());
+    return ones(out.shape(), out.dtype(), out.device());
   }
   OXM_CHECK(given.shape() == out.shape(), ShapeMismatch, op, ": gradient (seed shape ", given.shape(), ")",
             " differs from the shape ", out.shape(), " of output ", which);

@@ -103,7 +103,7 @@ std::vector<Tensor> jacobian_of(const Tensor& out, const std::vector<Tensor>& xs
     for (size_t i = 0; i < xs.size(); ++i) {
       Shape s = out.shape();
       for (int64_t d : xs[i].shape()) s.push_back(d);
-      result[i] = zeros(s, xs[i].dtype()).to(xs[i].device());
+      result[i] = zeros(s, xs[i].dtype(), xs[i].device());
     }
     return result;
   }

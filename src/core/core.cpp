@@ -1,4 +1,5 @@
 // Errors, dtypes, devices and shapes.
+#include <atomic>
 #include <charconv>
 #include <ostream>
 #include <string>
@@ -81,6 +82,24 @@ std::string Device::str() const {
   return "?";
 }
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+
+namespace {
+std::atomic<int> g_f32_matmul_precision{0};  // 0 highest, 1 high, 2 medium
+constexpr std::string_view kPrecisions[] = {"highest", "high", "medium"};
+}  // namespace
+void set_float32_matmul_precision(std::string_view precision) {
+  for (int i = 0; i < 3; ++i) {
+    if (precision == kPrecisions[i]) {
+      g_f32_matmul_precision.store(i, std::memory_order_relaxed);
+      return;
+    }
+  }
+  OXM_FAIL(InvalidArgument, "set_float32_matmul_precision: '", precision,
+           "' is not a precision; use \"highest\", \"high\" or \"medium\"");
+}
+std::string float32_matmul_precision() {
+  return std::string(kPrecisions[g_f32_matmul_precision.load(std::memory_order_relaxed)]);
+}
 
 Device Device::parse(std::string_view name) {
   static constexpr std::pair<std::string_view, DeviceKind> kinds[] = {

@@ -473,13 +473,13 @@ struct EighNode final : Node {
       Tensor E = wv.unsqueeze(-2) - wv.unsqueeze(-1);  // E_ij = w_j - w_i
       // Repeated eigenvalues make the eigenvectors' gradient undefined: say so rather than return inf/NaN.
       Tensor scale = wv.abs().max({-1}, true).unsqueeze(-1) + 1.0;
-      Tensor gap = E.abs() + eye(n, wv.dtype()).to(wv.device()) * 1e300;
+      Tensor gap = E.abs() + eye(n, wv.dtype(), wv.device()) * 1e300;
       const bool degenerate = (gap / scale).min().to(DType::F64).item<double>() <= 1e-10;
       OXM_CHECK(!degenerate || n <= 1, InvalidArgument,
                 "eigh backward: the gradient through the eigenvectors is undefined for repeated eigenvalues "
                 "(relative gap <= 1e-10); use only the eigenvalues or perturb the matrix");
-      Tensor Ed = E + eye(n, wv.dtype()).to(wv.device());
-      inner = skew / Ed * (1.0 - eye(n, wv.dtype()).to(wv.device()));
+      Tensor Ed = E + eye(n, wv.dtype(), wv.device());
+      inner = skew / Ed * (1.0 - eye(n, wv.dtype(), wv.device()));
     }
     if (gout[0].defined()) {
       Tensor d = diag_embed(gout[0]);
@@ -649,7 +649,7 @@ Tensor solve(const Tensor& a, const Tensor& b) {
 Tensor inverse(const Tensor& a) {
   check_square(a, "inverse");
   const int64_t n = a.shape()[a.dim() - 1];
-  return cholesky_solve(eye(n, a.dtype()).to(a.device()), cholesky(a));
+  return cholesky_solve(eye(n, a.dtype(), a.device()), cholesky(a));
 }
 
 Tensor diag(const Tensor& a) {
@@ -663,7 +663,7 @@ Tensor diag_embed(const Tensor& v) {
   detail::check_defined(v, "diag_embed");
   OXM_CHECK(v.dim() >= 1, InvalidArgument, "diag_embed: needs at least one dim, got a 0-d tensor");
   const int64_t n = v.shape()[v.dim() - 1];
-  return v.unsqueeze(-1) * eye(n, v.dtype()).to(v.device());
+  return v.unsqueeze(-1) * eye(n, v.dtype(), v.device());
 }
 
 Tensor trace(const Tensor& a) {

@@ -61,7 +61,7 @@ Checked check_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
               " ([..., L, S] for query ", q.shape(), ", key ", k.shape(), ")");
     OXM_CHECK(attn_mask.device() == q.device(), DeviceMismatch, kOp, ": attn_mask must be on the query's device");
     if (attn_mask.dtype() == DType::U8) {
-      c.mask = where(attn_mask, zeros({}, q.dtype()).to(q.device()), full({}, kNegInf, q.dtype()).to(q.device()));
+      c.mask = where(attn_mask, zeros({}, q.dtype(), q.device()), full({}, kNegInf, q.dtype(), q.device()));
     } else {
       OXM_CHECK(attn_mask.dtype() == q.dtype(), DTypeMismatch, kOp, ": a float attn_mask must have the query's dtype ",
                 q.dtype(), ", got ", attn_mask.dtype(), " (or pass a bool (u8) mask: nonzero = attend)");
@@ -77,7 +77,7 @@ Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   if (mask.defined()) s = s + mask;
   if (is_causal) {
     const int64_t L = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
-    s = s.masked_fill(ones({L, S}, q.dtype()).to(q.device()).triu(1) > 0.5, kNegInf);
+    s = s.masked_fill(ones({L, S}, q.dtype(), q.device()).triu(1) > 0.5, kNegInf);
   }
   Tensor p = s.softmax(-1);
   if (dropout_p > 0) p = dropout(p, dropout_p, true, gen ? *gen : default_generator());
@@ -111,7 +111,7 @@ struct AttentionNode final : detail::Node {
     if (mask.defined()) s = s + mask;
     if (causal) {
       const int64_t L = qv.shape()[1], S = kv.shape()[1];
-      s = s.masked_fill(ones({L, S}, qv.dtype()).to(qv.device()).triu(1) > 0.5, kNegInf);
+      s = s.masked_fill(ones({L, S}, qv.dtype(), qv.device()).triu(1) > 0.5, kNegInf);
     }
     // exp(s - lse) alone sums to 1 only up to the difference between the kernel's scores and these (f32: ~eps *
     // |s|); softmax's gradient p * (dp - sum(dp p)) amplifies that by dp's common offset (a value bias), so the

@@ -19,7 +19,7 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // A mask as an additive float mask of dtype `dt`: U8 true -> -inf (torch MHA: true = not allowed).
 Tensor additive(const Tensor& m, DType dt, const char* what) {
-  if (m.dtype() == DType::U8) return where(m, kNegInf, zeros({}, dt).to(m.device()));
+  if (m.dtype() == DType::U8) return where(m, kNegInf, zeros({}, dt, m.device()));
   OXM_CHECK(m.dtype() == dt, DTypeMismatch, kOp, ": ", what, " must be bool (u8, true = not allowed) or ", dt, ", got ",
             m.dtype());
   return m;
@@ -106,7 +106,7 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
               (unbatched ? "" : std::to_string(N) + ", "), S, "]; got ", key_padding_mask.shape());
     Tensor kpm = additive(key_padding_mask, q.dtype(), "key_padding_mask").reshape({N, 1, 1, S});
     if (causal) {  // one mask for both: fold the causal mask in
-      mask = where(ones({L, S}, q.dtype()).to(q.device()).triu(1) > 0.5, kNegInf, zeros({}, q.dtype()).to(q.device()));
+      mask = where(ones({L, S}, q.dtype(), q.device()).triu(1) > 0.5, kNegInf, zeros({}, q.dtype(), q.device()));
       causal = false;
     }
     mask = mask.defined() ? mask + kpm : kpm;
@@ -129,7 +129,7 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
   if (need_weights) {
     Tensor s = (qh * (1.0 / std::sqrt(static_cast<double>(hd)))).matmul(kh.transpose(-2, -1));
     if (mask.defined()) s = s + mask;
-    if (causal) s = s.masked_fill(ones({L, S}, s.dtype()).to(q.device()).triu(1) > 0.5, kNegInf);
+    if (causal) s = s.masked_fill(ones({L, S}, s.dtype(), q.device()).triu(1) > 0.5, kNegInf);
     Tensor w = s.softmax(-1);
     weights = w;
     if (p > 0) w = F::dropout(w, p, true, default_generator());

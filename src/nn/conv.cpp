@@ -28,7 +28,7 @@ Tensor fold(const Tensor& cols, const Shape& out_shape, const detail::ConvGeomet
   Tensor out, cc;
   {
     NoGradGuard ng;
-    out = zeros(out_shape, cols.dtype()).to(cols.device());
+    out = zeros(out_shape, cols.dtype(), cols.device());
     cc = cols.contiguous();
   }
   if (cc.numel()) {

@@ -31,7 +31,7 @@ struct UnfoldNode final : detail::Node {
     Tensor gx, gc;
     {
       NoGradGuard ng;
-      gx = zeros(in_shape, gout[0].dtype()).to(gout[0].device());
+      gx = zeros(in_shape, gout[0].dtype(), gout[0].device());
       gc = gout[0].contiguous();
     }
     ops::FusedCall call = ops::Col2imCall{gc.impl(), gx.impl(), g};
@@ -150,7 +150,7 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, bool 
   Tensor cols = unfold_impl(x, g, 0.0, op).view({N, C, g.kh * g.kw, g.oh * g.ow});
   if (count_include_pad || (padding[0] == 0 && padding[1] == 0)) return cols.mean({2}).view({N, C, g.oh, g.ow});
   // Divide by the number of in-image elements of each window.
-  Tensor ones_img = ones({1, 1, x.shape()[2], x.shape()[3]}, x.dtype()).to(x.device());
+  Tensor ones_img = ones({1, 1, x.shape()[2], x.shape()[3]}, x.dtype(), x.device());
   Tensor counts;
   {
     NoGradGuard ng;
@@ -355,7 +355,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
   Tensor keep;
   {
     NoGradGuard ng;
-    keep = ones({V, 1}, weight.dtype()).to(weight.device());
+    keep = ones({V, 1}, weight.dtype(), weight.device());
     keep.narrow(0, padding_idx, 1).fill_(0.0);
   }
   const Tensor w = weight * keep + weight.detach() * (1.0 - keep);

@@ -222,7 +222,7 @@ Tensor weight_view(const Tensor& weight, int64_t rank, int64_t class_dim) {
 Tensor class_mean_denominator(const ClassTargets& ct, const Tensor& picked_weight, const Tensor& zero, const char* op,
                               const Shape& xs) {
   if (ct.kept == 0) fail_empty_mean(op, xs, ct.safe.numel());
-  if (!picked_weight.defined()) return scalar(static_cast<double>(ct.kept), zero.dtype()).to(zero.device());
+  if (!picked_weight.defined()) return full({}, static_cast<double>(ct.kept), zero.dtype(), zero.device());
   Tensor denom = where(ct.keep, picked_weight, zero).sum();
   OXM_CHECK(denom.to(DType::F64).item<double>() != 0.0, EmptyReduction, op,
             ": reduction 'mean' divides by the total class weight of the targets, which is 0 (input shape ", xs, ", ",
@@ -236,7 +236,7 @@ Tensor nll_core(const Tensor& logp, const ClassTargets& ct, const Tensor& weight
   OXM_CHECK(ct.num_classes > 0 || ct.safe.numel() == 0, ShapeMismatch, op, ": input shape ", xs, " has 0 classes but ",
             ct.safe.numel(), " targets");
   const int64_t cd = ct.class_dim;
-  Tensor zero = scalar(0.0, logp.dtype()).to(logp.device());
+  Tensor zero = zeros({}, logp.dtype(), logp.device());
   Tensor picked_weight;  // weight[t] per target (where not ignored)
   if (weight.defined()) picked_weight = weight.index_select(0, ct.safe.flatten()).reshape(ct.safe.shape());
   Tensor picked = logp.gather(cd, ct.safe.unsqueeze(cd)).squeeze(cd);

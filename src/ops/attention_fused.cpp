@@ -23,7 +23,7 @@ void attention_fallback(FusedCall& call, Device) {
   if (c.mask) s = s + borrow(c.mask);
   if (c.causal) {
     const int64_t L = q.shape()[1], S = k.shape()[1];
-    const Tensor upper = ones({L, S}, q.dtype()).to(q.device()).triu(1) > 0.5;
+    const Tensor upper = ones({L, S}, q.dtype(), q.device()).triu(1) > 0.5;
     s = s.masked_fill(upper, -std::numeric_limits<double>::infinity());
   }
   borrow(c.lse).copy_(s.logsumexp(-1));

@@ -16,11 +16,15 @@ using detail::Node;
 // An I64 index, every value checked against [0, size) on the host, and its copy on the data's device.
 // A CPU index may index data on any device (the spec: index data may be copied to a device by a backend):
 // it is validated without touching the device and copied there asynchronously. A device index must be on
-// the data's device; validating it reads it back (one synchronisation). Backward nodes keep `host`, so
-// the gradient ops never read a device index back.
+// the data's device; validating it reads it back (one synchronisation). Backward nodes keep both copies and
+// call the *_checked forms below, so a gradient op neither reads a device index back nor uploads it again.
 struct CheckedIndex {
   Tensor host, on_device;
 };
+Tensor index_select_checked(const Tensor& self, int64_t d, const CheckedIndex& ci);
+Tensor index_add_checked(const Tensor& self, int64_t d, const CheckedIndex& ci, const Tensor& src);
+Tensor gather_checked(const Tensor& self, int64_t d, const CheckedIndex& ci);
+Tensor scatter_add_checked(const Tensor& self, int64_t d, const CheckedIndex& ci, const Tensor& src);
 CheckedIndex checked_index(const Tensor& index, int64_t size, const char* op, int64_t dim, const Shape& shape,
                            Device device) {
   detail::check_defined(index, op, "index");
@@ -49,57 +53,57 @@ void check_same(const Tensor& a, const Tensor& b, const char* op, const char* wh
 struct IndexSelectNode final : Node {
   int64_t dim;
   Shape in_shape;
-  Tensor index;
+  CheckedIndex index;
   bool release_saved() override {
-    const bool had = index.defined();
-    index = Tensor();
+    const bool had = index.host.defined();
+    index = CheckedIndex{};
     return had;
   }
   const char* name() const override { return "index_select"; }
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
-    gin[0] = zeros(in_shape, g[0].dtype()).to(g[0].device()).index_add(dim, index, g[0]);
+    gin[0] = index_add_checked(zeros(in_shape, g[0].dtype(), g[0].device()), dim, index, g[0]);
   }
 };
 struct IndexAddNode final : Node {
   int64_t dim;
-  Tensor index;
+  CheckedIndex index;
   bool release_saved() override {
-    const bool had = index.defined();
-    index = Tensor();
+    const bool had = index.host.defined();
+    index = CheckedIndex{};
     return had;
   }
   const char* name() const override { return "index_add"; }
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
     if (needs_grad(0)) gin[0] = g[0];
-    if (needs_grad(1)) gin[1] = g[0].index_select(dim, index);
+    if (needs_grad(1)) gin[1] = index_select_checked(g[0], dim, index);
   }
 };
 struct GatherNode final : Node {
   int64_t dim;
   Shape in_shape;
-  Tensor index;
+  CheckedIndex index;
   bool release_saved() override {
-    const bool had = index.defined();
-    index = Tensor();
+    const bool had = index.host.defined();
+    index = CheckedIndex{};
     return had;
   }
   const char* name() const override { return "gather"; }
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
-    gin[0] = zeros(in_shape, g[0].dtype()).to(g[0].device()).scatter_add(dim, index, g[0]);
+    gin[0] = scatter_add_checked(zeros(in_shape, g[0].dtype(), g[0].device()), dim, index, g[0]);
   }
 };
 struct ScatterAddNode final : Node {
   int64_t dim;
-  Tensor index;
-  Shape src_shape;
+  CheckedIndex index;
   bool release_saved() override {
-    const bool had = index.defined();
-    index = Tensor();
+    const bool had = index.host.defined();
+    index = CheckedIndex{};
     return had;
   }
+  Shape src_shape;
   const char* name() const override { return "scatter_add"; }
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override {
@@ -107,7 +111,7 @@ struct ScatterAddNode final : Node {
     if (needs_grad(1)) {
       // src entries at index positions get the gathered gradient; entries beyond the index's extent were
       // never read, so their gradient is 0 (zero padding at the end of each shorter dim).
-      Tensor gs = g[0].gather(dim, index);
+      Tensor gs = gather_checked(g[0], dim, index);
       for (int64_t d = 0; d < gs.dim(); ++d)
         if (gs.shape()[d] < src_shape[d]) gs = pad(gs, d, 0, src_shape[d] - gs.shape()[d]);
       gin[1] = gs;
@@ -145,21 +149,27 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
   const int64_t d = normalize_dim(dim, this->dim(), op);
   detail::check_defined(index, op, "index");
   OXM_CHECK(index.dim() <= 1, InvalidArgument, op, ": index must be 1-d or 0-d, got shape ", index.shape());
-  const CheckedIndex ci = checked_index(index, x.shape[d], op, dim, x.shape, x.device());
+  return index_select_checked(*this, d, checked_index(index, x.shape[d], op, dim, x.shape, x.device()));
+}
+namespace {
+Tensor index_select_checked(const Tensor& self, int64_t d, const CheckedIndex& ci) {
+  const char* op = "index_select";
+  const auto& x = *self.impl();
   const Tensor& idx = ci.on_device;
   Shape out_shape = x.shape;
   out_shape[d] = idx.numel();
   Tensor out = detail::make_empty(out_shape, x.dtype, x.device(), op);
   if (out.numel()) detail::backend_for(x.device(), op).index_select(x, d, *idx.impl(), *out.impl());
-  if (detail::needs_tape(*this)) {
+  if (detail::needs_tape(self)) {
     auto* n = new IndexSelectNode();
     n->dim = d;
     n->in_shape = x.shape;
-    n->index = ci.host;
-    record(out, {this}, n);
+    n->index = ci;
+    record(out, {&self}, n);
   }
   return out;
 }
+}  // namespace
 
 Tensor Tensor::index_add(int64_t dim, const Tensor& index, const Tensor& src) const {
   const char* op = "index_add";
@@ -174,23 +184,28 @@ Tensor Tensor::index_add(int64_t dim, const Tensor& index, const Tensor& src) co
   want[d] = index.numel();
   OXM_CHECK(src.shape() == want, ShapeMismatch, op, ": src has shape ", src.shape(), " but self ", x.shape, " with ",
             index.numel(), " indices along dim ", dim, " needs ", want);
-  const CheckedIndex ci = checked_index(index, x.shape[d], op, dim, x.shape, x.device());
+  return index_add_checked(*this, d, checked_index(index, x.shape[d], op, dim, x.shape, x.device()), src);
+}
+namespace {
+Tensor index_add_checked(const Tensor& self, int64_t d, const CheckedIndex& ci, const Tensor& src) {
+  const char* op = "index_add";
   const Tensor& idx = ci.on_device;
   Tensor out;
   {
     NoGradGuard ng;
-    out = clone();
+    out = self.clone();
   }
   if (idx.numel() && out.numel())
-    detail::backend_for(x.device(), op).index_add(*out.impl(), d, *idx.impl(), *src.impl());
-  if (detail::needs_tape(*this, src)) {
+    detail::backend_for(self.device(), op).index_add(*out.impl(), d, *idx.impl(), *src.impl());
+  if (detail::needs_tape(self, src)) {
     auto* n = new IndexAddNode();
     n->dim = d;
-    n->index = ci.host;
-    record(out, {this, &src}, n);
+    n->index = ci;
+    record(out, {&self, &src}, n);
   }
   return out;
 }
+}  // namespace
 
 namespace {
 // Shared validation of gather/scatter_add: same rank, index dims within the data's (other than dim).
@@ -217,19 +232,25 @@ Tensor Tensor::gather(int64_t dim, const Tensor& index) const {
   detail::check_defined(*this, op);
   const auto& x = *impl_;
   const int64_t d = check_gather_shapes(*this, index, nullptr, dim, op);
-  const CheckedIndex ci = checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape, x.device());
+  return gather_checked(*this, d, checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape, x.device()));
+}
+namespace {
+Tensor gather_checked(const Tensor& self, int64_t d, const CheckedIndex& ci) {
+  const char* op = "gather";
+  const auto& x = *self.impl();
   const Tensor& idx = ci.on_device;
   Tensor out = detail::make_empty(idx.shape(), x.dtype, x.device(), op);
   if (out.numel()) detail::backend_for(x.device(), op).gather(x, d, *idx.impl(), *out.impl());
-  if (detail::needs_tape(*this)) {
+  if (detail::needs_tape(self)) {
     auto* n = new GatherNode();
     n->dim = d;
     n->in_shape = x.shape;
-    n->index = ci.host;
-    record(out, {this}, n);
+    n->index = ci;
+    record(out, {&self}, n);
   }
   return out;
 }
+}  // namespace
 
 Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const {
   const char* op = "scatter_add";
@@ -239,23 +260,29 @@ Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) 
             this->dim());
   const auto& x = *impl_;
   const int64_t d = check_gather_shapes(*this, index, &src, dim, op);
-  const CheckedIndex ci = checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape, x.device());
+  return scatter_add_checked(*this, d,
+                             checked_index(index, x.shape.empty() ? 1 : x.shape[d], op, dim, x.shape, x.device()), src);
+}
+namespace {
+Tensor scatter_add_checked(const Tensor& self, int64_t d, const CheckedIndex& ci, const Tensor& src) {
+  const char* op = "scatter_add";
   const Tensor& idx = ci.on_device;
   Tensor out;
   {
     NoGradGuard ng;
-    out = clone();
+    out = self.clone();
   }
-  if (idx.numel()) detail::backend_for(x.device(), op).scatter_add(*out.impl(), d, *idx.impl(), *src.impl());
-  if (detail::needs_tape(*this, src)) {
+  if (idx.numel()) detail::backend_for(self.device(), op).scatter_add(*out.impl(), d, *idx.impl(), *src.impl());
+  if (detail::needs_tape(self, src)) {
     auto* n = new ScatterAddNode();
     n->dim = d;
-    n->index = ci.host;
+    n->index = ci;
     n->src_shape = src.shape();
-    record(out, {this, &src}, n);
+    record(out, {&self, &src}, n);
   }
   return out;
 }
+}  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   const char* op = "cat";
@@ -330,7 +357,7 @@ Tensor pad(const Tensor& t, int64_t dim, int64_t before, int64_t after, double v
             " after=", after, "; use narrow to crop");
   const int64_t d = normalize_dim(dim, t.dim(), op);
   OXM_CHECK(t.dim() > 0, InvalidArgument, op, ": cannot pad a 0-d tensor");
-  Tensor fill = full({1}, value, t.dtype()).to(t.device());
+  Tensor fill = full({1}, value, t.dtype(), t.device());
   Shape sb = t.shape(), sa = t.shape();
   sb[d] = before;
   sa[d] = after;

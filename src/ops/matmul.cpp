@@ -1,4 +1,5 @@
 // matmul at any rank >= 2 with NumPy batch broadcasting; broadcast batches are stride-0 views, never copies.
+#include <algorithm>
 #include <climits>
 
 #include "autograd/node.hpp"
@@ -50,7 +51,9 @@ Tensor gemm_compatible(const Tensor& t) {
   const int64_t rs = ti.strides[r - 2], cs = ti.strides[r - 1];
   bool row_major = (cs == 1 || cols == 1) && (rs >= cols || rows == 1);
   bool col_major = (rs == 1 || rows == 1) && (cs >= rows || cols == 1);
-  if (row_major || col_major) return t;
+  // BLAS leading dimensions are 32-bit: a view whose row (or column) stride exceeds that is copied.
+  const int64_t ld = row_major ? (rows == 1 ? cols : std::max(rs, cols)) : (cols == 1 ? rows : std::max(cs, rows));
+  if ((row_major || col_major) && ld <= INT_MAX) return t;
   NoGradGuard ng;
   return t.contiguous();
 }

@@ -85,13 +85,13 @@ struct CumprodNode final : detail::Node {
       // higher-order path only.
       Tensor xs = x.get(name()).transpose(dim, -1), g = gout[0].transpose(dim, -1);
       const int64_t n = xs.size(-1);
-      Tensor on_diag = eye(n, DType::F64).to(xs.dtype()).to(xs.device());
+      Tensor on_diag = eye(n, xs.dtype(), xs.device());
       Shape square;  // xs's shape with n inserted before the last dim
       for (int64_t d = 0; d + 1 < xs.dim(); ++d) square.push_back(xs.size(d));
       square.push_back(n);
       square.push_back(n);
       Tensor m = where(on_diag, 1.0, xs.unsqueeze(-2).broadcast_to(square));  // [.., i, k]: x_k, 1 at k == i
-      Tensor later = ones({n, n}, xs.dtype()).to(xs.device()).triu();         // j >= i
+      Tensor later = ones({n, n}, xs.dtype(), xs.device()).triu();            // j >= i
       gin[0] = (m.cumprod(-1) * later * g.unsqueeze(-2)).sum({-1}).transpose(dim, -1);
       return;
     }

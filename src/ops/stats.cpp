@@ -95,7 +95,7 @@ std::tuple<Tensor, Tensor> extreme_with_indices(const Tensor& x, int64_t dim, bo
   detail::check_defined(x, op);
   if (x.dim() == 0) {
     normalize_dim(dim, 0, op);
-    return {x.clone(), zeros({}, DType::I64).to(x.device())};
+    return {x.clone(), zeros({}, DType::I64, x.device())};
   }
   const int64_t d = normalize_dim(dim, x.dim(), op);
   Tensor idx = is_max ? x.argmax(d, true) : x.argmin(d, true);

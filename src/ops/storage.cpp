@@ -55,6 +55,22 @@ Tensor full(const Shape& shape, double value, DType dtype) {
   if (out.numel()) detail::cpu_backend().fill(*out.impl(), value);
   return out;
 }
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  if (device.is_cpu()) return full(shape, value, dtype);
+  ops::check_scalar_fits(value, dtype, "full");
+  Tensor out = detail::make_empty(shape, dtype, device, "full");
+  if (out.numel()) detail::backend_for(device, "full").fill(*out.impl(), value);
+  return out;
+}
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor eye(int64_t n, DType dtype, Device device) {
+  if (device.is_cpu()) return eye(n, dtype);
+  OXM_CHECK(n >= 0, InvalidArgument, "eye: n must be >= 0, got ", n);
+  Tensor out = zeros({n, n}, dtype, device);
+  if (n) out.diagonal(0, 0, 1).fill_(1.0);
+  return out;
+}
 Tensor zeros_like(const Tensor& t) {
   detail::check_defined(t, "zeros_like");
   Tensor out = detail::make_empty(t.shape(), t.dtype(), t.device(), "zeros_like");

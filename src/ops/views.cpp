@@ -58,7 +58,7 @@ Tensor embed(const Tensor& g, const Shape& in_shape, const ViewPlace& place) {
   Tensor z;
   {
     NoGradGuard ng;
-    z = zeros(in_shape, g.dtype()).to(g.device());
+    z = zeros(in_shape, g.dtype(), g.device());
     place.of(z).copy_(g);
   }
   if (detail::needs_tape(g)) {

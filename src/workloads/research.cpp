@@ -280,7 +280,7 @@ struct DppRun {
   DppRun(const DppData& d, Device dv, int r, DType dtype) : data(d), dev(dv), R(r) {  // dtype: of the training
     Ftr = d.F.narrow(0, 0, d.n_train).contiguous().to(dtype).to(dv);
     Fte = d.F.narrow(0, d.n_train, d.n_test).contiguous().to(dtype).to(dv);
-    eye_m = eye(kSeries, dtype).to(dv);
+    eye_m = eye(kSeries, dtype, dv);
     test_steps.resize(static_cast<size_t>(d.n_test));
     std::iota(test_steps.begin(), test_steps.end(), d.n_train);
   }

@@ -6,6 +6,7 @@
 //
 // Conventions: shapes and strides come in row-major order (dim 0 outermost, as in TensorImpl). Plans and groups
 // store dims innermost first (index 0 fastest).
+#include <climits>
 #include <cstdint>
 
 #include "core/host_device.hpp"
@@ -22,6 +23,9 @@ struct CoalescedPlan {
   static_assert(N >= 1 && MaxDims >= 1);
   int ndim = 0;
   bool contiguous = true;  // offset(o, i) == i for every operand: kernels skip the div/mod walk
+  // Flat indices and every operand's offsets fit in 32 bits: kernels may walk the dims with offsets32, whose
+  // 32-bit division costs a GPU several times less than 64-bit (set by coalesce).
+  bool index32 = false;
   int64_t numel = 1;
   // Entries at and above ndim are unspecified: a plain declaration leaves them unset (the CPU builds a plan per
   // op); a value-initialised plan (`CoalescedPlan{}`) has them zero.
@@ -36,6 +40,18 @@ struct CoalescedPlan {
       i /= size[d];
       for (int o = 0; o < N; ++o) off[o] += c * stride[o][d];
     }
+  }
+  // offsets() in 32-bit arithmetic; only for a plan with index32 (each partial sum is bounded by the operand's
+  // span, which fits).
+  OXM_HD void offsets32(uint32_t i, int64_t* off) const {
+    int32_t acc[N];
+    for (int o = 0; o < N; ++o) acc[o] = 0;
+    for (int d = 0; d < ndim; ++d) {
+      const uint32_t s = static_cast<uint32_t>(size[d]), c = i % s;
+      i /= s;
+      for (int o = 0; o < N; ++o) acc[o] += static_cast<int32_t>(c) * static_cast<int32_t>(stride[o][d]);
+    }
+    for (int o = 0; o < N; ++o) off[o] = acc[o];
   }
   OXM_HD int64_t offset(int o, int64_t i) const {
     int64_t off = 0;
@@ -73,6 +89,19 @@ inline bool coalesce(int rank, const int64_t* shape, StrideOf&& stride_of, Coale
   }
   p.contiguous = p.ndim <= 1;
   for (int o = 0; o < N && p.ndim == 1; ++o) p.contiguous = p.contiguous && p.stride[o][0] == 1;
+  p.index32 = p.numel <= INT32_MAX;
+  for (int o = 0; o < N && p.index32; ++o) {
+    int64_t span = 0;  // the largest |offset| of operand o
+    for (int d = 0; d < p.ndim && p.index32; ++d) {
+      const int64_t st = p.stride[o][d] < 0 ? -p.stride[o][d] : p.stride[o][d];
+      if (st > INT32_MAX) {
+        p.index32 = false;
+      } else {
+        span += (p.size[d] - 1) * st;  // size <= numel <= 2^31 and st <= 2^31: no overflow
+        p.index32 = span <= INT32_MAX;
+      }
+    }
+  }
   return true;
 }
 

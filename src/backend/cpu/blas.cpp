@@ -64,9 +64,16 @@ void load() {
       "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
       "libopenblas.so.0",
   };
+  // A library that exists but does not load (typically a missing dependency such as libgfortran.so.5) must not
+  // fall back quietly: its loader message goes into the name that `oxmera doctor` shows.
+  std::string load_error;
   for (const char* path : candidates) {
     void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) continue;
+    if (!h) {
+      const char* why = dlerror();
+      if (why && load_error.empty() && std::string(why).find("No such file") == std::string::npos) load_error = why;
+      continue;
+    }
     auto s = reinterpret_cast<sgemm_fn>(dlsym(h, "cblas_sgemm"));
     auto d = reinterpret_cast<dgemm_fn>(dlsym(h, "cblas_dgemm"));
     if (!s || !d) {
@@ -82,6 +89,7 @@ void load() {
     if (b->set_threads) b->set_threads(cpu_threads());
     return;
   }
+  if (!load_error.empty()) b->name = "builtin blocked GEMM (OpenBLAS found but not loaded: " + load_error + ")";
 }
 
 Blas& blas() {

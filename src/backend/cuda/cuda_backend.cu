@@ -396,6 +396,10 @@ void CudaBackend::matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& o
             "matmul: dims beyond 2^31 are not supported by cuBLAS (m ", m, ", n ", n, ", k ", k, ", batch ", B, ")");
   const MatLayout la = mat_layout(m, k, a.strides[r - 2], a.strides[r - 1]);
   const MatLayout lb = mat_layout(k, n, b.strides[r - 2], b.strides[r - 1]);
+  // cuBLAS takes 32-bit leading dimensions: a view into a huge tensor can have a row stride beyond that.
+  OXM_CHECK(la.ld <= INT32_MAX && lb.ld <= INT32_MAX, NotImplemented, "matmul: a leading dimension beyond 2^31 - 1 (",
+            la.ld, " for the left operand, ", lb.ld,
+            " for the right) is not supported by cuBLAS; call .contiguous() on the operand first");
   // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets (B, A) with the row-major layouts.
   const cublasOperation_t opa = la.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const float one = 1.f, zero = 0.f;
@@ -415,6 +419,10 @@ void CudaBackend::matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& o
   const bool fits = make_plan<3>(static_cast<int>(r - 2), bs, sp, plan);
   std::lock_guard<std::mutex> lock(blas_mu_);
   check_blas(cublasSetStream(blas_, g_stream), "matmul", "cublasSetStream");
+  // TF32 tensor cores only when the user opted in (set_float32_matmul_precision("high")), as in torch.
+  const bool tf32 = float32_matmul_precision() != "highest";
+  check_blas(cublasSetMathMode(blas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), "matmul",
+             "cublasSetMathMode");
   if (fits && plan.ndim <= 1) {
     const int64_t sa = plan.ndim ? plan.stride[1][0] : 0, sb = plan.ndim ? plan.stride[2][0] : 0;
     if (B == 1) {

@@ -16,6 +16,8 @@ __global__ void __launch_bounds__(kThreads) ew_kernel(Plan<N> plan, Ptrs<N> ptr,
     int64_t off[N];
     if (plan.contiguous) {
       for (int o = 0; o < N; ++o) off[o] = i;
+    } else if (plan.index32) {  // uniform across the grid: no divergence
+      plan.offsets32(static_cast<uint32_t>(i), off);
     } else {
       plan.offsets(i, off);
     }
