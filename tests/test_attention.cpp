@@ -157,6 +157,15 @@ TEST(Attention, FloatMaskGradientThroughComposite) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// A mask shared by every (batch, head) but with leading 1s, [1, 1, 1, S] (what MultiheadAttention makes of a
+// batch-of-one key padding mask), used to fail expanding to [L, S] in the fused path.
+TEST(Attention, SharedMaskWithLeadingOnes) {
+  const Tensor q = u64({1, 2, 3, 4}, 1), k = u64({1, 2, 5, 4}, 2), v = u64({1, 2, 5, 4}, 3);
+  const Tensor m = (rand({1, 1, 1, 5}, 4, DType::F64) - 0.5).detach();
+  expect_close(values(F::scaled_dot_product_attention(q, k, v, m)),
+               values(F::scaled_dot_product_attention_composite(q, k, v, m)), 1e-12, 1e-12, "fused vs composite");
+}
+
 TEST(Attention, DropoutUsesTheGenerator) {
   const Tensor q = randn({2, 6, 4}, 1), k = randn({2, 6, 4}, 2), v = randn({2, 6, 4}, 3);
   Generator g1(5), g2(5);

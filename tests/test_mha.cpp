@@ -87,6 +87,23 @@ TEST(MultiheadAttention, AnyModuleAndDropout) {
   EXPECT_TRUE(differs);
 }
 
+// Batch of one and unbatched with a key padding mask: the fused path (need_weights = false) as the explicit one.
+TEST(MultiheadAttention, KeyPaddingMaskBatchOfOne) {
+  Generator g(3);
+  nn::MultiheadAttention m(8, 2, {}, g);
+  for (const Shape& s : {Shape{5, 1, 8}, Shape{5, 8}}) {
+    const Tensor x = randn(s, 4), kpm = s.size() == 3 ? zeros({1, 5}) : zeros({5});
+    Tensor pad = kpm.clone();
+    {
+      NoGradGuard ng;
+      pad.narrow(-1, 3, 2).fill_(1.0);
+    }
+    const Tensor u8 = pad.to(DType::U8);
+    expect_close(values(std::get<0>(m.forward(x, x, x, u8, false))), values(std::get<0>(m.forward(x, x, x, u8, true))),
+                 1e-6, 1e-6, "fused vs explicit");
+  }
+}
+
 TEST(MultiheadAttention, TypedErrors) {
   EXPECT_OXM_ERROR(nn::MultiheadAttention(6, 4), InvalidArgument, "divisible");
   nn::MultiheadAttention m(8, 2);

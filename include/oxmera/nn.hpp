@@ -10,3 +10,4 @@
 #include "oxmera/nn/module.hpp"
 #include "oxmera/nn/norm.hpp"
 #include "oxmera/nn/rnn.hpp"
+#include "oxmera/nn/transformer.hpp"

@@ -160,7 +160,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     for (int64_t i = 3; i <= m.dim(); ++i) shared = shared && m.shape()[m.dim() - i] == 1;
     Shape full_shape = q.shape();
     full_shape[static_cast<size_t>(n - 1)] = S;
-    m3 = shared ? m.expand({L, S}).contiguous().reshape({1, L, S})
+    // A shared mask may still carry leading 1s ([1, 1, 1, S] from a batch-of-one key padding mask): drop them
+    // before expanding to [L, S].
+    const Tensor m2 = shared && m.dim() > 2 ? m.reshape({m.shape()[m.dim() - 2], m.shape()[m.dim() - 1]}) : m;
+    m3 = shared ? m2.expand({L, S}).contiguous().reshape({1, L, S})
                 : m.expand(full_shape).contiguous().reshape({B, L, S});
   }
   Tensor out = detail::make_empty({B, L, Ev}, q.dtype(), q.device(), kOp);
