@@ -106,6 +106,11 @@ Tensor load_idx(const std::string& path) {
   Tensor out = empty(h.shape, h.type->target);
   if (h.numel == 0) return out;
   char* dst = static_cast<char*>(raw_data(out));
+  if (h.type->code == 0x08) {  // bytes need no conversion
+    read_exact(*src, dst, static_cast<size_t>(need), "the data");
+    expect_end(*src, "the data");
+    return out;
+  }
   const size_t osz = itemsize(h.type->target);
   std::vector<unsigned char> chunk(kChunk);
   const size_t per = kChunk / h.type->itemsize;
