@@ -49,10 +49,11 @@ set(OXMERA_LAYER_RULES
   # optim
   "src/optim/=optim"
   "include/oxmera/optim.hpp=optim"
-  # io: safetensors, nn::save/load, checkpoints (model + optimizer); the umbrella header includes everything
+  # io: safetensors, nn::save/load, checkpoints (model + optimizer), data file formats; the umbrella header includes everything
   "src/io/=io"
   "include/oxmera/io.hpp=io"
   "include/oxmera/checkpoint.hpp=io"
+  "include/oxmera/formats.hpp=io"  # IDX, CSV, .npy / .npz, safetensors folders (src/io/format_io.hpp: zlib)
   "include/oxmera/oxmera.hpp=io"
   # workloads: the research workload and the demo training (internal library, public API only)
   "src/workloads/=workloads")

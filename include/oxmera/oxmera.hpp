@@ -7,6 +7,7 @@
 #include "oxmera/dtype.hpp"
 #include "oxmera/einsum.hpp"
 #include "oxmera/error.hpp"
+#include "oxmera/formats.hpp"
 #include "oxmera/io.hpp"
 #include "oxmera/linalg.hpp"
 #include "oxmera/memory.hpp"

@@ -1,8 +1,17 @@
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
 #include <oxmera/oxmera.hpp>
 
 int main() {
   oxmera::Tensor w = oxmera::ones({2, 2}).requires_grad_();
   oxmera::Tensor y = w.matmul(oxmera::ones({2, 1})).sum();
   y.backward();
-  return w.grad().sum().item<float>() == 4.0f ? 0 : 1;
+  // A gzip'd IDX round trip links the zlib that the static oxmera needs (find_dependency(ZLIB) in its config).
+  const std::string idx = (std::filesystem::temp_directory_path() / "oxmera_consumer_check.idx.gz").string();
+  oxmera::save_idx(idx, oxmera::ones({3}), /*gzip=*/true);
+  const bool idx_ok = oxmera::load_idx(idx).sum().item<float>() == 3.0f;
+  std::remove(idx.c_str());
+  return w.grad().sum().item<float>() == 4.0f && idx_ok ? 0 : 1;
 }
