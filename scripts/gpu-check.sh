@@ -25,7 +25,7 @@
 # copied there.
 #
 # Build dependencies that a bare GPU image may lack (Debian 12 packages): GoogleTest, Google Benchmark,
-# CLI11, nlohmann-json, ncurses (wide), OpenBLAS and its Fortran runtime. The GPU machine has no network,
+# CLI11, nlohmann-json, ncurses (wide), OpenBLAS and its Fortran runtime, zlib. The GPU machine has no network,
 # so fetch them here first with scripts/gpu-deps.sh (it checks that every shared library they need
 # resolves): it puts the .deb files in shared/debs/, which travels with the working tree. This script
 # extracts them under /tmp (never into /) and points CMake, the linker and the loader there; what the
@@ -68,6 +68,7 @@ have_hdr benchmark/benchmark.h || missing+=("libbenchmark-dev (Google Benchmark)
 have_hdr CLI/CLI.hpp || missing+=("libcli11-dev (CLI11)")
 have_hdr nlohmann/json.hpp || missing+=("nlohmann-json3-dev")
 have_hdr ncurses.h || have_hdr ncursesw/ncurses.h || missing+=("libncurses-dev")
+have_hdr zlib.h || missing+=("zlib1g-dev (zlib)")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "gpu-check: missing build dependencies:" >&2
   printf '  - %s\n' "${missing[@]}" >&2

@@ -2,7 +2,7 @@
 # Fetches, on this (networked) Debian 12 machine, the .deb files that scripts/gpu-check.sh needs on a GPU
 # machine that has no network and may lack them: GoogleTest, Google Benchmark, CLI11, nlohmann-json,
 # ncurses (wide) and OpenBLAS (OpenMP build, for the CPU side of the CPU-vs-GPU comparisons) with the
-# Fortran runtime it links (libgfortran5, libquadmath0).
+# Fortran runtime it links (libgfortran5, libquadmath0), and zlib (the IDX/.npz readers).
 # They land in shared/debs/ (about 10 MB; ignored by git; the device tool carries shared/ with the
 # working tree). gpu-check.sh extracts them under /tmp on the GPU machine, never into /, and points CMake,
 # the linker and the loader there. Run once before `run scripts/gpu-check.sh`; rerunning is cheap.
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(libgtest-dev libbenchmark-dev libbenchmark1debian libcli11-dev nlohmann-json3-dev
-      libncurses-dev libncurses6 libncursesw6 libtinfo6 libopenblas0-openmp libgfortran5 libquadmath0)
+      libncurses-dev libncurses6 libncursesw6 libtinfo6 libopenblas0-openmp libgfortran5 libquadmath0 zlib1g-dev zlib1g)
 # what any image with g++ provides (glibc, and the gcc runtime: libgcc-N-dev depends on libgomp1)
 base_libs=" libc.so.6 libm.so.6 libdl.so.2 librt.so.1 libpthread.so.0 ld-linux-x86-64.so.2 "
 base_libs+="libstdc++.so.6 libgcc_s.so.1 libgomp.so.1 "
