@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <ranges>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -83,6 +84,10 @@ class FailingDataset final : public data::Dataset {
 };
 
 }  // namespace
+
+static_assert(std::input_iterator<data::DataLoader::Iterator>);
+static_assert(std::sentinel_for<std::default_sentinel_t, data::DataLoader::Iterator>);
+static_assert(std::ranges::input_range<data::DataLoader>);
 
 // ---- datasets
 
@@ -488,4 +493,18 @@ TEST(DataLoader, WorkerInfoInsideFetches) {
   ASSERT_FALSE(ids.empty());
   EXPECT_GE(*ids.begin(), 0);
   EXPECT_LT(*ids.rbegin(), 3);
+}
+
+TEST(DataLoader, FetchesRecordNoGraphAndCopiesShareTheConfig) {
+  Tensor w = arange(0.0, 6.0, 1.0, DType::F32).reshape({3, 2}).requires_grad_();
+  data::DataLoader loader(data::tensor_dataset({w}), {.batch_size = 3, .num_workers = 1});
+  data::DataLoader copy = loader;
+  EXPECT_EQ(copy.size(), 1);
+  for (auto& b : copy) {
+    EXPECT_FALSE(b[0].requires_grad()) << "loading runs under NoGradGuard";
+    EXPECT_EQ(values(b[0]), values(w));
+  }
+  EXPECT_EQ(copy.epoch(), 1);
+  EXPECT_EQ(loader.epoch(), 0) << "copies advance their own epochs";
+  EXPECT_TRUE(grad_enabled()) << "the caller's grad mode is untouched";
 }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/random.hpp"
 
@@ -167,6 +168,7 @@ struct EpochRun {
     BatchResult r;
     const DataLoaderOptions& opt = cfg->options;
     const detail::WorkerInfoScope info({worker_id, opt.num_workers, opt.seed, epoch});
+    const NoGradGuard no_grad;  // loading never records a graph (nor builds one from several threads)
     const size_t begin = static_cast<size_t>(b * opt.batch_size);
     const size_t end = std::min(order.size(), begin + static_cast<size_t>(opt.batch_size));
     try {
@@ -308,6 +310,8 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) {
 }
 
 DataLoader::~DataLoader() = default;
+DataLoader::DataLoader(const DataLoader&) = default;
+DataLoader& DataLoader::operator=(const DataLoader&) = default;
 DataLoader::DataLoader(DataLoader&&) noexcept = default;
 DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 

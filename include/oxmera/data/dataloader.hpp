@@ -18,7 +18,8 @@
 //   whose message names the example index, the batch and the original message; the epoch then ends.
 // - Leaving the loop early (break, exception) destroys the iterator, which stops and joins every worker.
 // Workers are threads of this process (not processes, as torch's are), so the dataset's fetch(), transforms
-// and collate function must be thread-safe. They run oxmera ops with the process-wide intra-op thread count.
+// and collate function must be thread-safe. They run oxmera ops with the process-wide intra-op thread count,
+// and with gradient recording off (NoGradGuard), in the caller's thread too when num_workers is 0.
 #include <cstdint>
 #include <functional>
 #include <iterator>
@@ -97,6 +98,9 @@ class DataLoader {
   // InvalidArgument: a null dataset, batch_size < 1, num_workers < 0, prefetch_factor < 1.
   explicit DataLoader(DatasetPtr dataset, DataLoaderOptions options = {});
   ~DataLoader();
+  // Copies share the dataset and options (both immutable) and start at the same epoch().
+  DataLoader(const DataLoader&);
+  DataLoader& operator=(const DataLoader&);
   DataLoader(DataLoader&&) noexcept;
   DataLoader& operator=(DataLoader&&) noexcept;
 
