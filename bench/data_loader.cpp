@@ -3,7 +3,11 @@
 //   prebuilt: by hand, index_select of the epoch's permutation slice from the image and label tensors
 //   loader0 / loader2: by data::DataLoader over a TensorDataset with 0 / 2 worker threads
 //   flip0 / flip2: the same through a random_transform that flips each image left-right with probability 1/2
-//                  (per-example work the workers can overlap with the training step)
+//                  (cheap per-example work)
+//   decode0 / decode2: a transform standing in for decoding, 200 elementwise ops on each image (per-example work
+//                  of the order of the training step's; workers only help where a core is free)
+//   wait0 / wait2: a transform that sleeps 0.2 ms per example (a stand-in for waiting on a file read), which
+//                  the workers overlap with the training step without needing a free core
 // The model runs with `threads` intra-op threads (default 1). Rounds alternate the modes; each prints its
 // median epoch time over the rounds.
 // Usage: oxmera_data_loader_bench [threads] [rounds]
@@ -16,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "oxmera/oxmera.hpp"
@@ -72,8 +77,19 @@ int main(int argc, char** argv) {
     return ex;
   });
 
+  auto decoded = data::transform(ds, [](data::Example ex) {
+    for (int k = 0; k < 200; ++k) ex[0] = (ex[0] * 0.999).tanh();
+    return ex;
+  });
+
+  auto waiting = data::transform(ds, [](data::Example ex) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return ex;
+  });
+
   std::map<std::string, std::vector<double>> times;
-  const std::vector<std::string> modes{"prebuilt", "loader0", "loader2", "flip0", "flip2"};
+  const std::vector<std::string> modes{"prebuilt", "loader0", "loader2", "flip0", "flip2",
+                                       "decode0",  "decode2", "wait0",   "wait2"};
   for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
     for (const std::string& mode : modes) {
       double s = 0;
@@ -93,8 +109,11 @@ int main(int argc, char** argv) {
         });
       } else {
         const int workers = mode.back() == '2' ? 2 : 0;
-        data::DataLoader loader(mode[0] == 'f' ? data::DatasetPtr(flipped) : data::DatasetPtr(ds),
-                                {.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers});
+        const data::DatasetPtr source = mode[0] == 'f'   ? data::DatasetPtr(flipped)
+                                        : mode[0] == 'd' ? data::DatasetPtr(decoded)
+                                        : mode[0] == 'w' ? data::DatasetPtr(waiting)
+                                                         : data::DatasetPtr(ds);
+        data::DataLoader loader(source, {.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers});
         loader.set_epoch(r);
         std::optional<data::DataLoader::Iterator> it;  // started inside the timed epoch
         s = epoch_seconds([&](ox::Tensor& x, ox::Tensor& y) {
