@@ -508,3 +508,77 @@ TEST(DataLoader, FetchesRecordNoGraphAndCopiesShareTheConfig) {
   EXPECT_EQ(loader.epoch(), 0) << "copies advance their own epochs";
   EXPECT_TRUE(grad_enabled()) << "the caller's grad mode is untouched";
 }
+
+// ---- samplers
+
+TEST(DataSampler, SequentialRandomAndTheLoadersShuffleAgree) {
+  data::SequentialSampler seq(5);
+  EXPECT_EQ(seq.order(1, 2), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  data::RandomSampler rnd(40);
+  auto ds = index_dataset(40);
+  data::DataLoader shuffled(ds, {.batch_size = 8, .shuffle = true, .seed = 3});
+  EXPECT_EQ(rnd.order(3, 1), shuffled.order(1)) << "shuffle is RandomSampler";
+  data::DataLoader sampled(
+      ds, {.batch_size = 8, .seed = 3, .sampler = std::make_shared<data::RandomSampler>(40), .num_workers = 2});
+  std::vector<int64_t> flat;
+  for (const auto& b : collect(sampled)) flat.insert(flat.end(), b.begin(), b.end());
+  EXPECT_EQ(flat, rnd.order(3, 0));
+  EXPECT_OXM_ERROR(data::DataLoader(ds, {.shuffle = true, .sampler = std::make_shared<data::RandomSampler>(40)}),
+                   InvalidArgument, "shuffle and sampler are exclusive");
+}
+
+TEST(DataSampler, WeightedRandomSampler) {
+  // Weights 0, 1, 3: index 0 never, index 2 about three times as often as index 1.
+  data::WeightedRandomSampler with(std::vector<double>{0.0, 1.0, 3.0}, 4000);
+  EXPECT_EQ(with.size(), 4000);
+  const auto o = with.order(5, 0);
+  ASSERT_EQ(o.size(), 4000u);
+  int64_t counts[3] = {0, 0, 0};
+  for (int64_t i : o) {
+    ASSERT_GE(i, 1);
+    ASSERT_LE(i, 2);
+    ++counts[i];
+  }
+  EXPECT_EQ(counts[0], 0);
+  EXPECT_NEAR(static_cast<double>(counts[2]) / 4000.0, 0.75, 0.04);  // 4000 draws: sd 0.007
+  EXPECT_EQ(with.order(5, 0), o) << "a pure function of (seed, epoch)";
+  EXPECT_NE(with.order(5, 1), o);
+
+  data::WeightedRandomSampler without(std::vector<double>{1.0, 0.0, 2.0, 5.0}, 3, false);
+  const auto w = without.order(1, 0);
+  EXPECT_EQ(std::set<int64_t>(w.begin(), w.end()), (std::set<int64_t>{0, 2, 3})) << "distinct, never weight 0";
+  EXPECT_OXM_ERROR(data::WeightedRandomSampler(std::vector<double>{1.0, 0.0}, 2, false), InvalidArgument,
+                   "only 1 weights are nonzero");
+  EXPECT_OXM_ERROR(data::WeightedRandomSampler(std::vector<double>{1.0, -1.0}, 2), InvalidArgument, "weights[1]");
+  EXPECT_OXM_ERROR(data::WeightedRandomSampler(std::vector<double>{0.0, 0.0}, 2), InvalidArgument, "sum to 0");
+
+  // Through a loader: size() follows the sampler; a sampler index past the dataset names the example.
+  data::DataLoader loader(index_dataset(3), {.batch_size = 10,
+                                             .sampler = std::make_shared<data::WeightedRandomSampler>(
+                                                 std::vector<double>{0.0, 1.0, 3.0}, 25)});
+  EXPECT_EQ(loader.size(), 3);
+  data::DataLoader past(index_dataset(2), {.batch_size = 10,
+                                           .sampler = std::make_shared<data::WeightedRandomSampler>(
+                                               std::vector<double>{0.0, 0.0, 1.0}, 5)});
+  EXPECT_OXM_ERROR(past.begin(), IndexOutOfBounds, "fetching example 2");
+}
+
+TEST(DataSampler, DistributedSamplerSharesAnEpochAmongRanks) {
+  // 10 examples over 3 ranks: 4 each, the order padded with its first 2 entries; with drop_last 3 each.
+  std::vector<int64_t> all;
+  for (int64_t r = 0; r < 3; ++r) {
+    data::DistributedSampler s(10, 3, r, /*shuffle=*/true);
+    EXPECT_EQ(s.size(), 4);
+    const auto o = s.order(8, 2);
+    all.insert(all.end(), o.begin(), o.end());
+  }
+  std::set<int64_t> distinct(all.begin(), all.end());
+  EXPECT_EQ(distinct.size(), 10u) << "every example is on some rank";
+  EXPECT_EQ(all.size(), 12u) << "two padded repeats";
+  const auto perm = data::RandomSampler(10).order(8, 2);
+  EXPECT_EQ(data::DistributedSampler(10, 3, 1).order(8, 2), (std::vector<int64_t>{perm[1], perm[4], perm[7], perm[0]}));
+  data::DistributedSampler plain(10, 3, 2, /*shuffle=*/false, /*drop_last=*/true);
+  EXPECT_EQ(plain.size(), 3);
+  EXPECT_EQ(plain.order(0, 0), (std::vector<int64_t>{2, 5, 8}));
+  EXPECT_OXM_ERROR(data::DistributedSampler(10, 3, 3), InvalidArgument, "rank 3");
+}

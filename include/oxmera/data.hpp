@@ -2,3 +2,4 @@
 // Datasets and the DataLoader (namespace oxmera::data).
 #include "oxmera/data/dataloader.hpp"
 #include "oxmera/data/dataset.hpp"
+#include "oxmera/data/sampler.hpp"

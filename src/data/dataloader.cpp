@@ -63,22 +63,18 @@ struct LoaderConfig {
 
 namespace {
 
-// SplitMix64's finaliser: spreads (seed, epoch) over the Generator's seed space.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 std::vector<int64_t> epoch_order(const LoaderConfig& cfg, int64_t epoch) {
-  const int64_t n = cfg.dataset->size();
-  if (!cfg.options.shuffle) {
-    std::vector<int64_t> p(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
-    return p;
+  const DataLoaderOptions& opt = cfg.options;
+  if (opt.sampler) {
+    std::vector<int64_t> order = opt.sampler->order(opt.seed, epoch);
+    OXM_CHECK(static_cast<int64_t>(order.size()) == opt.sampler->size(), InvalidArgument,
+              "DataLoader: the sampler gave ", order.size(), " indices for epoch ", epoch, " but its size() is ",
+              opt.sampler->size());
+    return order;
   }
-  Generator gen(mix64(cfg.options.seed + 0x9e3779b97f4a7c15ULL) ^ mix64(static_cast<uint64_t>(epoch)));
-  return random_permutation(n, gen);
+  const int64_t n = cfg.dataset->size();
+  if (opt.shuffle) return RandomSampler(n).order(opt.seed, epoch);
+  return SequentialSampler(n).order(opt.seed, epoch);
 }
 
 std::string indices_str(const std::vector<int64_t>& order, size_t begin, size_t end) {
@@ -300,8 +296,10 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) {
             options.num_workers);
   OXM_CHECK(options.prefetch_factor >= 1, InvalidArgument, "DataLoader: prefetch_factor must be >= 1, got ",
             options.prefetch_factor);
+  OXM_CHECK(!(options.sampler && options.shuffle), InvalidArgument,
+            "DataLoader: shuffle and sampler are exclusive (as in torch); use a RandomSampler, or shuffle without one");
   auto cfg = std::make_shared<detail::LoaderConfig>();
-  const int64_t n = dataset->size();
+  const int64_t n = options.sampler ? options.sampler->size() : dataset->size();
   const int64_t bs = options.batch_size;
   cfg->num_batches = options.drop_last ? n / bs : n / bs + (n % bs != 0 ? 1 : 0);
   cfg->dataset = std::move(dataset);

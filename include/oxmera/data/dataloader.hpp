@@ -8,7 +8,8 @@
 //
 // Guarantees:
 // - The order of an epoch is a pure function of (seed, epoch): order(epoch) is the identity without shuffle,
-//   else a Fisher-Yates permutation driven by a Generator seeded from (seed, epoch). Batch b holds
+//   else a Fisher-Yates permutation driven by a Generator seeded from (seed, epoch) (RandomSampler), or the
+//   sampler's order(seed, epoch) when one is given (its size() sets the loader's). Batch b holds
 //   order[b * batch_size ...]; batches arrive in that order for any num_workers (0 included), so a run is
 //   reproducible whatever the worker count.
 // - Memory is bounded: at most num_workers * prefetch_factor batches are being fetched or waiting, on top of the
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "oxmera/data/dataset.hpp"
+#include "oxmera/data/sampler.hpp"
 #include "oxmera/device.hpp"
 #include "oxmera/tensor.hpp"
 
@@ -48,7 +50,8 @@ using ProgressHook = std::function<void(int64_t batch_index, int64_t num_batches
 struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
-  uint64_t seed = 0;        // the shuffle's seed (e.g. gen.next_u64() to draw it from a Generator)
+  uint64_t seed = 0;        // the shuffle's and the sampler's seed (e.g. gen.next_u64() to draw it from a Generator)
+  SamplerPtr sampler{};     // the indices of each epoch instead of 0 .. n-1 / the shuffle (not with shuffle)
   bool drop_last = false;   // drop the last batch when it is short
   int num_workers = 0;      // 0: batches are fetched in the caller's thread, when asked for
   int prefetch_factor = 2;  // batches fetched ahead per worker (num_workers > 0 only)
@@ -95,7 +98,7 @@ class DataLoader {
     std::unique_ptr<detail::EpochRun> run_;
   };
 
-  // InvalidArgument: a null dataset, batch_size < 1, num_workers < 0, prefetch_factor < 1.
+  // InvalidArgument: a null dataset, batch_size < 1, num_workers < 0, prefetch_factor < 1, shuffle with a sampler.
   explicit DataLoader(DatasetPtr dataset, DataLoaderOptions options = {});
   ~DataLoader();
   // Copies share the dataset and options (both immutable) and start at the same epoch().
@@ -104,7 +107,7 @@ class DataLoader {
   DataLoader(DataLoader&&) noexcept;
   DataLoader& operator=(DataLoader&&) noexcept;
 
-  // Batches per epoch: ceil(n / batch_size), or floor with drop_last (n = the dataset's size).
+  // Batches per epoch: ceil(n / batch_size), or floor with drop_last (n = the sampler's or the dataset's size).
   int64_t size() const;
   const DatasetPtr& dataset() const;
   const DataLoaderOptions& options() const;
@@ -114,6 +117,7 @@ class DataLoader {
   int64_t epoch() const noexcept { return next_epoch_; }
   void set_epoch(int64_t epoch);
   // The dataset indices of `epoch` in visit order (all n of them; drop_last drops the tail from the batches).
+  // InvalidArgument when a sampler gives other than its size() indices.
   std::vector<int64_t> order(int64_t epoch) const;
 
   // Starts the next epoch: its workers, then waits for its first batch (an error in it is thrown here).
