@@ -39,8 +39,8 @@ namespace oxmera::data {
 using Batch = std::vector<Tensor>;
 
 // torch's default_collate for tensors: field k of the batch is stack(examples' field k, 0). All examples must
-// have the same number of fields and, per field, the same shape, dtype and device (InvalidArgument naming the
-// field and the first example that differs).
+// have the same number of fields (else InvalidArgument) and, per field, the same shape, dtype and device (else
+// ShapeMismatch, DTypeMismatch, DeviceMismatch), each error naming the field and the first example that differs.
 Batch default_collate(std::vector<Example>&& examples);
 
 using Collate = std::function<Batch(std::vector<Example>&& examples)>;
@@ -50,7 +50,8 @@ using ProgressHook = std::function<void(int64_t batch_index, int64_t num_batches
 struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
-  uint64_t seed = 0;        // the shuffle's and the sampler's seed (e.g. gen.next_u64() to draw it from a Generator)
+  // The seed of the shuffle, the sampler and random_transform (e.g. gen.next_u64() to draw it from a Generator).
+  uint64_t seed = 0;
   SamplerPtr sampler{};     // the indices of each epoch instead of 0 .. n-1 / the shuffle (not with shuffle)
   bool drop_last = false;   // drop the last batch when it is short
   int num_workers = 0;      // 0: batches are fetched in the caller's thread, when asked for
