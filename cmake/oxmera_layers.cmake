@@ -2,9 +2,9 @@
 # this list, never of a later one. This file is the one place the layering is written down: CMakeLists.txt builds
 # one object library per library layer from it, cmake/check_layers.cmake enforces it on every build, and
 # docs/ARCHITECTURE.md describes the same table.
-set(OXMERA_LAYERS core tensor ops backends linalg nn optim io workloads)
+set(OXMERA_LAYERS core tensor ops backends linalg nn optim io data workloads)
 # The layers that make up the public library (workloads is internal: the CLI, tests and benchmarks link it).
-set(OXMERA_LIBRARY_LAYERS core tensor ops backends linalg nn optim io)
+set(OXMERA_LIBRARY_LAYERS core tensor ops backends linalg nn optim io data)
 
 # The layer of a file, by its path relative to the source root: the longest matching prefix wins (a prefix
 # ending in "/" names a directory, any other an exact file). A file under src/ or include/ that no rule covers
@@ -49,12 +49,17 @@ set(OXMERA_LAYER_RULES
   # optim
   "src/optim/=optim"
   "include/oxmera/optim.hpp=optim"
-  # io: safetensors, nn::save/load, checkpoints (model + optimizer), data file formats; the umbrella header includes everything
+  # io: safetensors, nn::save/load, checkpoints (model + optimizer), data file formats
   "src/io/=io"
   "include/oxmera/io.hpp=io"
   "include/oxmera/checkpoint.hpp=io"
   "include/oxmera/formats.hpp=io"  # IDX, CSV, .npy / .npz, safetensors folders (src/io/format_io.hpp: zlib)
-  "include/oxmera/oxmera.hpp=io"
+  # data: datasets and the DataLoader (tensor ops only; above io so that a file reader's dataset may use both);
+  # the umbrella header includes everything, so it sits in the top library layer
+  "src/data/=data"
+  "include/oxmera/data/=data"
+  "include/oxmera/data.hpp=data"
+  "include/oxmera/oxmera.hpp=data"
   # workloads: the research workload and the demo training (internal library, public API only)
   "src/workloads/=workloads")
 

@@ -3,6 +3,7 @@
 #include "oxmera/autograd.hpp"
 #include "oxmera/autograd_functional.hpp"
 #include "oxmera/checkpoint.hpp"
+#include "oxmera/data.hpp"
 #include "oxmera/device.hpp"
 #include "oxmera/dtype.hpp"
 #include "oxmera/einsum.hpp"

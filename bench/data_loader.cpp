@@ -1,0 +1,140 @@
+// One training epoch of a small CNN (bench/train_step.cpp's: Conv2d(1,8,3,p1)-ReLU-MaxPool2-Conv2d(8,16,3,p1)-ReLU-
+// MaxPool2-Flatten-Linear(784,10), Adam lr 0.01) over 1024 random 28x28 images in shuffled batches of 64, fed
+//   prebuilt: by hand, index_select of the epoch's permutation slice from the image and label tensors
+//   loader0 / loader2: by data::DataLoader over a TensorDataset with 0 / 2 worker threads
+//   flip0 / flip2: the same through a random_transform that flips each image left-right with probability 1/2
+//                  (cheap per-example work)
+//   decode0 / decode2: a transform standing in for decoding, 200 elementwise ops on each image (per-example work
+//                  of the order of the training step's; workers only help where a core is free)
+//   wait0 / wait2: a transform that sleeps 0.2 ms per example (a stand-in for waiting on a file read), which
+//                  the workers overlap with the training step without needing a free core
+// The model runs with `threads` intra-op threads (default 1). Rounds alternate the modes; each prints its
+// median epoch time over the rounds.
+// Usage: oxmera_data_loader_bench [threads] [rounds]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "oxmera/oxmera.hpp"
+
+namespace ox = oxmera;
+namespace nn = oxmera::nn;
+namespace data = oxmera::data;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::shared_ptr<nn::Sequential> make_cnn() {
+  ox::manual_seed(0);
+  nn::Conv2dOptions p1;
+  p1.padding = {1, 1};
+  return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Conv2d>(1, 8, nn::Pair{3, 3}, p1), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(nn::Pair{2, 2}), std::make_shared<nn::Conv2d>(8, 16, nn::Pair{3, 3}, p1),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(nn::Pair{2, 2}), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(16 * 7 * 7, 10)});
+}
+
+// Trains one epoch on the batches `next` hands out (false: the epoch is over); returns seconds.
+double epoch_seconds(const std::function<bool(ox::Tensor&, ox::Tensor&)>& next) {
+  auto net = make_cnn();
+  ox::optim::AdamOptions ao;
+  ao.lr = 0.01;
+  ox::optim::Adam opt(net->parameters(), ao);
+  const auto t0 = Clock::now();
+  ox::Tensor x, y;
+  while (next(x, y)) {
+    ox::Tensor loss = nn::cross_entropy((*net)(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  ox::set_num_threads(threads);
+  const int64_t n = 1024, bs = 64;
+  const ox::Tensor images = ox::randn({n, 1, 28, 28}, 7);
+  std::vector<int64_t> label_values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) label_values[static_cast<size_t>(i)] = (i * 7) % 10;
+  const ox::Tensor labels = ox::from_vector(label_values, ox::Shape{n});
+  auto ds = data::tensor_dataset({images, labels});
+  auto flipped = data::random_transform(ds, [](data::Example ex, ox::Generator& gen) {
+    if (gen.next_double() < 0.5) ex[0] = ex[0].flip({2});
+    return ex;
+  });
+
+  auto decoded = data::transform(ds, [](data::Example ex) {
+    for (int k = 0; k < 200; ++k) ex[0] = (ex[0] * 0.999).tanh();
+    return ex;
+  });
+
+  auto waiting = data::transform(ds, [](data::Example ex) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return ex;
+  });
+
+  std::map<std::string, std::vector<double>> times;
+  const std::vector<std::string> modes{"prebuilt", "loader0", "loader2", "flip0", "flip2",
+                                       "decode0",  "decode2", "wait0",   "wait2"};
+  for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
+    for (const std::string& mode : modes) {
+      double s = 0;
+      if (mode == "prebuilt") {
+        ox::Generator gen(static_cast<uint64_t>(r));
+        const std::vector<int64_t> perm = data::random_permutation(n, gen);
+        int64_t at = 0;
+        s = epoch_seconds([&](ox::Tensor& x, ox::Tensor& y) {
+          if (at >= n) return false;
+          const int64_t len = std::min(bs, n - at);
+          std::vector<int64_t> idx(perm.begin() + at, perm.begin() + at + len);
+          const ox::Tensor index = ox::from_vector(idx, ox::Shape{len});
+          x = images.index_select(0, index);
+          y = labels.index_select(0, index);
+          at += len;
+          return true;
+        });
+      } else {
+        const int workers = mode.back() == '2' ? 2 : 0;
+        const data::DatasetPtr source = mode[0] == 'f'   ? data::DatasetPtr(flipped)
+                                        : mode[0] == 'd' ? data::DatasetPtr(decoded)
+                                        : mode[0] == 'w' ? data::DatasetPtr(waiting)
+                                                         : data::DatasetPtr(ds);
+        data::DataLoader loader(source, {.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers});
+        loader.set_epoch(r);
+        std::optional<data::DataLoader::Iterator> it;  // started inside the timed epoch
+        s = epoch_seconds([&](ox::Tensor& x, ox::Tensor& y) {
+          if (!it)
+            it.emplace(loader.begin());
+          else
+            ++*it;
+          if (*it == loader.end()) return false;
+          x = (**it)[0];
+          y = (**it)[1];
+          return true;
+        });
+      }
+      if (r > 0) times[mode].push_back(s);
+    }
+  }
+  for (const std::string& mode : modes) {
+    std::vector<double>& t = times[mode];
+    std::sort(t.begin(), t.end());
+    std::printf("%s threads=%d rounds=%d median_ms=%.1f min_ms=%.1f max_ms=%.1f\n", mode.c_str(), threads, rounds,
+                1e3 * t[t.size() / 2], 1e3 * t.front(), 1e3 * t.back());
+  }
+  return 0;
+}

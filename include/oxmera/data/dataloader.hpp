@@ -1,0 +1,135 @@
+#pragma once
+// DataLoader: batches of a Dataset, optionally shuffled, fetched by worker threads ahead of the consumer.
+//
+//   auto ds = data::tensor_dataset({x, y});
+//   data::DataLoader loader(ds, {.batch_size = 64, .shuffle = true, .seed = 7, .num_workers = 2});
+//   for (int epoch = 0; epoch < 10; ++epoch)
+//     for (auto& batch : loader) step(batch[0], batch[1]);  // each range-for runs the next epoch
+//
+// Guarantees:
+// - The order of an epoch is a pure function of (seed, epoch): order(epoch) is the identity without shuffle,
+//   else a Fisher-Yates permutation driven by a Generator seeded from (seed, epoch) (RandomSampler), or the
+//   sampler's order(seed, epoch) when one is given (its size() sets the loader's). Batch b holds
+//   order[b * batch_size ...]; batches arrive in that order for any num_workers (0 included), so a run is
+//   reproducible whatever the worker count.
+// - Memory is bounded: at most num_workers * prefetch_factor batches are being fetched or waiting, on top of the
+//   one the consumer holds, however slowly it consumes.
+// - An exception while fetching, transforming or collating is rethrown in the caller's thread, when the loop
+//   reaches that batch, as an oxmera::Error of the original kind (InvalidArgument for a non-oxmera exception)
+//   whose message names the example index, the batch and the original message; the epoch then ends.
+// - Leaving the loop early (break, exception) destroys the iterator, which stops and joins every worker.
+// Workers are threads of this process (not processes, as torch's are), so the dataset's fetch(), transforms
+// and collate function must be thread-safe. They run oxmera ops with the process-wide intra-op thread count,
+// and with gradient recording off (NoGradGuard), in the caller's thread too when num_workers is 0.
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "oxmera/data/dataset.hpp"
+#include "oxmera/data/sampler.hpp"
+#include "oxmera/device.hpp"
+#include "oxmera/tensor.hpp"
+
+namespace oxmera::data {
+
+// One batch: its fields in the examples' order; by default field k is the examples' field k stacked.
+using Batch = std::vector<Tensor>;
+
+// torch's default_collate for tensors: field k of the batch is stack(examples' field k, 0). All examples must
+// have the same number of fields (else InvalidArgument) and, per field, the same shape, dtype and device (else
+// ShapeMismatch, DTypeMismatch, DeviceMismatch), each error naming the field and the first example that differs.
+Batch default_collate(std::vector<Example>&& examples);
+
+using Collate = std::function<Batch(std::vector<Example>&& examples)>;
+// Called in the caller's thread as each batch is handed out: (batch index in the epoch, batches in the epoch).
+using ProgressHook = std::function<void(int64_t batch_index, int64_t num_batches)>;
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  // The seed of the shuffle, the sampler and random_transform (e.g. gen.next_u64() to draw it from a Generator).
+  uint64_t seed = 0;
+  SamplerPtr sampler{};     // the indices of each epoch instead of 0 .. n-1 / the shuffle (not with shuffle)
+  bool drop_last = false;   // drop the last batch when it is short
+  int num_workers = 0;      // 0: batches are fetched in the caller's thread, when asked for
+  int prefetch_factor = 2;  // batches fetched ahead per worker (num_workers > 0 only)
+  Collate collate{};        // empty: default_collate
+  ProgressHook on_batch{};  // empty: none
+  // Each batch tensor is moved with .to(device), in the caller's thread, before it is handed out. No pinned
+  // host memory or asynchronous copy (see docs/LIMITATIONS.md).
+  std::optional<Device> device{};
+};
+
+namespace detail {
+struct EpochRun;
+struct LoaderConfig;
+}  // namespace detail
+
+class DataLoader {
+ public:
+  // Move-only input iterator over one epoch's batches. It owns the epoch's workers: destroying it (or reaching
+  // the end) stops and joins them.
+  class Iterator {
+   public:
+    using iterator_concept = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+
+    Iterator() noexcept;
+    Iterator(Iterator&&) noexcept;
+    Iterator& operator=(Iterator&&) noexcept;
+    ~Iterator();
+
+    Batch& operator*() const;
+    Batch* operator->() const { return &**this; }
+    Iterator& operator++();
+    void operator++(int) { ++*this; }
+    // The index of the current batch in the epoch, and the epoch.
+    int64_t batch_index() const;
+    int64_t epoch() const;
+    friend bool operator==(const Iterator& it, std::default_sentinel_t) noexcept { return it.done(); }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(std::unique_ptr<detail::EpochRun> run);
+    bool done() const noexcept;
+    std::unique_ptr<detail::EpochRun> run_;
+  };
+
+  // InvalidArgument: a null dataset, batch_size < 1, num_workers < 0, prefetch_factor < 1, shuffle with a sampler.
+  explicit DataLoader(DatasetPtr dataset, DataLoaderOptions options = {});
+  ~DataLoader();
+  // Copies share the dataset and options (both immutable) and start at the same epoch().
+  DataLoader(const DataLoader&);
+  DataLoader& operator=(const DataLoader&);
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
+
+  // Batches per epoch: ceil(n / batch_size), or floor with drop_last (n = the sampler's or the dataset's size).
+  int64_t size() const;
+  const DatasetPtr& dataset() const;
+  const DataLoaderOptions& options() const;
+
+  // The epoch the next begin() runs (0 at first); begin() runs it and advances it by one, so consecutive loops
+  // see consecutive epochs. set_epoch picks the next one (e.g. when resuming), like DistributedSampler's.
+  int64_t epoch() const noexcept { return next_epoch_; }
+  void set_epoch(int64_t epoch);
+  // The dataset indices of `epoch` in visit order (all n of them; drop_last drops the tail from the batches).
+  // InvalidArgument when a sampler gives other than its size() indices.
+  std::vector<int64_t> order(int64_t epoch) const;
+
+  // Starts the next epoch: its workers, then waits for its first batch (an error in it is thrown here).
+  Iterator begin();
+  std::default_sentinel_t end() const noexcept { return {}; }
+  // Starts `epoch` without changing epoch().
+  Iterator iterate(int64_t epoch) const;
+
+ private:
+  std::shared_ptr<const detail::LoaderConfig> config_;
+  int64_t next_epoch_ = 0;
+};
+
+}  // namespace oxmera::data
