@@ -4,6 +4,7 @@
 #include "oxmera/autograd_functional.hpp"
 #include "oxmera/checkpoint.hpp"
 #include "oxmera/device.hpp"
+#include "oxmera/distributed.hpp"
 #include "oxmera/dtype.hpp"
 #include "oxmera/einsum.hpp"
 #include "oxmera/error.hpp"
