@@ -47,11 +47,16 @@ class EnvGuard {
  private:
   std::map<std::string, std::optional<std::string>> saved_;
 };
-const std::vector<std::string> kLauncherVars = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                                "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
-                                                "PMI_SIZE", "MPI_LOCALRANKID",
-                                                "PMI_LOCAL_RANK", "SLURM_PROCID",
-                                                "SLURM_NTASKS", "SLURM_LOCALID"};
+const std::vector<std::string> kLauncherVars = {"OMPI_COMM_WORLD_RANK",
+                                                "OMPI_COMM_WORLD_SIZE",
+                                                "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                "PMI_RANK",
+                                                "PMI_SIZE",
+                                                "MPI_LOCALRANKID",
+                                                "PMI_LOCAL_RANK",
+                                                "SLURM_PROCID",
+                                                "SLURM_NTASKS",
+                                                "SLURM_LOCALID"};
 
 template <class F>
 void expect_error(F&& f, ErrorKind kind, const std::vector<std::string>& needles, const std::string& what) {
@@ -146,8 +151,7 @@ TEST(DistributedEnv, PartialOrBadValuesAreInvalidArgumentNamingTheVariable) {
     EnvGuard env(kLauncherVars);
     env.set("OMPI_COMM_WORLD_RANK", "0");
     env.set("OMPI_COMM_WORLD_SIZE", "0");
-    expect_error([] { dist::launch_environment(); }, ErrorKind::InvalidArgument, {"OMPI_COMM_WORLD_SIZE"},
-                 "size 0");
+    expect_error([] { dist::launch_environment(); }, ErrorKind::InvalidArgument, {"OMPI_COMM_WORLD_SIZE"}, "size 0");
   }
 }
 
@@ -186,15 +190,17 @@ TEST(DistributedNotLaunched, InitAndCollectivesAreTypedErrors) {
 
 // ---------------------------------------------------------------- collectives (under mpirun)
 
-#define NEED_MPI()                                                                            \
-  do {                                                                                        \
+#define NEED_MPI()                                                                              \
+  do {                                                                                          \
     if (!g_launched) GTEST_SKIP() << "not started by mpirun/srun (ctest runs it under mpirun)"; \
   } while (0)
 
 const DType kDTypes[] = {DType::F32, DType::F64, DType::I64, DType::U8};
 
 Tensor make(const std::vector<double>& v, const Shape& s, DType d) { return from_vector(v, s).to(d); }
-std::vector<double> vals(const Tensor& t) { return t.to(Device::cpu()).to(DType::F64).contiguous().to_vector<double>(); }
+std::vector<double> vals(const Tensor& t) {
+  return t.to(Device::cpu()).to(DType::F64).contiguous().to_vector<double>();
+}
 
 // A small integer pattern every dtype holds exactly (u8 too, for 4 ranks: at most 4 * 5 = 20 for the sums).
 double pattern(int rank, int64_t i) { return static_cast<double>((rank + 1) * (i % 5 + 1) % 11); }
@@ -341,8 +347,11 @@ TEST(Distributed, ReduceScatterEveryOpAndDtype) {
         }
       }
   // A first dim other than the group size is refused before any communication (the same on every rank).
-  expect_error([&] { dist::reduce_scatter(ones({n + 1, 2})); }, ErrorKind::ShapeMismatch,
-               {"reduce_scatter", "group size"}, "wrong first dim");
+  expect_error(
+      [&] {
+        dist::reduce_scatter(ones({n + 1, 2}));
+      },
+      ErrorKind::ShapeMismatch, {"reduce_scatter", "group size"}, "wrong first dim");
 }
 
 TEST(Distributed, EmptyAndScalarTensors) {
@@ -422,12 +431,11 @@ TEST(Distributed, SubGroups) {
   Tensor b = scalar(static_cast<double>(r), DType::I64);
   dist::broadcast(b, members.back(), mine);
   EXPECT_EQ(b.item<int64_t>(), members.back());
-  EXPECT_EQ(vals(dist::all_gather(scalar(static_cast<double>(r), DType::F64), gr)),
-            [&] {
-              std::vector<double> v;
-              for (int q : reversed) v.push_back(q);
-              return v;
-            }());
+  EXPECT_EQ(vals(dist::all_gather(scalar(static_cast<double>(r), DType::F64), gr)), [&] {
+    std::vector<double> v;
+    for (int q : reversed) v.push_back(q);
+    return v;
+  }());
   dist::barrier(mine);
   // Non-members, and sources outside the group, are refused locally.
   expect_error([&] { dist::all_reduce(t, dist::ReduceOp::Sum, other); }, ErrorKind::InvalidArgument,
@@ -435,8 +443,13 @@ TEST(Distributed, SubGroups) {
   if (n > 1)
     expect_error([&] { dist::broadcast(b, other.ranks().front(), mine); }, ErrorKind::InvalidArgument,
                  {"source", "not a member"}, "source outside");
-  expect_error([&] { dist::all_reduce(t, dist::ReduceOp::Sum, dist::ProcessGroup()); },
-               ErrorKind::InvalidArgument, {"undefined"}, "undefined group");
+  // A default-constructed group is the world.
+  dist::ProcessGroup none;
+  EXPECT_EQ(none.size(), n);
+  EXPECT_EQ(none.rank(), r);
+  Tensor one = ones({1});
+  dist::all_reduce(one, dist::ReduceOp::Sum, none);
+  EXPECT_EQ(one.item<float>(), static_cast<float>(n));
 }
 
 TEST(Distributed, NewGroupDisagreementIsAnErrorOnEveryRank) {
@@ -447,8 +460,11 @@ TEST(Distributed, NewGroupDisagreementIsAnErrorOnEveryRank) {
   if (r == 0) list = {0};
   expect_error([&] { dist::new_group(list); }, ErrorKind::InvalidArgument, {"new_group", "different rank list"},
                "different lists");
-  expect_error([&] { dist::new_group({0, n}); }, ErrorKind::InvalidArgument, {"new_group", "not in [0"},
-               "out of range");
+  expect_error(
+      [&] {
+        dist::new_group({0, n});
+      },
+      ErrorKind::InvalidArgument, {"new_group", "not in [0"}, "out of range");
   expect_error([&] { dist::new_group({1, 1}); }, ErrorKind::InvalidArgument, {"listed twice"}, "duplicate");
   // A valid group still forms afterwards.
   auto g = dist::new_group({1, 0});
@@ -573,6 +589,115 @@ TEST(Distributed, CudaTensorsAreStagedThroughHostMemory) {
   Tensor s = dist::reduce_scatter(ones({n, 2}).to(Device::cuda()), dist::ReduceOp::Avg);
   EXPECT_TRUE(s.device().is_cuda());
   EXPECT_EQ(vals(s), std::vector<double>(2, 1.0));
+}
+
+// ---------------------------------------------------------------- nn::DistributedDataParallel
+
+std::shared_ptr<nn::Sequential> demo_mlp(uint64_t seed, DType dtype) {
+  Generator gen(seed);
+  auto net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Linear>(2, 32, true, gen), std::make_shared<nn::Tanh>(),
+      std::make_shared<nn::Linear>(32, 32, true, gen), std::make_shared<nn::Tanh>(),
+      std::make_shared<nn::Linear>(32, 2, true, gen)});
+  if (dtype != DType::F32) net->to(dtype);
+  return net;
+}
+
+void expect_same_parameters(const nn::Module& a, const nn::Module& b, double rtol, const std::string& what) {
+  const auto pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size()) << what;
+  for (size_t k = 0; k < pa.size(); ++k) {
+    const auto va = vals(pa[k].second), vb = vals(pb[k].second);
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < va.size(); ++i) {
+      scale = std::max(scale, std::abs(vb[i]));
+      worst = std::max(worst, std::abs(va[i] - vb[i]));
+    }
+    EXPECT_LE(worst, rtol * std::max(scale, 1e-30)) << what << ": " << pa[k].first;
+  }
+}
+
+// Each rank trains on its equal share of the global batch; averaging the gradients makes every replica take the
+// step one process takes on the whole batch (mean losses over equal shards average to the global mean).
+TEST(DistributedDataParallel, DemoMlpMatchesOneProcessOnTheGlobalBatch) {
+  NEED_MPI();
+  const int r = dist::rank(), n = dist::world_size();
+  for (DType d : {DType::F64, DType::F32})
+    for (int64_t cap : {int64_t{1}, int64_t{25} << 20}) {
+      const int64_t per_rank = 8, global = per_rank * n;
+      Tensor x = randn({global, 2}, 11, d), y = randint(0, 2, {global}, 12);
+      auto ref = demo_mlp(5, d);
+      optim::SGD ref_opt(ref->parameters(), {.lr = 0.2, .momentum = 0.9});
+      auto net = demo_mlp(5 + static_cast<uint64_t>(r), d);  // different on each rank until DDP broadcasts rank 0's
+      nn::DistributedDataParallel ddp(net, {}, {.bucket_cap_bytes = cap});
+      EXPECT_EQ(ddp.buckets().size(), cap == 1 ? size_t{6} : size_t{1});
+      EXPECT_EQ(ddp.buckets().front().front(), "4.bias") << "reverse registration order";
+      optim::SGD opt(net->parameters(), {.lr = 0.2, .momentum = 0.9});
+      for (int step = 0; step < 4; ++step) {
+        ref_opt.zero_grad();
+        nn::cross_entropy((*ref)(x), y).backward();
+        ref_opt.step();
+        opt.zero_grad();
+        nn::cross_entropy(ddp(x.narrow(0, r * per_rank, per_rank)), y.narrow(0, r * per_rank, per_rank)).backward();
+        opt.step();
+      }
+      expect_same_parameters(*net, *ref, d == DType::F64 ? 1e-12 : 1e-6,
+                             std::string(dtype_name(d)) + " cap " + std::to_string(cap));
+    }
+}
+
+TEST(DistributedDataParallel, NoSyncAccumulationEqualsTheLargeBatch) {
+  NEED_MPI();
+  const int r = dist::rank(), n = dist::world_size();
+  const int64_t micro = 4, global = 2 * micro * n;
+  Tensor x = randn({global, 2}, 21, DType::F64), y = randint(0, 2, {global}, 22);
+  auto ref = demo_mlp(9, DType::F64);
+  nn::cross_entropy((*ref)(x), y).backward();
+  auto net = demo_mlp(9, DType::F64);
+  nn::DistributedDataParallel ddp(net);
+  const int64_t base = r * 2 * micro;
+  {
+    auto guard = ddp.no_sync();
+    (nn::cross_entropy(ddp(x.narrow(0, base, micro)), y.narrow(0, base, micro)) * 0.5).backward();
+  }
+  (nn::cross_entropy(ddp(x.narrow(0, base + micro, micro)), y.narrow(0, base + micro, micro)) * 0.5).backward();
+  const auto pn = net->named_parameters(), pr = ref->named_parameters();
+  for (size_t k = 0; k < pn.size(); ++k) {
+    const auto a = vals(pn[k].second.grad()), b = vals(pr[k].second.grad());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12 * (1 + std::abs(b[i]))) << pn[k].first;
+  }
+}
+
+// A module with a parameter its forward never uses: the reduction cannot finish, and the next forward says so.
+struct WithUnusedParameter : nn::Module {
+  std::shared_ptr<nn::Sequential> net = demo_mlp(3, DType::F32);
+  Tensor unused;
+  WithUnusedParameter() {
+    register_module("net", net);
+    unused = register_parameter("unused", ones({3}));
+  }
+  Tensor forward(const Tensor& x) override { return (*net)(x); }
+};
+
+TEST(DistributedDataParallel, AParameterWithoutGradientIsAnErrorNamingIt) {
+  NEED_MPI();
+  auto m = std::make_shared<WithUnusedParameter>();
+  nn::DistributedDataParallel ddp(m, {}, {.bucket_cap_bytes = 1});
+  Tensor x = randn({4, 2}, 1);
+  ddp(x).sum().backward();
+  expect_error([&] { ddp(x); }, ErrorKind::InvalidArgument, {"DistributedDataParallel", "unused", "no gradient"},
+               "unused parameter");
+  // The abandoned round was cleaned up on every rank: collectives still line up.
+  dist::barrier();
+}
+
+TEST(DistributedDataParallel, ConstructionErrors) {
+  NEED_MPI();
+  expect_error([] { nn::DistributedDataParallel ddp(nullptr); }, ErrorKind::InvalidArgument, {"null"}, "null");
+  expect_error([] { nn::DistributedDataParallel ddp(std::make_shared<nn::Tanh>()); }, ErrorKind::InvalidArgument,
+               {"no parameters"}, "no parameters");
+  expect_error([] { nn::DistributedDataParallel ddp(demo_mlp(1, DType::F32), {}, {.bucket_cap_bytes = 0}); },
+               ErrorKind::InvalidArgument, {"bucket_cap_bytes"}, "cap");
 }
 
 // Other ranks print only their failures, prefixed with the rank (rank 0 prints the usual report).

@@ -68,10 +68,11 @@ struct GroupState;
 struct WorkState;
 }  // namespace detail
 
-// A set of processes that run collectives together: world(), or new_group(ranks).
+// A set of processes that run collectives together: world(), or new_group(ranks). A default-constructed group
+// stands for the world (as torch.distributed's group=None), so the collectives' default argument needs no init().
 class ProcessGroup {
  public:
-  ProcessGroup() = default;  // undefined; collectives on it are InvalidArgument
+  ProcessGroup() = default;
   explicit ProcessGroup(std::shared_ptr<detail::GroupState> state) : state_(std::move(state)) {}
   bool defined() const noexcept { return state_ != nullptr; }
   // Whether this process belongs to the group. A collective on a group this process is not in is InvalidArgument.
@@ -95,11 +96,11 @@ enum class ReduceOp { Sum, Avg, Max, Min };
 const char* reduce_op_name(ReduceOp op) noexcept;
 
 // A collective in flight. wait() returns once it, and every collective called before it on the same group, is
-// complete on this process (results written to the tensors given, or available from result()); it throws a Backend error after `timeout` (default: the default
-// timeout) and the collective stays in flight: wait() may be called again. A shape/dtype mismatch between the
-// ranks is raised by wait() on every rank. Dropping a Work without waiting leaves the collective running: it is
-// completed (and its result written) no later than the wait() of a collective called after it on the same
-// group, or finalize().
+// complete on this process (results written to the tensors given, or available from result()); it throws a Backend
+// error after `timeout` (default: the default timeout) and the collective stays in flight: wait() may be called again.
+// A shape/dtype mismatch between the ranks is raised by wait() on every rank. Dropping a Work without waiting leaves
+// the collective running: it is completed (and its result written) no later than the wait() of a collective called
+// after it on the same group, or finalize().
 class Work {
  public:
   Work() = default;
@@ -118,20 +119,20 @@ class Work {
 // In place: every rank's `tensor` becomes the reduction over the group (Avg: the sum divided by the group size,
 // f32/f64 only; integer Sum wraps as the dtype's arithmetic does). Any dtype, any layout (a non-contiguous
 // tensor is reduced in a contiguous copy and written back), any device (CUDA: staged through host memory).
-void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const ProcessGroup& group = world());
-Work all_reduce_async(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const ProcessGroup& group = world());
+void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const ProcessGroup& group = {});
+Work all_reduce_async(Tensor& tensor, ReduceOp op = ReduceOp::Sum, const ProcessGroup& group = {});
 // In place: every rank's `tensor` becomes the tensor of world rank `src` (a member of the group).
-void broadcast(Tensor& tensor, int src, const ProcessGroup& group = world());
-Work broadcast_async(Tensor& tensor, int src, const ProcessGroup& group = world());
+void broadcast(Tensor& tensor, int src, const ProcessGroup& group = {});
+Work broadcast_async(Tensor& tensor, int src, const ProcessGroup& group = {});
 // Stacks the members' tensors: the result has shape [group.size(), *input.shape()], row i from group rank i,
 // on input's device.
-Tensor all_gather(const Tensor& input, const ProcessGroup& group = world());
-Work all_gather_async(const Tensor& input, const ProcessGroup& group = world());
+Tensor all_gather(const Tensor& input, const ProcessGroup& group = {});
+Work all_gather_async(const Tensor& input, const ProcessGroup& group = {});
 // The inverse layout of all_gather: input has shape [group.size(), *s]; group rank i receives the reduction
 // over the members of input[i], shape s.
-Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::Sum, const ProcessGroup& group = world());
-Work reduce_scatter_async(const Tensor& input, ReduceOp op = ReduceOp::Sum, const ProcessGroup& group = world());
-void barrier(const ProcessGroup& group = world());
-Work barrier_async(const ProcessGroup& group = world());
+Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::Sum, const ProcessGroup& group = {});
+Work reduce_scatter_async(const Tensor& input, ReduceOp op = ReduceOp::Sum, const ProcessGroup& group = {});
+void barrier(const ProcessGroup& group = {});
+Work barrier_async(const ProcessGroup& group = {});
 
 }  // namespace oxmera::distributed

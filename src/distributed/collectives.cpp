@@ -20,6 +20,7 @@
 
 #include "oxmera/autograd.hpp"
 #include "oxmera/distributed.hpp"
+#include "tensor/tensor_impl.hpp"
 
 #ifdef OXMERA_WITH_MPI
 #include <mpi.h>
@@ -35,8 +36,8 @@ std::atomic<int64_t>& timeout_ms() {
 }  // namespace
 
 void set_default_timeout(std::chrono::milliseconds timeout) {
-  OXM_CHECK(timeout.count() > 0, InvalidArgument, "distributed::set_default_timeout: the timeout must be positive, got ",
-            timeout.count(), " ms");
+  OXM_CHECK(timeout.count() > 0, InvalidArgument,
+            "distributed::set_default_timeout: the timeout must be positive, got ", timeout.count(), " ms");
   timeout_ms() = timeout.count();
 }
 std::chrono::milliseconds default_timeout() { return std::chrono::milliseconds(timeout_ms().load()); }
@@ -128,7 +129,7 @@ struct Runtime {
   int size = 1;
   int local_rank = 0;
   std::shared_ptr<detail::GroupState> world;
-  std::vector<std::weak_ptr<detail::GroupState>> groups;  // to drain and free at finalize
+  std::vector<std::weak_ptr<detail::GroupState> > groups;  // to drain and free at finalize
 };
 Runtime& runtime() {
   static Runtime r;
@@ -204,7 +205,7 @@ struct GroupState {
   std::string name;        // "world", "group [0, 2]"
   MPI_Comm control = MPI_COMM_NULL;
   MPI_Comm data = MPI_COMM_NULL;
-  std::deque<std::shared_ptr<WorkState>> pending;  // in call order
+  std::deque<std::shared_ptr<WorkState> > pending;  // in call order
   void progress();
   void free_comms() {
     int fin = 0;
@@ -286,7 +287,8 @@ struct WorkState {
       os << (r ? "; " : "") << "rank " << r << ": " << kind_name(rk);
       if (rk != Kind::Barrier) {
         os << ' ' << dtype_name(static_cast<DType>(at(r, 1)));
-        if (rk == Kind::AllReduce || rk == Kind::ReduceScatter) os << ' ' << reduce_op_name(static_cast<ReduceOp>(at(r, 2)));
+        if (rk == Kind::AllReduce || rk == Kind::ReduceScatter)
+          os << ' ' << reduce_op_name(static_cast<ReduceOp>(at(r, 2)));
         if (rk == Kind::Broadcast) os << " from rank " << at(r, 3);
         os << ' ' << shape_str(&all_desc[static_cast<size_t>(r * kDesc + 5)], at(r, 4), at(r, kDesc - 1));
       }
@@ -309,8 +311,8 @@ struct WorkState {
         rc = MPI_Iallgather(host_ptr(send), count, t, host_ptr(recv), count, t, group->data, &data_req);
         break;
       case Kind::ReduceScatter:
-        rc = MPI_Ireduce_scatter_block(host_ptr(send), host_ptr(recv), static_cast<int>(recv.numel()), t,
-                                       mpi_op(op), group->data, &data_req);
+        rc = MPI_Ireduce_scatter_block(host_ptr(send), host_ptr(recv), static_cast<int>(recv.numel()), t, mpi_op(op),
+                                       group->data, &data_req);
         break;
       case Kind::Barrier:
         rc = MPI_Ibarrier(group->data, &data_req);
@@ -334,7 +336,10 @@ struct WorkState {
       const double n = static_cast<double>(group->ranks.size());
       if (kind == Kind::AllReduce || kind == Kind::Broadcast) {
         if (op == ReduceOp::Avg && kind == Kind::AllReduce) send.div_(n);
-        if (!target.is_same(send)) target.copy_(out_device.is_cpu() ? send : send.to(out_device));
+        if (!target.is_same(send))
+          target.copy_(out_device.is_cpu() ? send : send.to(out_device));
+        else
+          ++target.impl()->storage->version;  // MPI wrote the tensor's memory: autograd must see the change
         send = Tensor();
       } else if (kind == Kind::AllGather || kind == Kind::ReduceScatter) {
         if (op == ReduceOp::Avg && kind == Kind::ReduceScatter) recv.div_(n);
@@ -345,8 +350,8 @@ struct WorkState {
       target = Tensor();
       phase = Phase::Done;
     } catch (const Error& e) {
-      fail(e.kind(), std::string("distributed::") + kind_name(kind) + ": writing the result back failed: " +
-                         e.message());
+      fail(e.kind(),
+           std::string("distributed::") + kind_name(kind) + ": writing the result back failed: " + e.message());
     }
   }
 };
@@ -370,8 +375,8 @@ void GroupState::progress() {
     }
     if (blocked) break;
   }
-  while (!pending.empty() && (pending.front()->phase == WorkState::Phase::Done ||
-                              pending.front()->phase == WorkState::Phase::Failed))
+  while (!pending.empty() &&
+         (pending.front()->phase == WorkState::Phase::Done || pending.front()->phase == WorkState::Phase::Failed))
     pending.pop_front();
 }
 
@@ -382,13 +387,16 @@ namespace {
 using detail::GroupState;
 using detail::WorkState;
 
+// The group's state; a default-constructed ProcessGroup is the world (as torch's group=None).
+const std::shared_ptr<GroupState>& resolve(const ProcessGroup& g, const char* fn) {
+  Runtime& r = started(fn);
+  return g.defined() ? g.state() : r.world;
+}
+
 const GroupState& member_of(const ProcessGroup& g, const char* fn) {
-  started(fn);
-  OXM_CHECK(g.defined(), InvalidArgument, "distributed::", fn, ": the process group is undefined (use world() or "
-            "new_group(ranks))");
-  const GroupState& s = *g.state();
-  OXM_CHECK(s.my_rank >= 0, InvalidArgument, "distributed::", fn, ": world rank ", runtime().rank, " is not a member of ",
-            s.name, "; only its members call its collectives");
+  const GroupState& s = *resolve(g, fn);
+  OXM_CHECK(s.my_rank >= 0, InvalidArgument, "distributed::", fn, ": world rank ", runtime().rank,
+            " is not a member of ", s.name, "; only its members call its collectives");
   return s;
 }
 
@@ -455,7 +463,7 @@ std::shared_ptr<GroupState> make_group(std::vector<int> ranks, int my_rank, std:
 std::shared_ptr<WorkState> submit(const ProcessGroup& pg, Kind kind, const Tensor* t, ReduceOp op, int root,
                                   const char* fn) {
   const GroupState& cg = member_of(pg, fn);
-  auto g = pg.state();
+  auto g = resolve(pg, fn);
   auto w = std::make_shared<WorkState>();
   w->group = g.get();
   w->keep = g;
@@ -491,9 +499,9 @@ std::shared_ptr<WorkState> submit(const ProcessGroup& pg, Kind kind, const Tenso
     d[kDesc - 1] = w->shape.size() > static_cast<size_t>(kMaxDims) ? static_cast<int64_t>(h >> 1) : 0;
   }
   w->all_desc.assign(static_cast<size_t>(kDesc) * cg.ranks.size(), 0);
-  check_mpi(MPI_Iallgather(d.data(), kDesc, MPI_INT64_T, w->all_desc.data(), kDesc, MPI_INT64_T, g->control,
-                           &w->check_req),
-            "sending a collective's shape check");
+  check_mpi(
+      MPI_Iallgather(d.data(), kDesc, MPI_INT64_T, w->all_desc.data(), kDesc, MPI_INT64_T, g->control, &w->check_req),
+      "sending a collective's shape check");
   g->pending.push_back(w);
   return w;
 }
@@ -574,27 +582,18 @@ void finalize() {
   r.world.reset();
   r.finalized = true;
   MPI_Finalize();
-  OXM_CHECK(first_error.empty(), Backend, "distributed::finalize: a collective still in flight did not complete: ",
-            first_error);
+  OXM_CHECK(first_error.empty(), Backend,
+            "distributed::finalize: a collective still in flight did not complete: ", first_error);
 }
 
 int rank() { return started("rank").rank; }
 int world_size() { return started("world_size").size; }
 int local_rank() { return started("local_rank").local_rank; }
 
-bool ProcessGroup::is_member() const { return state_ && state_->my_rank >= 0; }
-int ProcessGroup::rank() const {
-  OXM_CHECK(state_, InvalidArgument, "distributed::ProcessGroup::rank: the group is undefined");
-  return state_->my_rank;
-}
-int ProcessGroup::size() const {
-  OXM_CHECK(state_, InvalidArgument, "distributed::ProcessGroup::size: the group is undefined");
-  return static_cast<int>(state_->ranks.size());
-}
-const std::vector<int>& ProcessGroup::ranks() const {
-  OXM_CHECK(state_, InvalidArgument, "distributed::ProcessGroup::ranks: the group is undefined");
-  return state_->ranks;
-}
+bool ProcessGroup::is_member() const { return resolve(*this, "ProcessGroup::is_member")->my_rank >= 0; }
+int ProcessGroup::rank() const { return resolve(*this, "ProcessGroup::rank")->my_rank; }
+int ProcessGroup::size() const { return static_cast<int>(resolve(*this, "ProcessGroup::size")->ranks.size()); }
+const std::vector<int>& ProcessGroup::ranks() const { return resolve(*this, "ProcessGroup::ranks")->ranks; }
 
 ProcessGroup world() { return ProcessGroup(started("world").world); }
 
@@ -660,11 +659,11 @@ void Work::wait(std::optional<std::chrono::milliseconds> timeout) {
             limit.count(), " ms");
   if (!settled(w)) {
     poll_until([&] { return settled(w); }, limit,
-        [&] {
-          return w.describe() + (w.phase == WorkState::Phase::Checking
-                                     ? " (waiting for the other ranks to call it)"
-                                     : " (its data are in flight)");
-        });
+               [&] {
+                 return w.describe() + (w.phase == WorkState::Phase::Checking
+                                            ? " (waiting for the other ranks to call it)"
+                                            : " (its data are in flight)");
+               });
   }
   if (w.phase == WorkState::Phase::Failed) oxmera::detail::throw_error(w.error_kind, w.error_message);
 }
@@ -673,8 +672,7 @@ bool Work::is_completed() {
   OXM_CHECK(state_, InvalidArgument, "distributed::Work::is_completed: the handle is empty");
   started("Work::is_completed");
   if (!settled(*state_)) return false;
-  if (state_->phase == WorkState::Phase::Failed)
-    oxmera::detail::throw_error(state_->error_kind, state_->error_message);
+  if (state_->phase == WorkState::Phase::Failed) oxmera::detail::throw_error(state_->error_kind, state_->error_message);
   return true;
 }
 
@@ -720,7 +718,7 @@ Work all_gather_async(const Tensor& input, const ProcessGroup& group) {
   w->out_device = input.device();
   w->send = host_contiguous(input);
   Shape out;
-  out.push_back(group.size());
+  out.push_back(static_cast<int64_t>(resolve(group, "all_gather")->ranks.size()));
   for (size_t i = 0; i < input.shape().size(); ++i) out.push_back(input.shape()[i]);
   w->recv = empty(out, input.dtype());
   return Work(std::move(w));
@@ -733,9 +731,9 @@ Tensor all_gather(const Tensor& input, const ProcessGroup& group) {
 
 Work reduce_scatter_async(const Tensor& input, ReduceOp op, const ProcessGroup& group) {
   const GroupState& g = member_of(group, "reduce_scatter");
-  OXM_CHECK(input.defined() && input.dim() >= 1 && input.size(0) == static_cast<int64_t>(g.ranks.size()),
-            ShapeMismatch, "distributed::reduce_scatter: the input's first dim must be the group size (",
-            g.ranks.size(), " for ", g.name, "), got ", input.defined() ? dtype_name(input.dtype()) : "undefined", ' ',
+  OXM_CHECK(input.defined() && input.dim() >= 1 && input.size(0) == static_cast<int64_t>(g.ranks.size()), ShapeMismatch,
+            "distributed::reduce_scatter: the input's first dim must be the group size (", g.ranks.size(), " for ",
+            g.name, "), got ", input.defined() ? dtype_name(input.dtype()) : "undefined", ' ',
             input.defined() ? input.shape() : Shape{}, "; stack the per-rank parts along a new dim 0");
   auto w = submit(group, Kind::ReduceScatter, &input, op, 0, "reduce_scatter");
   w->out_device = input.device();

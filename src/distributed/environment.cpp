@@ -43,8 +43,8 @@ LaunchEnvironment launch_environment() {
     const char* r = env(s.rank);
     const char* n = env(s.size);
     if (r == nullptr && n == nullptr) continue;
-    OXM_CHECK(r != nullptr && n != nullptr, InvalidArgument, "distributed::launch_environment: ",
-              r ? s.rank : s.size, " is set but ", r ? s.size : s.rank, " is not; a ", s.launcher,
+    OXM_CHECK(r != nullptr && n != nullptr, InvalidArgument, "distributed::launch_environment: ", r ? s.rank : s.size,
+              " is set but ", r ? s.size : s.rank, " is not; a ", s.launcher,
               " launch sets both: start the program through the launcher, or set both");
     LaunchEnvironment e;
     e.launcher = s.launcher;
