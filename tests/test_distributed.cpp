@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_device.hpp"
@@ -482,7 +485,7 @@ TEST(Distributed, AsyncHandlesCompleteInAnyWaitOrder) {
   auto wg = dist::all_gather_async(full({2}, r, DType::I64));
   auto ws = dist::reduce_scatter_async(ones({n, 4}, DType::F64));
   auto wbar = dist::barrier_async();
-  // Nothing has progressed yet, so the gathered tensor is not there.
+  // The gathered tensor is there only once waited for (whether or not the data have arrived yet).
   expect_error([&] { wg.result(); }, ErrorKind::InvalidArgument, {"wait() first"}, "result before wait");
   expect_error([&] { wa.result(); }, ErrorKind::InvalidArgument, {"no result tensor"}, "result of all_reduce");
   wbar.wait();
@@ -716,7 +719,36 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
 
 }  // namespace
 
+// `--fault=kill` / `throw` / `stall` (tests/distributed/expect_job_fails.sh): world rank 1 dies (SIGKILL), lets
+// an exception escape main, or stays alive without calling the collective, while the others wait in an
+// all_reduce. The job must end non-zero; a rank that returns from the collective says so, which fails the test;
+// with a stalled peer the others must report the typed timeout (2 s here) and exit non-zero.
+int fault_scenario(const std::string& mode) {
+  dist::init();
+  dist::set_default_timeout(std::chrono::seconds(60));
+  dist::barrier();
+  if (mode == "stall") dist::set_default_timeout(std::chrono::seconds(2));
+  if (dist::rank() == 1) {
+    if (mode == "kill") std::raise(SIGKILL);
+    if (mode == "stall") std::this_thread::sleep_for(std::chrono::minutes(10));  // alive, never calling
+    throw std::runtime_error("fault test: rank 1 fails mid-step");
+  }
+  Tensor t = ones({4});
+  try {
+    dist::all_reduce(t);
+    std::printf("FAULT-TEST rank %d: the all_reduce completed without rank 1\n", dist::rank());
+  } catch (const Error& e) {
+    // The stalled peer: the typed timeout, then a non-zero exit, which makes mpirun end the job.
+    std::printf("TIMED-OUT rank %d: %s\n", dist::rank(), e.what());
+    std::fflush(stdout);
+    return 3;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]).rfind("--fault=", 0) == 0)
+    return fault_scenario(std::string(argv[1]).substr(8));
   testing::InitGoogleTest(&argc, argv);
   try {
     dist::launch_environment();

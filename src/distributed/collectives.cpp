@@ -238,6 +238,7 @@ struct WorkState {
   Tensor result;  // all_gather / reduce_scatter output, on out_device
   std::string error_message;
   ErrorKind error_kind = ErrorKind::Backend;
+  bool waited = false;  // wait() returned, or is_completed() said true: result() is available from then on
 
   std::string describe() const {
     std::ostringstream os;
@@ -506,6 +507,14 @@ std::shared_ptr<WorkState> submit(const ProcessGroup& pg, Kind kind, const Tenso
   return w;
 }
 
+// The handle of a submitted collective whose buffers are set. Each call also advances the collectives queued
+// before it (MPI_Test, non-blocking), so an async collective's data start while the caller goes on issuing
+// others (DDP's buckets during backward), not only at the first wait.
+Work handle(std::shared_ptr<WorkState> w) {
+  w->group->progress();
+  return Work(std::move(w));
+}
+
 // A contiguous host copy of t (t itself when it already is one).
 Tensor host_contiguous(const Tensor& t) {
   NoGradGuard no_grad;
@@ -666,6 +675,7 @@ void Work::wait(std::optional<std::chrono::milliseconds> timeout) {
                });
   }
   if (w.phase == WorkState::Phase::Failed) oxmera::detail::throw_error(w.error_kind, w.error_message);
+  w.waited = true;
 }
 
 bool Work::is_completed() {
@@ -673,6 +683,7 @@ bool Work::is_completed() {
   started("Work::is_completed");
   if (!settled(*state_)) return false;
   if (state_->phase == WorkState::Phase::Failed) oxmera::detail::throw_error(state_->error_kind, state_->error_message);
+  state_->waited = true;
   return true;
 }
 
@@ -681,8 +692,7 @@ Tensor Work::result() const {
   OXM_CHECK(state_->kind == Kind::AllGather || state_->kind == Kind::ReduceScatter, InvalidArgument,
             "distributed::Work::result: ", kind_name(state_->kind),
             " has no result tensor (it writes into the tensor it was given)");
-  OXM_CHECK(state_->phase == WorkState::Phase::Done, InvalidArgument,
-            "distributed::Work::result: the collective has not completed; call wait() first");
+  OXM_CHECK(state_->waited, InvalidArgument, "distributed::Work::result: not waited for yet; call wait() first");
   return state_->result;
 }
 
@@ -691,7 +701,7 @@ Work all_reduce_async(Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
   w->target = tensor;
   w->out_device = tensor.device();
   w->send = host_contiguous(tensor);
-  return Work(std::move(w));
+  return handle(std::move(w));
 }
 void all_reduce(Tensor& tensor, ReduceOp op, const ProcessGroup& group) { all_reduce_async(tensor, op, group).wait(); }
 
@@ -709,7 +719,7 @@ Work broadcast_async(Tensor& tensor, int src, const ProcessGroup& group) {
   w->send = (root == g.my_rank || (tensor.device().is_cpu() && tensor.is_contiguous()))
                 ? host_contiguous(tensor)
                 : empty(tensor.shape(), tensor.dtype());
-  return Work(std::move(w));
+  return handle(std::move(w));
 }
 void broadcast(Tensor& tensor, int src, const ProcessGroup& group) { broadcast_async(tensor, src, group).wait(); }
 
@@ -721,7 +731,7 @@ Work all_gather_async(const Tensor& input, const ProcessGroup& group) {
   out.push_back(static_cast<int64_t>(resolve(group, "all_gather")->ranks.size()));
   for (size_t i = 0; i < input.shape().size(); ++i) out.push_back(input.shape()[i]);
   w->recv = empty(out, input.dtype());
-  return Work(std::move(w));
+  return handle(std::move(w));
 }
 Tensor all_gather(const Tensor& input, const ProcessGroup& group) {
   Work w = all_gather_async(input, group);
@@ -741,7 +751,7 @@ Work reduce_scatter_async(const Tensor& input, ReduceOp op, const ProcessGroup& 
   Shape out;
   for (size_t i = 1; i < input.shape().size(); ++i) out.push_back(input.shape()[i]);
   w->recv = empty(out, input.dtype());
-  return Work(std::move(w));
+  return handle(std::move(w));
 }
 Tensor reduce_scatter(const Tensor& input, ReduceOp op, const ProcessGroup& group) {
   Work w = reduce_scatter_async(input, op, group);
@@ -750,7 +760,7 @@ Tensor reduce_scatter(const Tensor& input, ReduceOp op, const ProcessGroup& grou
 }
 
 Work barrier_async(const ProcessGroup& group) {
-  return Work(submit(group, Kind::Barrier, nullptr, ReduceOp::Sum, 0, "barrier"));
+  return handle(submit(group, Kind::Barrier, nullptr, ReduceOp::Sum, 0, "barrier"));
 }
 void barrier(const ProcessGroup& group) { barrier_async(group).wait(); }
 

@@ -99,9 +99,9 @@ struct State {
       }
     }
     reset();
-    OXM_FAIL(InvalidArgument, "DistributedDataParallel: ", where, " started", again.empty() ? "" : " (reaching ",
-             again, again.empty() ? "" : ")", " before the previous backward's gradient reduction finished: ",
-             "parameter(s) ", missing.str(),
+    OXM_FAIL(InvalidArgument, "DistributedDataParallel: ", where, " started", again.empty() ? "" : " (reaching ", again,
+             again.empty() ? "" : ")", " before the previous backward's gradient reduction finished: ", "parameter(s) ",
+             missing.str(),
              " received no gradient in it. Every parameter must take part in every backward (unused parameters "
              "are not supported yet); the reduction was abandoned",
              wait_error);
