@@ -649,6 +649,80 @@ TEST(DistributedDataParallel, DemoMlpMatchesOneProcessOnTheGlobalBatch) {
     }
 }
 
+std::shared_ptr<nn::Sequential> small_cnn(uint64_t seed, DType dtype) {
+  Generator gen(seed);
+  nn::Conv2dOptions co;
+  co.padding = {1, 1};
+  auto net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Conv2d>(1, 4, nn::Pair{3, 3}, co, gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(nn::Pair{2, 2}), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(4 * 4 * 4, 3, true, gen)});
+  if (dtype != DType::F32) net->to(dtype);
+  return net;
+}
+
+// The same for a small CNN (conv, relu, max-pool, linear), trained twice: the f64 parameters of the two runs are
+// bit-identical (the reduction order does not depend on timing).
+TEST(DistributedDataParallel, SmallCnnMatchesOneProcessAndRepeatsBitForBit) {
+  NEED_MPI();
+  const int r = dist::rank(), n = dist::world_size();
+  for (DType d : {DType::F64, DType::F32}) {
+    const int64_t per_rank = 3, global = per_rank * n;
+    Tensor x = randn({global, 1, 8, 8}, 31, d), y = randint(0, 3, {global}, 32);
+    auto ref = small_cnn(8, d);
+    optim::Adam ref_opt(ref->parameters(), {.lr = 0.01});
+    for (int step = 0; step < 3; ++step) {
+      ref_opt.zero_grad();
+      nn::cross_entropy((*ref)(x), y).backward();
+      ref_opt.step();
+    }
+    std::vector<std::vector<double>> first;
+    for (int run = 0; run < 2; ++run) {
+      auto net = small_cnn(8 + static_cast<uint64_t>(r), d);
+      nn::DistributedDataParallel ddp(net, {}, {.bucket_cap_bytes = 512});
+      optim::Adam opt(net->parameters(), {.lr = 0.01});
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad();
+        nn::cross_entropy(ddp(x.narrow(0, r * per_rank, per_rank)), y.narrow(0, r * per_rank, per_rank)).backward();
+        opt.step();
+      }
+      // Adam divides by sqrt(v): f32 rounding differences are amplified more than SGD's.
+      expect_same_parameters(*net, *ref, d == DType::F64 ? 1e-12 : 1e-5, std::string("cnn ") + dtype_name(d));
+      std::vector<std::vector<double>> now;
+      for (auto& p : net->parameters()) now.push_back(vals(p));
+      if (run == 0) {
+        first = now;
+      } else if (d == DType::F64) {
+        EXPECT_EQ(now, first) << "two identical f64 runs differ";
+      }
+    }
+  }
+}
+
+// Buffers (here BatchNorm1d's running statistics) are broadcast from the first rank at construction too.
+TEST(DistributedDataParallel, BroadcastsParametersAndBuffersAtConstruction) {
+  NEED_MPI();
+  const int r = dist::rank();
+  auto net = std::make_shared<nn::Sequential>(
+      std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::BatchNorm1d>(4)});
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, t] : net->named_parameters()) t.fill_(r + 0.5);
+    for (auto& [name, t] : net->named_buffers())
+      if (is_floating(t.dtype())) t.fill_(r + 0.25);
+  }
+  nn::DistributedDataParallel ddp(net);
+  for (auto& [name, t] : net->named_parameters())
+    for (double v : vals(t)) EXPECT_EQ(v, 0.5) << name;
+  int floating_buffers = 0;
+  for (auto& [name, t] : net->named_buffers()) {
+    if (!is_floating(t.dtype())) continue;
+    ++floating_buffers;
+    for (double v : vals(t)) EXPECT_EQ(v, 0.25) << name;
+  }
+  EXPECT_EQ(floating_buffers, 2) << "running_mean and running_var";
+}
+
 TEST(DistributedDataParallel, NoSyncAccumulationEqualsTheLargeBatch) {
   NEED_MPI();
   const int r = dist::rank(), n = dist::world_size();
