@@ -2,9 +2,9 @@
 # this list, never of a later one. This file is the one place the layering is written down: CMakeLists.txt builds
 # one object library per library layer from it, cmake/check_layers.cmake enforces it on every build, and
 # docs/ARCHITECTURE.md describes the same table.
-set(OXMERA_LAYERS core tensor ops backends linalg nn optim io data workloads)
+set(OXMERA_LAYERS core tensor ops backends linalg distributed nn optim io data workloads)
 # The layers that make up the public library (workloads is internal: the CLI, tests and benchmarks link it).
-set(OXMERA_LIBRARY_LAYERS core tensor ops backends linalg nn optim io data)
+set(OXMERA_LIBRARY_LAYERS core tensor ops backends linalg distributed nn optim io data)
 
 # The layer of a file, by its path relative to the source root: the longest matching prefix wins (a prefix
 # ending in "/" names a directory, any other an exact file). A file under src/ or include/ that no rule covers
@@ -42,6 +42,10 @@ set(OXMERA_LAYER_RULES
   "src/ops/einsum.cpp=linalg"
   "include/oxmera/linalg.hpp=linalg"
   "include/oxmera/einsum.hpp=linalg"
+  # distributed: process groups and collectives over MPI (tensor ops only; below nn, whose data-parallel
+  # wrapper will use it)
+  "src/distributed/=distributed"
+  "include/oxmera/distributed.hpp=distributed"
   # nn
   "src/nn/=nn"
   "include/oxmera/nn/=nn"

@@ -3,6 +3,7 @@
 #include "oxmera/nn/activation.hpp"
 #include "oxmera/nn/attention.hpp"
 #include "oxmera/nn/conv.hpp"
+#include "oxmera/nn/data_parallel.hpp"
 #include "oxmera/nn/functional.hpp"
 #include "oxmera/nn/init.hpp"
 #include "oxmera/nn/layers.hpp"

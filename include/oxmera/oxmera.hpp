@@ -5,6 +5,7 @@
 #include "oxmera/checkpoint.hpp"
 #include "oxmera/data.hpp"
 #include "oxmera/device.hpp"
+#include "oxmera/distributed.hpp"
 #include "oxmera/dtype.hpp"
 #include "oxmera/einsum.hpp"
 #include "oxmera/error.hpp"

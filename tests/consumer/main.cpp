@@ -13,5 +13,8 @@ int main() {
   oxmera::save_idx(idx, oxmera::ones({3}), /*gzip=*/true);
   const bool idx_ok = oxmera::load_idx(idx).sum().item<float>() == 3.0f;
   std::remove(idx.c_str());
-  return w.grad().sum().item<float>() == 4.0f && idx_ok ? 0 : 1;
+  // Links oxmera::distributed, and through it MPI when oxmera was built with it (a private dependency the
+  // installed package finds again).
+  const bool mpi_ok = !oxmera::distributed::backend_description().empty();
+  return (w.grad().sum().item<float>() == 4.0f && idx_ok && mpi_ok) ? 0 : 1;
 }

@@ -113,7 +113,11 @@ nlohmann::json probe_report() {
                {"memory_gib", memory_gib()}};
   const auto bi = oxmera::build_info();
   json build = {
-      {"version", bi.version}, {"compiler", bi.compiler}, {"blas", oxmera::blas_name()}, {"cuda", bi.cuda_compiled}};
+      {"version", bi.version},
+      {"compiler", bi.compiler},
+      {"blas", oxmera::blas_name()},
+      {"cuda", bi.cuda_compiled},
+      {"mpi", oxmera::distributed::is_available() ? oxmera::distributed::backend_description() : "not compiled in"}};
   json devices = json::array();
   devices.push_back(
       {{"name", "cpu"}, {"available", true}, {"detail", std::to_string(oxmera::get_num_threads()) + " threads"}});
@@ -136,6 +140,10 @@ nlohmann::json probe_report() {
       {{"area", "losses"}, {"status", "mse, cross_entropy, nll, bce_with_logits"}},
       {{"area", "optim"}, {"status", "SGD, Adam, AdamW, RMSprop, schedulers, fused step"}},
       {{"area", "checkpoints"}, {"status", "safetensors save/load (atomic, validated)"}},
+      {{"area", "distributed"},
+       {"status", oxmera::distributed::is_available()
+                      ? "MPI collectives on CPU tensors; CUDA tensors staged through host memory (no NCCL yet)"
+                      : "not compiled in (configure with -DOXMERA_MPI=ON and an MPI installed)"}},
   });
   return json{{"host", host}, {"build", build}, {"devices", devices}, {"capabilities", caps}};
 }
@@ -161,6 +169,8 @@ void render_report(const nlohmann::json& r, std::ostream& out) {
   row(out, "compiler", str(build, "compiler", "build"));
   row(out, "blas", str(build, "blas", "build"));
   row(out, "cuda", boolean(build, "cuda", "build") ? "compiled in" : "not compiled in");
+  // Reports recorded before oxmera::distributed have no "mpi" field.
+  if (build.is_object() && build.contains("mpi")) row(out, "mpi", str(build, "mpi", "build"));
   out << "\nDevices\n";
   for (const auto& d : devices) {
     row(out, str(d, "name", "devices[]"),

@@ -1,0 +1,201 @@
+// nn::DistributedDataParallel (see oxmera/nn/data_parallel.hpp for the scheme).
+#include "oxmera/nn/data_parallel.hpp"
+
+#include <sstream>
+
+#include "oxmera/autograd.hpp"
+
+namespace oxmera::nn {
+
+namespace ddp_detail {
+
+struct Param {
+  std::string name;
+  Tensor tensor;
+  int bucket = 0;
+  int64_t offset = 0;  // in its bucket's flat buffer
+  bool ready = false;
+};
+
+struct Bucket {
+  std::vector<int> params;
+  int64_t numel = 0;
+  int ready = 0;
+  Tensor flat;
+  distributed::Work work;
+};
+
+struct State {
+  distributed::ProcessGroup group;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  std::vector<HookHandle> hooks;
+  int next_launch = 0;  // buckets start strictly in index order, the same on every rank
+  bool in_round = false;
+  bool no_sync = false;
+
+  void on_ready(int i) {
+    if (no_sync) return;
+    Param& p = params[static_cast<size_t>(i)];
+    if (p.ready) unfinished("a backward", p.name);
+    p.ready = true;
+    in_round = true;
+    ++buckets[static_cast<size_t>(p.bucket)].ready;
+    while (next_launch < static_cast<int>(buckets.size()) &&
+           buckets[static_cast<size_t>(next_launch)].ready ==
+               static_cast<int>(buckets[static_cast<size_t>(next_launch)].params.size()))
+      launch(next_launch++);
+    if (next_launch == static_cast<int>(buckets.size())) complete();
+  }
+
+  void launch(int b) {
+    NoGradGuard no_grad;
+    Bucket& bk = buckets[static_cast<size_t>(b)];
+    std::vector<Tensor> grads;
+    grads.reserve(bk.params.size());
+    for (int i : bk.params) grads.push_back(params[static_cast<size_t>(i)].tensor.grad().detach().reshape({-1}));
+    bk.flat = grads.size() == 1 ? grads[0].clone() : cat(grads, 0);
+    bk.work = distributed::all_reduce_async(bk.flat, distributed::ReduceOp::Avg, group);
+  }
+
+  // Every bucket has started: wait for them in order and write the averages back into the gradients.
+  void complete() {
+    NoGradGuard no_grad;
+    for (Bucket& bk : buckets) {
+      bk.work.wait();
+      for (int i : bk.params) {
+        Param& p = params[static_cast<size_t>(i)];
+        Tensor g = p.tensor.grad();
+        g.copy_(bk.flat.narrow(0, p.offset, p.tensor.numel()).reshape(p.tensor.shape()));
+      }
+    }
+    reset();
+  }
+
+  void reset() {
+    for (Bucket& bk : buckets) {
+      bk.ready = 0;
+      bk.flat = Tensor();
+      bk.work = distributed::Work();
+    }
+    for (Param& p : params) p.ready = false;
+    next_launch = 0;
+    in_round = false;
+  }
+
+  // The previous backward left parameters without gradients: finish the buckets already started (every rank
+  // started the same ones), forget the round, and say which parameters got none.
+  [[noreturn]] void unfinished(const char* where, const std::string& again) {
+    std::ostringstream missing;
+    int n = 0;
+    for (const Param& p : params)
+      if (!p.ready) missing << (n++ ? ", " : "") << p.name;
+    std::string wait_error;
+    for (int b = 0; b < next_launch; ++b) {
+      try {
+        buckets[static_cast<size_t>(b)].work.wait();
+      } catch (const Error& e) {
+        if (wait_error.empty()) wait_error = std::string("; finishing its started reductions failed too: ") + e.what();
+      }
+    }
+    reset();
+    OXM_FAIL(InvalidArgument, "DistributedDataParallel: ", where, " started", again.empty() ? "" : " (reaching ", again,
+             again.empty() ? "" : ")", " before the previous backward's gradient reduction finished: ", "parameter(s) ",
+             missing.str(),
+             " received no gradient in it. Every parameter must take part in every backward (unused parameters "
+             "are not supported yet); the reduction was abandoned",
+             wait_error);
+  }
+};
+
+}  // namespace ddp_detail
+
+DistributedDataParallel::DistributedDataParallel(ModulePtr module, distributed::ProcessGroup group,
+                                                 DistributedDataParallelOptions options)
+    : module_(std::move(module)), state_(std::make_shared<ddp_detail::State>()) {
+  OXM_CHECK(module_ != nullptr, InvalidArgument, "DistributedDataParallel: the module is null");
+  OXM_CHECK(options.bucket_cap_bytes > 0, InvalidArgument,
+            "DistributedDataParallel: bucket_cap_bytes must be positive, got ", options.bucket_cap_bytes);
+  if (!group.defined()) group = distributed::world();
+  OXM_CHECK(group.is_member(), InvalidArgument, "DistributedDataParallel: world rank ", distributed::rank(),
+            " is not a member of the process group; construct it on the group's members only");
+  auto& s = *state_;
+  s.group = group;
+  const int src = group.ranks().front();
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, t] : module_->named_parameters()) {
+      Tensor v = t;
+      distributed::broadcast(v, src, group);
+    }
+    for (auto& [name, t] : module_->named_buffers()) {
+      Tensor v = t;
+      distributed::broadcast(v, src, group);
+    }
+  }
+  auto named = module_->named_parameters();
+  for (auto it = named.rbegin(); it != named.rend(); ++it)
+    if (it->second.requires_grad()) s.params.push_back({it->first, it->second});
+  OXM_CHECK(!s.params.empty(), InvalidArgument,
+            "DistributedDataParallel: the module has no parameters that require grad; there is nothing to reduce");
+  int64_t bytes = 0;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto& p = s.params[i];
+    const int64_t nbytes = p.tensor.numel() * static_cast<int64_t>(itemsize(p.tensor.dtype()));
+    bool fresh = s.buckets.empty();
+    if (!fresh) {
+      const auto& first = s.params[static_cast<size_t>(s.buckets.back().params.front())].tensor;
+      fresh = first.dtype() != p.tensor.dtype() || first.device() != p.tensor.device() ||
+              bytes + nbytes > options.bucket_cap_bytes;
+    }
+    if (fresh) {
+      s.buckets.emplace_back();
+      bytes = 0;
+    }
+    auto& bk = s.buckets.back();
+    p.bucket = static_cast<int>(s.buckets.size()) - 1;
+    p.offset = bk.numel;
+    bk.params.push_back(static_cast<int>(i));
+    bk.numel += p.tensor.numel();
+    bytes += nbytes;
+  }
+  std::weak_ptr<ddp_detail::State> weak = state_;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.hooks.push_back(s.params[i].tensor.register_post_accumulate_grad_hook([weak, i](Tensor&) {
+      if (auto st = weak.lock()) st->on_ready(static_cast<int>(i));
+    }));
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& h : state_->hooks) h.remove();
+  for (int b = 0; b < state_->next_launch; ++b) {
+    try {
+      state_->buckets[static_cast<size_t>(b)].work.wait();
+    } catch (...) {  // a destructor must not throw; the group's next wait reports a broken job
+    }
+  }
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  if (state_->in_round) state_->unfinished("a forward", "");
+  return (*module_)(x);
+}
+
+DistributedDataParallel::NoSync::NoSync(std::shared_ptr<ddp_detail::State> s)
+    : state_(std::move(s)), previous_(state_->no_sync) {
+  state_->no_sync = true;
+}
+DistributedDataParallel::NoSync::~NoSync() { state_->no_sync = previous_; }
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() { return NoSync(state_); }
+
+std::vector<std::vector<std::string>> DistributedDataParallel::buckets() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& bk : state_->buckets) {
+    out.emplace_back();
+    for (int i : bk.params) out.back().push_back(state_->params[static_cast<size_t>(i)].name);
+  }
+  return out;
+}
+
+}  // namespace oxmera::nn
