@@ -117,7 +117,7 @@ command -v compute-sanitizer >/dev/null && have_sanitizer=1
 [ "$dry" = 1 ] && have_sanitizer=1  # a dry run walks every step
 
 step configure 30 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DOXMERA_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DOXMERA_BUILD_EXAMPLES=ON
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DOXMERA_BUILD_EXAMPLES=ON -DOXMERA_MPI=OFF
 step build 200 cmake --build build-gpu -j "$jobs" --target oxmera_cuda_tests oxmera_cuda_bench oxmera_cli
 # OpenBLAS must be the CPU GEMM: without its runtime (libgfortran5, libquadmath0) the dlopen fails and the
 # portable GEMM runs, which makes every CPU-vs-GPU figure wrong
