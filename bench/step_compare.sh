@@ -4,7 +4,10 @@
 # threads, and this prints the median us/step of each, the median (min/max) of the per-round ratios oxmera/torch
 # (< 1: oxmera faster) and the largest relative difference between the two sides' losses.
 # Usage: bench/step_compare.sh <label> <cmake target in bench/> <torch twin .py> [build-dir] ;
-#        env ROUNDS (5), STEPS (60), THREADS (1). Called by lstm_compare.sh and char_transformer_compare.sh.
+#        env ROUNDS (5), STEPS (60), THREADS (1). Called by lstm_compare.sh, char_transformer_compare.sh and
+#        ddp_compare.sh, which also sets STEP_ARGS (words appended to both sides' init and run arguments) and
+#        OX_LAUNCH (a launcher prefixed to the oxmera command, e.g. mpirun). Output lines after the first two of the
+#        form `<name> key=value ...` are reported too, as the median over rounds of each value per side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 label=$1 target=$2 twin=$3
@@ -18,13 +21,17 @@ grep -qw avx512f /proc/cpuinfo || torch_env=(env OPENBLAS_CORETYPE=Haswell ATEN_
 ox_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$torch_py" "$twin" init "$work/init.safetensors"
+read -r -a step_args <<< "${STEP_ARGS:-}"
+read -r -a ox_launch <<< "${OX_LAUNCH:-}"
+"$torch_py" "$twin" init "$work/init.safetensors" "${step_args[@]}"
 echo "# $(date -u '+%F %H:%M UTC')  $(uname -n)  $(nproc) cpus  load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 echo "# rounds=$rounds steps=$steps threads=$threads  torch $($torch_py -c 'import torch; print(torch.__version__)')"
 for r in $(seq "$rounds"); do
-  "${ox_env[@]}" "$build/bench/$target" "$work/init.safetensors" "$steps" "$threads" > "$work/ox$r"
-  "${torch_env[@]}" "$torch_py" "$twin" run "$work/init.safetensors" "$steps" "$threads" > "$work/torch$r"
+  "${ox_env[@]}" "${ox_launch[@]}" "$build/bench/$target" "$work/init.safetensors" "$steps" "$threads" \
+    "${step_args[@]}" > "$work/ox$r"
+  "${torch_env[@]}" "$torch_py" "$twin" run "$work/init.safetensors" "$steps" "$threads" "${step_args[@]}" \
+    > "$work/torch$r"
 done
 "$torch_py" - "$work" "$rounds" "$label" <<'PY'
 import statistics, sys
@@ -43,5 +50,19 @@ print(f"{label} oxmera {statistics.median(o[0] for o in ox):.1f} us  torch {stat
       f"[p10: {statistics.median(o[1] for o in ox):.1f} vs {statistics.median(t[1] for t in th):.1f}]")
 print(f"losses: first {lo[0]:.6f} vs {lt[0]:.6f}, last {lo[-1]:.6f} vs {lt[-1]:.6f}, "
       f"max relative difference over {len(lo)} steps {rel:.2e}")
+def extra(path):
+    out = {}
+    for line in open(path).read().splitlines()[2:]:
+        words = line.split()
+        if len(words) > 1 and all("=" in w for w in words[1:]):
+            out[words[0]] = {k: float(v) for k, v in (w.split("=") for w in words[1:])}
+    return out
+ex_o = [extra(f"{work}/ox{r}") for r in range(1, rounds + 1)]
+ex_t = [extra(f"{work}/torch{r}") for r in range(1, rounds + 1)]
+for name in ex_o[0]:
+    for side, ex in (("oxmera", ex_o), ("torch", ex_t)):
+        if all(name in e for e in ex):
+            keys = ex[0][name].keys()
+            print(f"{name} {side}: " + "  ".join(f"{k} {statistics.median(e[name][k] for e in ex):g}" for k in keys))
 PY
 echo "# load at end: $(cut -d' ' -f1-3 /proc/loadavg)"

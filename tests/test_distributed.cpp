@@ -6,6 +6,7 @@
 // waiting. At the end the ranks all-reduce their failure flags: a failure anywhere fails every process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "fake_device.hpp"
+#include "oxmera/data.hpp"
 #include "oxmera/distributed.hpp"
 #include "oxmera/oxmera.hpp"
 
@@ -755,6 +757,68 @@ struct WithUnusedParameter : nn::Module {
   }
   Tensor forward(const Tensor& x) override { return (*net)(x); }
 };
+
+// Each rank reads its DistributedSampler shard through a DataLoader (a worker thread, shuffled per epoch): the
+// ranks' shards are disjoint and together the whole dataset, each epoch's shuffle differs, and two epochs of DDP
+// steps give the parameters of one process stepping on the union of the ranks' k-th batches.
+TEST(DistributedDataParallel, DistributedSamplerShardsCoverTheDatasetAndTrainingMatchesOneProcess) {
+  NEED_MPI();
+  const int r = dist::rank(), n = dist::world_size();
+  ASSERT_EQ(12 % n, 0) << "the test splits a global batch of 12";
+  const int64_t examples = 48, per_rank_batch = 12 / n, seed = 77;
+  Tensor x = randn({examples, 2}, 21, DType::F64), y = randint(0, 2, {examples}, 22);
+  auto dataset = data::tensor_dataset({x, y});
+  data::DataLoaderOptions lo;
+  lo.batch_size = per_rank_batch;
+  lo.seed = seed;
+  lo.num_workers = 1;
+  lo.sampler = std::make_shared<data::DistributedSampler>(examples, n, r);
+  data::DataLoader loader(dataset, lo);
+  ASSERT_EQ(loader.size(), examples / n / per_rank_batch);
+
+  auto ref = demo_mlp(5, DType::F64);
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.2, .momentum = 0.9});
+  auto net = demo_mlp(5 + static_cast<uint64_t>(r), DType::F64);
+  nn::DistributedDataParallel ddp(net, {}, {.bucket_cap_bytes = 1024});
+  optim::SGD opt(net->parameters(), {.lr = 0.2, .momentum = 0.9});
+  std::vector<int64_t> first_epoch;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    // What every rank's loader visits this epoch, gathered: [n, examples / n].
+    const std::vector<int64_t> mine = loader.order(epoch);
+    ASSERT_EQ(static_cast<int64_t>(mine.size()), examples / n);
+    Tensor all = dist::all_gather(from_vector(mine, Shape{static_cast<int64_t>(mine.size())}));
+    std::vector<int64_t> flat;
+    for (double v : vals(all)) flat.push_back(static_cast<int64_t>(v));
+    if (epoch == 0) first_epoch = flat;
+    std::vector<int64_t> sorted = flat;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < examples; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i) << "epoch " << epoch;
+    if (epoch == 1) {
+      EXPECT_NE(flat, first_epoch) << "the shuffle must change with the epoch";
+    }
+
+    int64_t k = 0;
+    for (auto& batch : loader) {
+      // The rank's batch is its shard's k-th slice; the global batch is the ranks' k-th slices in rank order.
+      std::vector<int64_t> rows;
+      for (int q = 0; q < n; ++q)
+        for (int64_t j = 0; j < per_rank_batch; ++j)
+          rows.push_back(flat[static_cast<size_t>(q * (examples / n) + k * per_rank_batch + j)]);
+      Tensor index = from_vector(rows, Shape{static_cast<int64_t>(rows.size())});
+      EXPECT_EQ(vals(batch[0]), vals(x.index_select(0, index).narrow(0, r * per_rank_batch, per_rank_batch)))
+          << "epoch " << epoch << " batch " << k;
+      ref_opt.zero_grad();
+      nn::cross_entropy((*ref)(x.index_select(0, index)), y.index_select(0, index)).backward();
+      ref_opt.step();
+      opt.zero_grad();
+      nn::cross_entropy(ddp(batch[0]), batch[1]).backward();
+      opt.step();
+      ++k;
+    }
+    EXPECT_EQ(k, loader.size());
+  }
+  expect_same_parameters(*net, *ref, 1e-12, "DistributedSampler + DataLoader");
+}
 
 TEST(DistributedDataParallel, AParameterWithoutGradientIsAnErrorNamingIt) {
   NEED_MPI();
