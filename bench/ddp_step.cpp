@@ -2,8 +2,9 @@
 // weights and global batch, written by `ddp_torch.py init FILE MODEL`); run under mpirun (bench/ddp_compare.sh).
 //   MODEL mlp: 2-32-32-2 tanh MLP; wide: 784-1024-1024-10 relu MLP. Global batch 256 split evenly over the
 //   ranks, cross entropy, SGD lr 0.05; one step = forward + loss + zero_grad + backward (with the reduction) + step.
-// Then the overlap: forward+backward under no_sync() (no communication), the same with DDP's reduction, and the
-// all-reduce of the DDP's buckets alone (each rep after a barrier); hidden = (local + allreduce - ddp) / allreduce
+// Then the overlap: forward+backward under no_sync() (no communication) up to a barrier (so that it is the slowest
+// rank's, as the synced phase's reduction waits for it), the same with DDP's reduction, and the all-reduce of the
+// DDP's buckets alone (each rep starts after a barrier); hidden = (local + allreduce - ddp) / allreduce
 // is the share of the all-reduce that backward hid (1: all, 0: none; below 0: DDP costs more than its all-reduce).
 // Usage: mpirun -np 2 oxmera_ddp_step FILE STEPS THREADS MODEL; rank 0 prints the lines ddp_torch.py prints.
 #include <algorithm>
@@ -29,7 +30,8 @@ namespace {
 
 std::shared_ptr<nn::Sequential> make_model(const std::string& name) {
   const bool wide = name == "wide";
-  const std::vector<int64_t> sizes = wide ? std::vector<int64_t>{784, 1024, 1024, 10} : std::vector<int64_t>{2, 32, 32, 2};
+  const std::vector<int64_t> sizes =
+      wide ? std::vector<int64_t>{784, 1024, 1024, 10} : std::vector<int64_t>{2, 32, 32, 2};
   auto net = std::make_shared<nn::Sequential>();
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
     net->push_back(nn::AnyModule(std::make_shared<nn::Linear>(sizes[i], sizes[i + 1])));
@@ -74,7 +76,11 @@ int main(int argc, char** argv) {
   const Tensor x = gx.narrow(0, rank * per, per).contiguous(), y = gy.narrow(0, rank * per, per).contiguous();
   auto net = make_model(name);
   net->load_state_dict(file);
-  nn::DistributedDataParallel ddp(net);
+  // BUCKET_MB (both sides, default 25: torch's bucket_cap_mb) sets the bucket size, to see the overlap.
+  const char* bucket_mb = std::getenv("BUCKET_MB");
+  nn::DistributedDataParallelOptions options;
+  if (bucket_mb != nullptr) options.bucket_cap_bytes = static_cast<int64_t>(std::atof(bucket_mb) * 1024 * 1024);
+  nn::DistributedDataParallel ddp(net, {}, options);
   optim::SGD opt(net->parameters(), {.lr = 0.05});
   const int warmup = 5;
   std::vector<double> times, losses;
@@ -110,6 +116,7 @@ int main(int argc, char** argv) {
       auto guard = ddp.no_sync();
       opt.zero_grad();
       nn::cross_entropy(ddp(x), y).backward();
+      dist::barrier();  // the slowest rank's backward: the synced phase waits for it too
     });
     timed(synced, [&] {
       opt.zero_grad();
@@ -125,8 +132,8 @@ int main(int argc, char** argv) {
     std::vector<double> sorted = times;
     std::sort(sorted.begin(), sorted.end());
     const size_t n = sorted.size();
-    std::printf("ddp-%s threads=%d ranks=%d steps=%zu median_us=%.2f p10_us=%.2f p90_us=%.2f loss=%.6f\n",
-                name.c_str(), threads, world, n, sorted[n / 2], sorted[n / 10], sorted[n * 9 / 10], losses.back());
+    std::printf("ddp-%s threads=%d ranks=%d steps=%zu median_us=%.2f p10_us=%.2f p90_us=%.2f loss=%.6f\n", name.c_str(),
+                threads, world, n, sorted[n / 2], sorted[n / 10], sorted[n * 9 / 10], losses.back());
     std::printf("losses");
     for (double v : losses) std::printf(" %.7f", v);
     std::printf("\n");

@@ -5,7 +5,8 @@ MODEL: mlp (2-32-32-2 tanh) or wide (784-1024-1024-10 relu); global batch 256, c
 Each of the 2 processes (torch.multiprocessing, MASTER_ADDR 127.0.0.1, a free port) trains on its half.
 Rank 0 prints "ddp-MODEL ... median_us=.. p10_us=..", its local losses, and "overlap local_us=.. ddp_us=..
 allreduce_us=.. hidden=..": forward+backward under no_sync() (no communication), the same with DDP's reduction,
-and one all_reduce of all gradients alone; hidden = (local + allreduce - ddp) / allreduce, the share of the
+and one all_reduce of all gradients alone (each rep starts after a barrier; the no_sync one ends with one too,
+so that it is the slowest rank's backward, which the synced one waits for); hidden = (local + allreduce - ddp) / allreduce, the share of the
 all-reduce that backward hid (1: all, 0: none; below 0: DDP costs more than its all-reduce)."""
 import os
 import socket
@@ -43,7 +44,8 @@ def worker(rank, port, path, steps, threads, name):
     x, y = x[rank * per:(rank + 1) * per].contiguous(), y[rank * per:(rank + 1) * per].contiguous()
     m = model(name)
     m.load_state_dict(f)
-    ddp = torch.nn.parallel.DistributedDataParallel(m)
+    # BUCKET_MB (both sides, default 25: torch's bucket_cap_mb) sets the bucket size, to see the overlap.
+    ddp = torch.nn.parallel.DistributedDataParallel(m, bucket_cap_mb=float(os.environ.get("BUCKET_MB", "25")))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     times, losses = [], []
     for s in range(WARMUP + steps):
@@ -69,6 +71,7 @@ def worker(rank, port, path, steps, threads, name):
         with ddp.no_sync():
             opt.zero_grad()
             torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        dist.barrier()  # the slowest rank's backward: the synced phase waits for it too
 
     def synced():
         opt.zero_grad()
@@ -86,8 +89,9 @@ def worker(rank, port, path, steps, threads, name):
         print("losses " + " ".join(f"{v:.7f}" for v in losses))
         med = {k: statistics.median(v[WARMUP:]) for k, v in phases.items()}
         hidden = (med["local"] + med["allreduce"] - med["ddp"]) / med["allreduce"]
+        buckets = len(str(ddp._get_ddp_logging_data().get("bucket_sizes", "")).split(", "))
         print(f"overlap local_us={med['local']:.2f} ddp_us={med['ddp']:.2f} allreduce_us={med['allreduce']:.2f} "
-              f"hidden={hidden:.3f}", flush=True)
+              f"hidden={hidden:.3f} buckets={buckets}", flush=True)
     dist.destroy_process_group()
 
 

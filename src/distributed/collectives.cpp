@@ -413,9 +413,11 @@ void poll_until(Done done, std::chrono::milliseconds timeout, What what) {
     OXM_CHECK(now < deadline, Backend, "distributed: ", what(), " did not complete within ", timeout.count(),
               " ms: a peer has stopped calling collectives (or died without MPI ending the job). It is still in "
               "flight: wait() again, or end the job; raise the limit with distributed::set_default_timeout");
-    // Spin briefly for latency, then yield, then sleep: ranks may share cores (mpirun --oversubscribe).
+    // Spin briefly for latency, then yield, then sleep: ranks may share cores (mpirun --oversubscribe). Each test
+    // is also what moves a large message's fragments (no progress thread), so sleeping early makes a megabyte
+    // all-reduce several times slower; sleep only once a peer looks stalled (bench/ddp_compare.sh, LIMITATIONS).
     if (spins < 64) continue;
-    if (now - start < std::chrono::milliseconds(2))
+    if (now - start < std::chrono::milliseconds(200))
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(50));

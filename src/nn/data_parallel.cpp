@@ -31,6 +31,7 @@ struct State {
   std::vector<Bucket> buckets;
   std::vector<HookHandle> hooks;
   int next_launch = 0;  // buckets start strictly in index order, the same on every rank
+  int next_done = 0;    // the buckets before it have completed (progress())
   bool in_round = false;
   bool no_sync = false;
 
@@ -45,7 +46,17 @@ struct State {
            buckets[static_cast<size_t>(next_launch)].ready ==
                static_cast<int>(buckets[static_cast<size_t>(next_launch)].params.size()))
       launch(next_launch++);
-    if (next_launch == static_cast<int>(buckets.size())) complete();
+    if (next_launch == static_cast<int>(buckets.size()))
+      complete();
+    else
+      progress();
+  }
+
+  // MPI moves a non-blocking collective's data only inside MPI calls (Open MPI has no progress thread by
+  // default): testing the oldest unfinished bucket from every hook keeps the started ones moving while backward
+  // computes the next gradients, instead of only at the next launch and the final wait.
+  void progress() {
+    while (next_done < next_launch && buckets[static_cast<size_t>(next_done)].work.is_completed()) ++next_done;
   }
 
   void launch(int b) {
@@ -80,6 +91,7 @@ struct State {
     }
     for (Param& p : params) p.ready = false;
     next_launch = 0;
+    next_done = 0;
     in_round = false;
   }
 
