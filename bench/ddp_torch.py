@@ -89,7 +89,8 @@ def worker(rank, port, path, steps, threads, name):
         print("losses " + " ".join(f"{v:.7f}" for v in losses))
         med = {k: statistics.median(v[WARMUP:]) for k, v in phases.items()}
         hidden = (med["local"] + med["allreduce"] - med["ddp"]) / med["allreduce"]
-        buckets = len(str(ddp._get_ddp_logging_data().get("bucket_sizes", "")).split(", "))
+        info = ddp._get_ddp_logging_data()  # torch re-buckets after the first step in the order grads arrived
+        buckets = len(str(info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes", "")).split(", "))
         print(f"overlap local_us={med['local']:.2f} ddp_us={med['ddp']:.2f} allreduce_us={med['allreduce']:.2f} "
               f"hidden={hidden:.3f} buckets={buckets}", flush=True)
     dist.destroy_process_group()
