@@ -173,17 +173,7 @@ MPI_Op mpi_op(ReduceOp op) {
 void* host_ptr(const Tensor& t) {
   static uint64_t dummy = 0;
   if (t.numel() == 0) return &dummy;
-  switch (t.dtype()) {
-    case DType::F32:
-      return t.data_ptr<float>();
-    case DType::F64:
-      return t.data_ptr<double>();
-    case DType::I64:
-      return t.data_ptr<int64_t>();
-    case DType::U8:
-      return t.data_ptr<uint8_t>();
-  }
-  return &dummy;
+  return t.impl()->byte_ptr();
 }
 
 std::string shape_str(const int64_t* dims, int64_t ndim, int64_t extra_hash) {

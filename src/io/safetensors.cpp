@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/format_io.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/io.hpp"
 
@@ -188,20 +189,6 @@ void convert(FileType type, const char* src, void* dst, size_t n) {
       std::memcpy(dst, src, n * 1);
       return;  // not reached: same-layout types are read directly
   }
-}
-
-void* raw_ptr(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::F32:
-      return t.data_ptr<float>();
-    case DType::F64:
-      return t.data_ptr<double>();
-    case DType::I64:
-      return t.data_ptr<int64_t>();
-    case DType::U8:
-      return t.data_ptr<uint8_t>();
-  }
-  return nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------- loading
@@ -418,7 +405,7 @@ SafetensorsFile load_impl(const std::string& path) {
   for (const auto& e : entries) {
     Tensor t = empty(e.shape, e.type->target);
     if (e.numel > 0) {
-      void* dst = raw_ptr(t);
+      void* dst = io_detail::raw_data(t);
       const size_t isz = e.type->itemsize;
       if (isz == itemsize(e.type->target)) {  // same layout (F32, F64, I64, U8, BOOL)
         pread_all(fd.get(), dst, e.end - e.begin, data_start + e.begin, path);
@@ -537,7 +524,7 @@ void save_impl(const std::string& path, std::vector<SaveItem> items, bool refere
         NoGradGuard no_grad;
         c = it.tensor->detach().to(Device::cpu()).contiguous();
       }
-      put(raw_ptr(c), static_cast<size_t>(it.nbytes));
+      put(io_detail::raw_data(c), static_cast<size_t>(it.nbytes));
     }
     write_all(fd.get(), buf.data(), buf.size(), path);
     OXM_CHECK(::fsync(fd.get()) == 0, Io, "save_safetensors: ", path, ": fsync failed: ", sys_error(errno));
