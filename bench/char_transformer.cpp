@@ -2,13 +2,17 @@
 // PyTorch user writes it (hand-written causal attention, functional layers), twin of
 // bench/char_transformer_torch.py: same initial parameters, tokens and batches (read from the file that script's
 // `init` writes), same optimizer. Prints the timing line of bench/train_step.cpp and the loss of every step.
-// Usage: oxmera_char_transformer FILE STEPS [THREADS]
+// With `layers` (issue #15) the blocks are nn::TransformerEncoderLayer (norm_first, GELU, batch_first, causal
+// through the fused attention) with the same weights, against torch's nn.TransformerEncoderLayer.
+// Usage: oxmera_char_transformer FILE STEPS [THREADS [layers]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +45,52 @@ Tensor forward(std::map<std::string, Tensor>& P, const Tensor& idx, const Tensor
   x = F::layer_norm(x, {D}, P["ln_f.weight"], P["ln_f.bias"]);
   return F::linear(x, P["head.weight"], P["head.bias"]);
 }
+// The blocks as nn::TransformerEncoderLayer, holding the file's block weights (q, k, v stacked as torch's
+// in_proj_weight, which is what the hand-written view(b, t, 3, H, D / H) reads).
+struct LayerModel {
+  std::vector<std::shared_ptr<nn::TransformerEncoderLayer>> blocks;
+  std::vector<Tensor> params;
+  std::map<std::string, Tensor> P;  // embeddings, final norm, head
+  LayerModel(const std::map<std::string, Tensor>& file) {
+    const std::map<std::string, std::string> torch_name = {{"ln1.weight", "norm1.weight"},
+                                                           {"ln1.bias", "norm1.bias"},
+                                                           {"qkv.weight", "self_attn.in_proj_weight"},
+                                                           {"qkv.bias", "self_attn.in_proj_bias"},
+                                                           {"proj.weight", "self_attn.out_proj.weight"},
+                                                           {"proj.bias", "self_attn.out_proj.bias"},
+                                                           {"ln2.weight", "norm2.weight"},
+                                                           {"ln2.bias", "norm2.bias"},
+                                                           {"fc1.weight", "linear1.weight"},
+                                                           {"fc1.bias", "linear1.bias"},
+                                                           {"fc2.weight", "linear2.weight"},
+                                                           {"fc2.bias", "linear2.bias"}};
+    for (const char* n : {"tok_emb", "pos_emb", "ln_f.weight", "ln_f.bias", "head.weight", "head.bias"}) {
+      P[n] = file.at(n).clone().requires_grad_();
+      params.push_back(P[n]);
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      auto blk = std::make_shared<nn::TransformerEncoderLayer>(
+          D, H,
+          nn::TransformerEncoderLayerOptions{
+              .dim_feedforward = 4 * D, .dropout = 0.0, .activation = "gelu", .batch_first = true, .norm_first = true});
+      std::map<std::string, Tensor> mine;
+      for (auto& [n, t] : blk->named_parameters()) mine[n] = t;
+      const std::string p = "h" + std::to_string(i) + ".";
+      NoGradGuard ng;
+      for (auto& [ours, theirs] : torch_name) mine.at(theirs).copy_(file.at(p + ours));
+      for (auto& t : blk->parameters()) params.push_back(t);
+      blocks.push_back(blk);
+    }
+  }
+  Tensor forward(const Tensor& idx) {
+    const int64_t t = idx.size(1);
+    Tensor x = F::embedding(idx, P["tok_emb"]) + P["pos_emb"].index({Slice(None, t)});
+    for (auto& blk : blocks) x = blk->forward(x, {}, {}, /*is_causal=*/true);
+    x = F::layer_norm(x, {D}, P["ln_f.weight"], P["ln_f.bias"]);
+    return F::linear(x, P["head.weight"], P["head.bias"]);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,14 +99,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int steps = std::atoi(argv[2]), threads = argc > 3 ? std::atoi(argv[3]) : 1;
+  const bool layers = argc > 4 && std::string(argv[4]) == "layers";
   set_num_threads(threads);
   std::map<std::string, Tensor> file = load_safetensors(argv[1]);
   std::map<std::string, Tensor> P;
   std::vector<Tensor> params;
-  for (auto& [name, t] : file) {
-    if (name.rfind("data.", 0) == 0) continue;
-    P[name] = t.clone().requires_grad_();
-    params.push_back(P[name]);
+  std::optional<LayerModel> model;
+  if (layers) {
+    model.emplace(file);
+    params = model->params;
+  } else {
+    for (auto& [name, t] : file) {
+      if (name.rfind("data.", 0) == 0) continue;
+      P[name] = t.clone().requires_grad_();
+      params.push_back(P[name]);
+    }
   }
   const Tensor toks = file["data.tokens"], offsets = file["data.offsets"];
   optim::AdamW opt(params, {.lr = 3e-3, .weight_decay = 0.01});
@@ -68,7 +125,7 @@ int main(int argc, char** argv) {
     Tensor rows = toks.index({offsets.select(0, s % kMaxSteps).unsqueeze(1) + span});
     Tensor x = rows.index({Slice(), Slice(None, T)}), y = rows.index({Slice(), Slice(1, None)});
     auto t0 = std::chrono::steady_clock::now();
-    Tensor logits = forward(P, x, causal);
+    Tensor logits = layers ? model->forward(x) : forward(P, x, causal);
     Tensor loss = nn::cross_entropy(logits.reshape({B * T, V}), y.reshape({B * T}));
     opt.zero_grad();
     loss.backward();

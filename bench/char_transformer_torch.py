@@ -3,9 +3,11 @@
 
   char_transformer_torch.py init FILE          writes FILE (safetensors): initial parameters, the token stream and
                                                the batch offsets, from a fixed seed
-  char_transformer_torch.py run FILE STEPS [THREADS]
+  char_transformer_torch.py run FILE STEPS [THREADS [layers]]
                                                trains STEPS steps from FILE and prints the timing line
-                                               and the losses (the same format as bench/char_transformer.cpp)
+                                               and the losses (the same format as bench/char_transformer.cpp);
+                                               with `layers` the blocks are nn.TransformerEncoderLayer
+                                               (norm_first, GELU, batch_first, a float causal mask), same weights
 
 Model: 2 pre-LayerNorm blocks, d_model 64, 4 heads, causal self-attention written by hand (as a user of today's
 oxmera primitives must), GELU MLP (4x, exact GELU as nn.GELU()), final LayerNorm, linear head; cross entropy,
@@ -106,12 +108,48 @@ def forward(P, idx):
     return F.linear(x, P["head.weight"], P["head.bias"])
 
 
-def run(path, steps, threads):
+TORCH_NAMES = {"ln1.weight": "norm1.weight", "ln1.bias": "norm1.bias", "qkv.weight": "self_attn.in_proj_weight",
+               "qkv.bias": "self_attn.in_proj_bias", "proj.weight": "self_attn.out_proj.weight",
+               "proj.bias": "self_attn.out_proj.bias", "ln2.weight": "norm2.weight", "ln2.bias": "norm2.bias",
+               "fc1.weight": "linear1.weight", "fc1.bias": "linear1.bias", "fc2.weight": "linear2.weight",
+               "fc2.bias": "linear2.bias"}
+
+
+def layer_model(f):
+    # The same blocks as torch layers (q, k, v stacked in in_proj_weight as the hand-written view reads them).
+    P = {n: f[n].clone().requires_grad_() for n in ("tok_emb", "pos_emb", "ln_f.weight", "ln_f.bias", "head.weight",
+                                                    "head.bias")}
+    blocks = []
+    for i in range(L):
+        blk = torch.nn.TransformerEncoderLayer(D, H, 4 * D, dropout=0.0, activation="gelu", batch_first=True,
+                                               norm_first=True)
+        sd = {theirs: f[f"h{i}." + ours] for ours, theirs in TORCH_NAMES.items()}
+        blk.load_state_dict(sd)
+        blocks.append(blk)
+    mask = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
+
+    def fwd(idx):
+        t = idx.shape[1]
+        x = F.embedding(idx, P["tok_emb"]) + P["pos_emb"][:t]
+        for blk in blocks:
+            x = blk(x, src_mask=mask[:t, :t])
+        x = F.layer_norm(x, (D,), P["ln_f.weight"], P["ln_f.bias"])
+        return F.linear(x, P["head.weight"], P["head.bias"])
+    return fwd, list(P.values()) + [p for blk in blocks for p in blk.parameters()]
+
+
+def run(path, steps, threads, layers=False):
     torch.set_num_threads(threads)
     f = load(path)
     names = list(param_shapes())
-    P = {n: f[n].clone().requires_grad_() for n in names}
-    params = [P[n] for n in names]
+    if layers:
+        model, params = layer_model(f)
+    else:
+        P = {n: f[n].clone().requires_grad_() for n in names}
+        params = [P[n] for n in names]
+
+        def model(idx):
+            return forward(P, idx)
     toks, offsets = f["data.tokens"], f["data.offsets"]
     opt = torch.optim.AdamW(params, lr=3e-3, weight_decay=0.01)
     arange_t = torch.arange(T + 1)
@@ -121,7 +159,7 @@ def run(path, steps, threads):
         rows = toks[offsets[s % MAX_STEPS].unsqueeze(1) + arange_t]
         x, y = rows[:, :T], rows[:, 1:]
         t0 = clock()
-        logits = forward(P, x)
+        logits = model(x)
         loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -142,4 +180,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "init":
         init(sys.argv[2])
     else:
-        run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 1)
+        run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 1,
+            len(sys.argv) > 5 and sys.argv[5] == "layers")

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "nn/attention_policy.hpp"
 #include "ops/fused.hpp"
 #include "test_util.hpp"
 
@@ -16,6 +17,10 @@ namespace ops = oxmera::ops;
 namespace d = oxmera::detail;
 
 namespace {
+
+// Every scaled_dot_product_attention in this binary takes the fused kernel however small the problem (the default
+// policy sends small ones to the faster composite: src/nn/attention_policy.hpp); the test below restores it.
+const bool kFusedEverywhere = (d::attention_composite_max_score_bytes = 0, true);
 
 Tensor u64(const Shape& s, uint64_t seed) { return (rand(s, seed, DType::F64) * 2.0 - 1.0).requires_grad_(); }
 
@@ -191,3 +196,19 @@ TEST(Attention, TypedErrorsNameTheShapes) {
 }
 
 }  // namespace
+
+// The default policy: the composite below 64 MiB of scores (faster on the CPU), the fused kernel above; both give
+// the same values.
+TEST(Attention, SmallProblemsTakeTheCompositeLargeOnesTheFusedKernel) {
+  ASSERT_TRUE(kFusedEverywhere);
+  const int64_t saved = d::attention_composite_max_score_bytes;
+  d::attention_composite_max_score_bytes = int64_t{64} << 20;
+  Tensor q = u64({2, 3, 5, 4}, 1), k = u64({2, 3, 7, 4}, 2), v = u64({2, 3, 7, 4}, 3);
+  Tensor small = F::scaled_dot_product_attention(q, k, v);
+  EXPECT_EQ(small.grad_fn_name(), "matmul");                       // the composite ends with weights @ v
+  d::attention_composite_max_score_bytes = 2 * 3 * 5 * 7 * 8 - 1;  // one byte short of the scores: fused
+  Tensor fused = F::scaled_dot_product_attention(q, k, v);
+  d::attention_composite_max_score_bytes = saved;
+  EXPECT_EQ(fused.grad_fn_name(), "reshape") << "the fused output is reshaped from [B*H, L, Ev]";
+  expect_close(values(small), values(fused), 1e-12, 1e-12, "composite vs fused");
+}

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "autograd/node.hpp"
+#include "nn/attention_policy.hpp"
 #include "ops/fused.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/nn/functional.hpp"
@@ -151,6 +152,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const int64_t n = q.dim();
   const int64_t L = q.shape()[n - 2], E = q.shape()[n - 1], S = k.shape()[n - 2], Ev = v.shape()[n - 1];
   const int64_t B = q.numel() / (L * E);
+  const double score_bytes = static_cast<double>(B) * static_cast<double>(L) * static_cast<double>(S) *
+                             static_cast<double>(itemsize(q.dtype()));
+  if (score_bytes <= static_cast<double>(detail::attention_composite_max_score_bytes.load(std::memory_order_relaxed)))
+    return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
   const Tensor q3 = q.contiguous().reshape({B, L, E}), k3 = k.contiguous().reshape({B, S, E}),
                v3 = v.contiguous().reshape({B, S, Ev});
   Tensor m3;
