@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import export_digits  # noqa: E402  (exits 77 itself when numpy or sklearn is missing)
 
