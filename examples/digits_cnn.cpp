@@ -5,8 +5,9 @@
 // its first steps with the PyTorch twin bench/digits_cnn_torch.py (same initial parameters, via --dump-init).
 //
 // Model: Conv2d(1,16,3,p1)-ReLU-MaxPool2-Conv2d(16,32,3,p1)-ReLU-MaxPool2-Flatten-Linear(128,10); inputs are
-// the pixel values (0..16) divided by 16; cross entropy, Adam. Split: the first 80 % (1437 images) train, the
-// last 20 % (360) test. Batches in file order (no shuffle), so the PyTorch twin sees the same ones.
+// the pixel values (0..16) divided by 16; cross entropy, Adam. Split: a seeded random_split, 80 % (1437 images)
+// train, 20 % (360) test; the loader shuffles each epoch (seeded). --dump-init writes every epoch's visit order
+// next to the initial parameters, so the PyTorch twin sees the same batches.
 //
 // Usage: digits_cnn (--data DIR | --images FILE --labels FILE) [--epochs 15] [--batch 32] [--lr 0.003]
 //                   [--workers 2] [--seed 0] [--threads 2] [--model FILE] [--dump-init FILE] [--steps N]
@@ -127,10 +128,10 @@ int main(int argc, char** argv) {
   try {
     const ox::Tensor images = ox::load_idx(opt.images), labels = ox::load_idx(opt.labels);
     if (images.dim() != 3 || images.size(1) != 8 || images.size(2) != 8 || labels.dim() != 1 ||
-        labels.size(0) != images.size(0))
-      throw ox::Error(ox::ErrorKind::ShapeMismatch, "digits_cnn: expected images [N, 8, 8] and labels [N], got " +
-                                                        images.shape().str() + " (" + opt.images + ") and " +
-                                                        labels.shape().str() + " (" + opt.labels + ")");
+        labels.size(0) != images.size(0) || images.size(0) < 5)
+      throw ox::Error(ox::ErrorKind::ShapeMismatch,
+                      "digits_cnn: expected at least 5 images [N, 8, 8] and labels [N], got " + images.shape().str() +
+                          " (" + opt.images + ") and " + labels.shape().str() + " (" + opt.labels + ")");
     const int64_t n = images.size(0), n_train = n * 4 / 5, n_test = n - n_train;
     const ox::Tensor x = images.to(ox::DType::F32).reshape({n, 1, 8, 8}) / 16.0;
     const ox::Tensor y = labels.to(ox::DType::I64);
