@@ -1,6 +1,9 @@
 #pragma once
-// `oxmera train`'s demo task (two spirals, MLP 2-32-32-2 with tanh, Adam, cross entropy), in the oxmera_workloads
-// library so the CLI and the tests run the same compiled loop.
+// `oxmera train`'s tasks, in the oxmera_workloads library so the CLI and the tests run the same compiled loop:
+//   mlp (the default): two spirals, MLP 2-32-32-2 with tanh, Adam, cross entropy; accuracy on the training points
+//   cnn: scikit-learn's 8x8 digits read from IDX files in `data` (digits-images-idx3-ubyte, digits-labels-idx1-ubyte,
+//        as tests/digits/export_digits.py writes them), the CNN of examples/digits_cnn.cpp, a seeded 80/20 split;
+//        accuracy on the held-out 20 %
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -8,6 +11,8 @@
 namespace oxmera::workloads {
 
 struct TrainOptions {
+  std::string model = "mlp";   // mlp or cnn
+  std::string data;            // cnn: the folder of the digits IDX files
   std::string device = "cpu";  // a Device::parse name: cpu, cuda, cuda:N
   int epochs = 30;
   uint64_t seed = 7;
@@ -27,6 +32,9 @@ struct EpochStats {
   int stopped_by = 0;  // the stop value when interrupted, else 0
 };
 
+// What the front ends print as the model: "MLP 2-32-32-2 (tanh)", "CNN 16-32 (digits 8x8)".
+const char* model_description(const TrainOptions& opt);
+
 // Progress callbacks: on_batch(epoch, batch_index, batches_per_epoch) after each step; on_epoch after each
 // epoch. Returns the final stats.
 EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(int, int64_t, int64_t)>& on_batch,
@@ -37,6 +45,7 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
 // The names the CLI and the tests were written with.
 namespace oxmera_cli {
 using oxmera::workloads::EpochStats;
+using oxmera::workloads::model_description;
 using oxmera::workloads::run_demo_training;
 using oxmera::workloads::TrainOptions;
 }  // namespace oxmera_cli

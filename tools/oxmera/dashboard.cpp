@@ -486,7 +486,7 @@ int run_replay(const std::string& path) {
 int run_tui_training(const TrainOptions& opt) {
   Terminal term;
   Model m;
-  m.model = "MLP 2-32-32-2 (tanh)";
+  m.model = model_description(opt);
   m.device = opt.device;
   m.total_epochs = opt.epochs;
   m.memory_label = rss_label();
