@@ -1,0 +1,71 @@
+#pragma once
+// Shared by the libFuzzer harnesses of tests/fuzz: the loaders under test take a path, so each input is written
+// to one per-process temporary file; an oxmera::Error is the expected outcome of a bad input, anything else
+// (another exception type, a crash, a sanitizer report) is a finding.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "oxmera/error.hpp"
+
+namespace oxmera_fuzz {
+
+// The same file is rewritten for every input (suffix: some readers are chosen by extension in user code, and a
+// realistic name keeps messages readable). Removed at exit.
+inline const std::string& input_path(const char* suffix) {
+  static const std::string path = [suffix] {
+    std::string templ = std::string("/tmp/oxmera_fuzz_XXXXXX") + suffix;
+    const int fd = mkstemps(templ.data(), static_cast<int>(std::string(suffix).size()));
+    if (fd < 0) {
+      std::perror("oxmera_fuzz: mkstemps");
+      std::abort();
+    }
+    close(fd);
+    static std::string to_remove;
+    to_remove = templ;
+    std::atexit([] { std::remove(to_remove.c_str()); });
+    return templ;
+  }();
+  return path;
+}
+
+inline const std::string& write_input(const uint8_t* data, size_t size, const char* suffix) {
+  const std::string& path = input_path(suffix);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) {
+    std::perror("oxmera_fuzz: writing the input file");
+    std::abort();
+  }
+  return path;
+}
+
+// Set by the replay driver: print each input's outcome (accepted, or the error's first line), so a seed meant to
+// be valid visibly loads. Off under libFuzzer.
+inline bool& report_outcomes() {
+  static bool on = false;
+  return on;
+}
+
+// Runs body(); an oxmera::Error is fine, any other exception aborts (libFuzzer records the input as a crash).
+template <class Body>
+int run_expecting_oxmera_errors(Body&& body) {
+  try {
+    body();
+    if (report_outcomes()) std::printf("  accepted\n");
+  } catch (const oxmera::Error& e) {
+    if (report_outcomes()) std::printf("  %.160s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "oxmera_fuzz: FINDING: a non-oxmera exception escaped: %s\n", e.what());
+    std::abort();
+  } catch (...) {
+    std::fprintf(stderr, "oxmera_fuzz: FINDING: a non-std exception escaped\n");
+    std::abort();
+  }
+  return 0;
+}
+
+}  // namespace oxmera_fuzz
