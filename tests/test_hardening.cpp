@@ -54,6 +54,32 @@ TEST_F(Hardening, OptimizerStepCountsBeyondTwoToThe53AreRefused) {
   EXPECT_OXM_ERROR(opt.load_state_tensors(state), InvalidArgument, "outside [0, 2^53]");
 }
 
+// Found with the checkpoint fuzzer's corpus (tests/fuzz/corpus/checkpoint/exp_avg_sq_negative.safetensors): a
+// negative second moment loaded without error and the next step() made the weights NaN.
+TEST_F(Hardening, NegativeOrNanSecondMomentsAreRefused) {
+  nn::Linear model(2, 2);
+  optim::Adam adam(model.parameters());
+  optim::RMSprop rms(model.parameters());
+  model.forward(ones(Shape{1, 2})).sum().backward();
+  adam.step();
+  rms.step();
+  for (optim::Optimizer* opt : {static_cast<optim::Optimizer*>(&adam), static_cast<optim::Optimizer*>(&rms)}) {
+    for (double bad : {-1e-3, std::nan("")}) {
+      auto state = opt->state_tensors();
+      bool found = false;
+      for (auto& [k, t] : state)
+        if (k.find("exp_avg_sq") != std::string::npos || k.find("square_avg") != std::string::npos) {
+          t = t.clone();
+          t.view({-1}).narrow(0, 0, 1).fill_(bad);
+          found = true;
+        }
+      ASSERT_TRUE(found);
+      EXPECT_OXM_ERROR(opt->load_state_tensors(state), InvalidArgument, "negative or NaN");
+    }
+    EXPECT_NO_THROW(opt->load_state_tensors(opt->state_tensors()));  // the untouched state still loads
+  }
+}
+
 TEST_F(Hardening, ZeroSizeShapesWhoseLayoutOverflowsAreRefused) {
   const int64_t huge = int64_t{1} << 62;
   EXPECT_OXM_ERROR(zeros(Shape{0, huge, huge}), InvalidArgument, "64-bit");

@@ -269,6 +269,16 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
               " but the parameter has dtype ", p.dtype());
     OXM_CHECK(t.shape() == p.shape(), ShapeMismatch, name_, ".load_state_tensors: '", key, "' has shape ", t.shape(),
               " but the parameter has shape ", p.shape());
+    // A running average of squares (Adam's exp_avg_sq, RMSprop's square_avg) is never negative or NaN; one that is
+    // would turn the weights to NaN at the next step() with no error (found by the checkpoint fuzzer's corpus).
+    if (rest.find("sq") != std::string::npos || rest == "square_avg") {
+      NoGradGuard ng;
+      const Tensor d = t.detach();
+      const double bad =
+          t.numel() ? (d.lt(0.0).to(DType::F64).sum() + d.isnan().to(DType::F64).sum()).item<double>() : 0;
+      OXM_CHECK(bad == 0, InvalidArgument, name_, ".load_state_tensors: '", key, "' has ", bad,
+                " negative or NaN entries; a running average of squares cannot (the file is corrupt)");
+    }
     pe.buf[b] = t;
   }
   for (const auto& [gi, pe] : pending) {
