@@ -32,11 +32,17 @@
 # image already has is used as it is. It fetches nothing: it fails early, listing what is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# --check-blas OXMERA: exit 0 only when that oxmera's doctor reports OpenBLAS as its GEMM (the `blas` step; the
+# fallback's name can mention OpenBLAS too, "builtin blocked GEMM (OpenBLAS not found)", so the row must start with it).
+if [ "${1:-}" = "--check-blas" ]; then
+  "$2" doctor | tee /dev/stderr | grep -qE '^ *blas +OpenBLAS'
+  exit
+fi
 dry=0
 for a in "$@"; do
   case "$a" in
     --dry-run) dry=1 ;;
-    *) echo "usage: scripts/gpu-check.sh [--dry-run]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-check.sh [--dry-run | --check-blas OXMERA]" >&2; exit 2 ;;
   esac
 done
 budget=${GPU_CHECK_BUDGET:-540}
@@ -121,7 +127,7 @@ step configure 30 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -D
 step build 200 cmake --build build-gpu -j "$jobs" --target oxmera_cuda_tests oxmera_cuda_bench oxmera_cli
 # OpenBLAS must be the CPU GEMM: without its runtime (libgfortran5, libquadmath0) the dlopen fails and the
 # portable GEMM runs, which makes every CPU-vs-GPU figure wrong
-step blas 10 bash -c "'$ox' doctor | tee /dev/stderr | grep -E '^ *blas +.*OpenBLAS'"
+step blas 10 bash scripts/gpu-check.sh --check-blas "$ox"
 # the binary itself, not ctest: one process loads cuBLAS (about 0.5 GB) once, not once per test case
 step cuda_tests 60 "$tests"
 if [ "$have_sanitizer" = 1 ]; then

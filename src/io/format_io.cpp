@@ -19,9 +19,7 @@
 
 namespace oxmera::io_detail {
 
-namespace {
 std::string sys_error(int err) { return std::strerror(err); }
-}  // namespace
 
 void Fd::reset() noexcept {
   if (fd_ >= 0) ::close(fd_);
@@ -262,9 +260,12 @@ void AtomicFile::commit() {
   OXM_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, Io, fn_, ": cannot rename ", tmp_, " to ", path_, ": ",
             sys_error(errno));
   committed_ = true;
+  // Make the rename durable (the data is already in place; a failure here is still reported).
   const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
   Fd dfd(::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.get() >= 0) (void)::fsync(dfd.get());  // durability of the rename; the data is already in place
+  OXM_CHECK(dfd.get() >= 0, Io, fn_, ": ", path_, ": cannot open the directory to fsync it: ", sys_error(errno));
+  OXM_CHECK(::fsync(dfd.get()) == 0 || errno == EINVAL, Io, fn_, ": ", path_,
+            ": fsync of the directory failed: ", sys_error(errno));
 }
 
 struct DeflateSink::State {

@@ -1,7 +1,7 @@
 #pragma once
 // Byte sources and sinks shared by the file formats of include/oxmera/formats.hpp: bounded reads of a file
-// range, streaming inflate (gzip or raw deflate) in fixed-size chunks, atomic output files and deflate sinks.
-// Internal to src/io.
+// range, streaming inflate (gzip or raw deflate) in fixed-size chunks, atomic output files (also what
+// save_safetensors writes through) and deflate sinks. Internal to src/io.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +15,8 @@
 namespace oxmera::io_detail {
 
 inline constexpr size_t kChunk = size_t{1} << 16;  // read / inflate / convert buffer
+
+std::string sys_error(int err);  // strerror as a string
 
 class Fd {
  public:

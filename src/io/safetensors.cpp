@@ -4,14 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <string>
@@ -39,23 +36,8 @@ constexpr size_t kMaxJsonDepth = 3;                // header object > tensor ent
 constexpr size_t kMaxArrayLength = 64;             // longest array a header may hold (shape rank)
 constexpr size_t kChunkBytes = size_t{1} << 20;    // conversion / write buffer
 
-std::string sys_error(int err) { return std::strerror(err); }
-
-// ------------------------------------------------------------------------------------------ file handles
-class Fd {
- public:
-  explicit Fd(int fd = -1) noexcept : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const noexcept { return fd_; }
-  int release() noexcept { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
+using io_detail::Fd;
+using io_detail::sys_error;
 
 // Reads exactly n bytes at offset; Io error on failure or a short file.
 void pread_all(int fd, void* dst, size_t n, uint64_t offset, const std::string& path) {
@@ -71,20 +53,6 @@ void pread_all(int fd, void* dst, size_t n, uint64_t offset, const std::string& 
     p += got;
     n -= static_cast<size_t>(got);
     offset += static_cast<uint64_t>(got);
-  }
-}
-
-void write_all(int fd, const void* src, size_t n, const std::string& path) {
-  const auto* p = static_cast<const char*>(src);
-  while (n > 0) {
-    const size_t want = std::min<size_t>(n, size_t{1} << 30);
-    const ssize_t put = ::write(fd, p, want);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      OXM_FAIL(Io, "save_safetensors: ", path, ": write failed: ", sys_error(errno));
-    }
-    p += put;
-    n -= static_cast<size_t>(put);
   }
 }
 
@@ -433,17 +401,6 @@ struct SaveItem {
   int64_t nbytes;
 };
 
-std::string temp_path_for(const std::filesystem::path& target) {
-  static std::atomic<uint64_t> counter{0};
-  const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  const uint64_t salt = now ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
-  char buf[40];
-  std::snprintf(buf, sizeof buf, ".tmp.%d.%016llx", static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(salt));
-  std::filesystem::path p = target.parent_path() / ("." + target.filename().string() + buf);
-  return p.string();
-}
-
 void save_impl(const std::string& path, std::vector<SaveItem> items, bool reference_order,
                const std::map<std::string, std::string>& metadata) {
   OXM_CHECK(!path.empty(), InvalidArgument, "save_safetensors: empty path");
@@ -494,55 +451,31 @@ void save_impl(const std::string& path, std::vector<SaveItem> items, bool refere
   }
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  const std::filesystem::path target(path);
-  const std::string tmp = temp_path_for(target);
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-  OXM_CHECK(fd.get() >= 0, Io, "save_safetensors: ", path, ": cannot create the temporary file ", tmp, ": ",
-            sys_error(errno));
-  try {
-    std::vector<char> buf;
-    buf.reserve(kChunkBytes);
-    auto put = [&](const void* p, size_t n) {
-      if (buf.size() + n > kChunkBytes) {
-        write_all(fd.get(), buf.data(), buf.size(), path);
-        buf.clear();
-      }
-      if (n >= kChunkBytes) {
-        write_all(fd.get(), p, n, path);
-      } else {
-        buf.insert(buf.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
-      }
-    };
-    unsigned char len_bytes[8];
-    for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(uint64_t{text.size()} >> (8 * i));
-    put(len_bytes, 8);
-    put(text.data(), text.size());
-    for (const auto& it : items) {
-      if (it.nbytes == 0) continue;
-      Tensor c;
-      {
-        NoGradGuard no_grad;
-        c = it.tensor->detach().to(Device::cpu()).contiguous();
-      }
-      put(io_detail::raw_data(c), static_cast<size_t>(it.nbytes));
+  // Written to a temporary file beside the target, fsynced and renamed over it (removed on any failure).
+  io_detail::AtomicFile file(path, "save_safetensors");
+  std::vector<char> buf;
+  buf.reserve(kChunkBytes);
+  auto put = [&](const void* p, size_t n) {
+    if (buf.size() + n > kChunkBytes) {
+      file.write(buf.data(), buf.size());
+      buf.clear();
     }
-    write_all(fd.get(), buf.data(), buf.size(), path);
-    OXM_CHECK(::fsync(fd.get()) == 0, Io, "save_safetensors: ", path, ": fsync failed: ", sys_error(errno));
-    OXM_CHECK(::close(fd.release()) == 0, Io, "save_safetensors: ", path, ": close failed: ", sys_error(errno));
-    OXM_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, Io, "save_safetensors: cannot rename ", tmp, " to ", path, ": ",
-              sys_error(errno));
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
+    if (n >= kChunkBytes) {
+      file.write(p, n);
+    } else {
+      buf.insert(buf.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+    }
+  };
+  unsigned char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(uint64_t{text.size()} >> (8 * i));
+  put(len_bytes, 8);
+  put(text.data(), text.size());
+  for (const auto& it : items) {
+    if (it.nbytes == 0) continue;
+    put(io_detail::raw_data(io_detail::host_contiguous(*it.tensor)), static_cast<size_t>(it.nbytes));
   }
-  // Make the rename durable.
-  std::string dir = target.parent_path().string();
-  if (dir.empty()) dir = ".";
-  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  OXM_CHECK(dfd.get() >= 0, Io, "save_safetensors: ", path,
-            ": cannot open the directory to fsync it: ", sys_error(errno));
-  OXM_CHECK(::fsync(dfd.get()) == 0 || errno == EINVAL, Io, "save_safetensors: ", path,
-            ": fsync of the directory failed: ", sys_error(errno));
+  file.write(buf.data(), buf.size());
+  file.commit();
 }
 
 }  // namespace

@@ -29,13 +29,6 @@ Tensor borrow(const TensorImpl* p) {
   return Tensor(q);
 }
 
-// Zeros of `shape` made on `device` (one fill there, no upload); zeros_like where the shape is at hand.
-Tensor zeros_on(const Shape& shape, DType dtype, Device device, const char* op) {
-  Tensor t = detail::make_empty(shape, dtype, device, op);
-  if (t.numel()) t.fill_(0.0);
-  return t;
-}
-
 // ---------------------------------------------------------------- cross entropy
 // Rows whose target is -1 are ignored: `safe` reads class 0 there and `keep` (u8) is 0.
 struct RowTargets {
@@ -217,8 +210,8 @@ void col2im_fallback(FusedCall& call, Device) {
   const int64_t N = xg.size(0), C = xg.size(1), H = xg.size(2), W = xg.size(3);
   const int64_t Hp = H + 2 * g.ph, Wp = W + 2 * g.pw;
   const Tensor cols = borrow(c.cols).reshape({N, C, g.kh * g.kw * g.oh * g.ow});
-  const Tensor plane = zeros_on(Shape{N, C, Hp * Wp}, xg.dtype(), xg.device(), "col2im")
-                           .index_add(2, window_index(g, Wp, xg.device()), cols);
+  const Tensor plane =
+      zeros(Shape{N, C, Hp * Wp}, xg.dtype(), xg.device()).index_add(2, window_index(g, Wp, xg.device()), cols);
   xg.copy_(xg + plane.reshape({N, C, Hp, Wp}).narrow(2, g.ph, H).narrow(3, g.pw, W));
 }
 

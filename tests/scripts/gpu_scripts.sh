@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU scripts' own logic, tested without a GPU: scripts/gpu-check.sh --dry-run (step order, budget,
-# skips, missing dependencies, summary) and scripts/gpu-deps.sh's closure check (skipped, exit 77, when
+# skips, missing dependencies, summary), its OpenBLAS check (given the oxmera binary as $1) and
+# scripts/gpu-deps.sh's closure check (skipped, exit 77, when
 # the .deb files cannot be fetched).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,6 +36,18 @@ expect "and goes on to the summary" bash -c 'test "$1" = 0 && grep -q "gpu-check
 out=$(GPU_CHECK_TOOLS="cmake oxmera-absent-tool" bash scripts/gpu-check.sh 2>&1)
 rc=$?
 expect "a real run with a missing tool exits 2 before any step" bash -c 'test "$1" = 2 && ! grep -q "^--- " <<<"$2"' _ "$rc" "$out"
+
+# the blas step: passes on the OpenBLAS this machine loads, fails on the fallback GEMM (whose name mentions OpenBLAS)
+if [ -n "${1:-}" ]; then
+  expect "blas check passes with OpenBLAS" bash scripts/gpu-check.sh --check-blas "$1" 2>/dev/null
+  expect "blas check fails on the builtin GEMM" bash -c '! OXMERA_NO_BLAS=1 bash scripts/gpu-check.sh --check-blas "$1" 2>/dev/null' _ "$1"
+  mkdir -p /tmp/oxmera-noblas.$$
+  printf '#!/bin/sh\nprintf "  blas          builtin blocked GEMM (OpenBLAS found but not loaded: x)\\n"\n' > /tmp/oxmera-noblas.$$/ox
+  chmod +x /tmp/oxmera-noblas.$$/ox
+  expect "blas check fails on an OpenBLAS that did not load" \
+    bash -c '! bash scripts/gpu-check.sh --check-blas "$1" 2>/dev/null' _ /tmp/oxmera-noblas.$$/ox
+  rm -rf /tmp/oxmera-noblas.$$
+fi
 
 if ! bash scripts/gpu-deps.sh >/tmp/gpu-deps.$$ 2>&1; then
   if grep -q "needs" /tmp/gpu-deps.$$; then cat /tmp/gpu-deps.$$; echo "FAIL gpu-deps closure"; fail=1

@@ -24,7 +24,8 @@ struct CoalescedPlan {
   int ndim = 0;
   bool contiguous = true;  // offset(o, i) == i for every operand: kernels skip the div/mod walk
   // Flat indices and every operand's offsets fit in 32 bits: kernels may walk the dims with offsets32, whose
-  // 32-bit division costs a GPU several times less than 64-bit (set by coalesce).
+  // 32-bit division costs a GPU several times less than 64-bit (set by make_plan, the element-stride form; the
+  // CPU's byte-stride plans leave it false).
   bool index32 = false;
   int64_t numel = 1;
   // Entries at and above ndim are unspecified: a plain declaration leaves them unset (the CPU builds a plan per
@@ -89,17 +90,20 @@ inline bool coalesce(int rank, const int64_t* shape, StrideOf&& stride_of, Coale
   }
   p.contiguous = p.ndim <= 1;
   for (int o = 0; o < N && p.ndim == 1; ++o) p.contiguous = p.contiguous && p.stride[o][0] == 1;
-  p.index32 = p.numel <= INT32_MAX;
-  for (int o = 0; o < N && p.index32; ++o) {
+  return true;
+}
+
+// Whether plan p's flat indices and every operand's offsets (in the strides' unit) fit in int32.
+template <int N, int MaxDims>
+inline bool fits_int32(const CoalescedPlan<N, MaxDims>& p) {
+  if (p.numel > INT32_MAX) return false;
+  for (int o = 0; o < N; ++o) {
     int64_t span = 0;  // the largest |offset| of operand o
-    for (int d = 0; d < p.ndim && p.index32; ++d) {
+    for (int d = 0; d < p.ndim; ++d) {
       const int64_t st = p.stride[o][d] < 0 ? -p.stride[o][d] : p.stride[o][d];
-      if (st > INT32_MAX) {
-        p.index32 = false;
-      } else {
-        span += (p.size[d] - 1) * st;  // size <= numel <= 2^31 and st <= 2^31: no overflow
-        p.index32 = span <= INT32_MAX;
-      }
+      if (st > INT32_MAX) return false;
+      span += (p.size[d] - 1) * st;  // size <= numel <= 2^31 and st <= 2^31: no overflow
+      if (span > INT32_MAX) return false;
     }
   }
   return true;
@@ -110,8 +114,11 @@ inline bool coalesce(int rank, const int64_t* shape, StrideOf&& stride_of, Coale
 template <int N, int MaxDims>
 inline bool make_plan(int rank, const int64_t* shape, const int64_t* const* strides, CoalescedPlan<N, MaxDims>& p) {
   p = CoalescedPlan<N, MaxDims>{};
-  return coalesce(
-      rank, shape, [strides](int o, int d) { return strides[o][d]; }, p);
+  if (!coalesce(
+          rank, shape, [strides](int o, int d) { return strides[o][d]; }, p))
+    return false;
+  p.index32 = fits_int32(p);
+  return true;
 }
 
 }  // namespace oxmera::detail
