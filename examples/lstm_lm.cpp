@@ -57,30 +57,47 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) usage("missing the value of " + a);
     const std::string v = argv[++i];
     const auto num = [&] { return std::atoll(v.c_str()); };
-    if (a == "--text") o.text = v;
-    else if (a == "--model") o.model = v;
-    else if (a == "--dump-init") o.dump_init = v;
-    else if (a == "--steps") o.steps = num();
-    else if (a == "--batch") o.batch = num();
-    else if (a == "--seq") o.seq = num();
-    else if (a == "--embed") o.embed = num();
-    else if (a == "--hidden") o.hidden = num();
-    else if (a == "--print") o.print = num();
-    else if (a == "--sample") o.sample = num();
-    else if (a == "--threads") o.threads = static_cast<int>(num());
-    else if (a == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--lr") o.lr = std::atof(v.c_str());
-    else if (a == "--clip") o.clip = std::atof(v.c_str());
-    else if (a == "--temperature") o.temperature = std::atof(v.c_str());
+    if (a == "--text")
+      o.text = v;
+    else if (a == "--model")
+      o.model = v;
+    else if (a == "--dump-init")
+      o.dump_init = v;
+    else if (a == "--steps")
+      o.steps = num();
+    else if (a == "--batch")
+      o.batch = num();
+    else if (a == "--seq")
+      o.seq = num();
+    else if (a == "--embed")
+      o.embed = num();
+    else if (a == "--hidden")
+      o.hidden = num();
+    else if (a == "--print")
+      o.print = num();
+    else if (a == "--sample")
+      o.sample = num();
+    else if (a == "--threads")
+      o.threads = static_cast<int>(num());
+    else if (a == "--seed")
+      o.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--lr")
+      o.lr = std::atof(v.c_str());
+    else if (a == "--clip")
+      o.clip = std::atof(v.c_str());
+    else if (a == "--temperature")
+      o.temperature = std::atof(v.c_str());
     else if (a == "--dtype") {
       if (v != "f32" && v != "f64") usage("--dtype is f32 or f64, not " + v);
       o.dtype = v == "f64" ? ox::DType::F64 : ox::DType::F32;
-    } else usage("unknown option " + a);
+    } else
+      usage("unknown option " + a);
   }
   if (o.steps < 1 || o.batch < 1 || o.seq < 1 || o.embed < 1 || o.hidden < 1 || o.threads < 1 || o.print < 1 ||
       o.sample < 0 || !(o.lr > 0) || !(o.clip > 0) || !(o.temperature >= 0))
-    usage("--steps, --batch, --seq, --embed, --hidden, --threads, --print must be >= 1, --sample >= 0, --lr and "
-          "--clip > 0, --temperature >= 0");
+    usage(
+        "--steps, --batch, --seq, --embed, --hidden, --threads, --print must be >= 1, --sample >= 0, --lr and "
+        "--clip > 0, --temperature >= 0");
   return o;
 }
 
@@ -90,13 +107,14 @@ class CharLM : public nn::Module {
   CharLM(int64_t vocab, int64_t embed_dim, int64_t hidden, ox::DType dtype, uint64_t seed) {
     ox::Generator gen(seed);
     register_module("embed", &CharLM::embed, std::make_shared<nn::Embedding>(vocab, embed_dim, gen));
-    register_module("lstm", &CharLM::lstm, std::make_shared<nn::LSTM>(embed_dim, hidden, nn::RNNOptions{}, gen));
+    register_module("lstm", &CharLM::lstm,
+                    std::make_shared<nn::LSTM>(embed_dim, hidden, nn::RNNOptions{.dtype = dtype}, gen));
     register_module("head", &CharLM::head, std::make_shared<nn::Linear>(hidden, vocab, true, gen));
     to(dtype);
   }
   // tokens [T, B] (I64) -> (logits [T, B, V], (h, c)).
-  std::pair<ox::Tensor, std::tuple<ox::Tensor, ox::Tensor>> logits(const ox::Tensor& tokens,
-                                                                  const std::tuple<ox::Tensor, ox::Tensor>& state = {}) {
+  std::pair<ox::Tensor, std::tuple<ox::Tensor, ox::Tensor>> logits(
+      const ox::Tensor& tokens, const std::tuple<ox::Tensor, ox::Tensor>& state = {}) {
     auto [out, hc] = lstm->forward(embed->forward(tokens), state);
     return {head->forward(out), hc};
   }
@@ -141,9 +159,9 @@ int main(int argc, char** argv) {
     if (!in) throw ox::Error(ox::ErrorKind::InvalidArgument, "lstm_lm: cannot read the text file " + opt.text);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (static_cast<int64_t>(text.size()) < opt.seq + 2)
-      throw ox::Error(ox::ErrorKind::InvalidArgument, "lstm_lm: " + opt.text + " has " + std::to_string(text.size()) +
-                                                          " bytes, fewer than --seq + 2 = " +
-                                                          std::to_string(opt.seq + 2));
+      throw ox::Error(ox::ErrorKind::InvalidArgument,
+                      "lstm_lm: " + opt.text + " has " + std::to_string(text.size()) +
+                          " bytes, fewer than --seq + 2 = " + std::to_string(opt.seq + 2));
     // Vocabulary: the distinct bytes, in byte order.
     std::array<int64_t, 256> id_of{};
     id_of.fill(-1);
@@ -180,11 +198,12 @@ int main(int argc, char** argv) {
                             {"hidden", std::to_string(opt.hidden)},
                             {"vocab", std::to_string(vocab)}});
     }
-    std::printf("lstm_lm: %s, %zu characters, vocabulary %lld, %lld parameters, %s; batch %lld x seq %lld, "
-                "Adam lr %g, clip %g\n",
-                opt.text.c_str(), text.size(), static_cast<long long>(vocab),
-                static_cast<long long>(model.num_parameters()), opt.dtype == ox::DType::F64 ? "f64" : "f32",
-                static_cast<long long>(opt.batch), static_cast<long long>(opt.seq), opt.lr, opt.clip);
+    std::printf(
+        "lstm_lm: %s, %zu characters, vocabulary %lld, %lld parameters, %s; batch %lld x seq %lld, "
+        "Adam lr %g, clip %g\n",
+        opt.text.c_str(), text.size(), static_cast<long long>(vocab), static_cast<long long>(model.num_parameters()),
+        opt.dtype == ox::DType::F64 ? "f64" : "f32", static_cast<long long>(opt.batch), static_cast<long long>(opt.seq),
+        opt.lr, opt.clip);
 
     const std::vector<ox::Tensor> params = model.parameters();
     double first_loss = 0, last_loss = 0;
