@@ -157,7 +157,7 @@ OXM_VM_INLINE T log1p_reduced(T f) {
   if constexpr (std::is_same_v<T, float>) {
     // f32: f - f^2/2 + f^3 P(f), a degree-8 minimax P on this range (the classic Cephes logf fit): no division,
     // which is the slowest instruction of the atanh form and bounds a log-heavy kernel's throughput.
-    constexpr float c[] = {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f, 1.4249322787e-1f,
+    constexpr float c[] = {7.0376836292e-2f,  -1.1514610310e-1f, 1.1676998740e-1f,  -1.2420140846e-1f, 1.4249322787e-1f,
                            -1.6668057665e-1f, 2.0000714765e-1f,  -2.4999993993e-1f, 3.3333331174e-1f};
     const T f2 = f * f;
     return f + (f * f2 * horner(f, c) - T(0.5) * f2);
