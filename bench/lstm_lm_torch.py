@@ -6,31 +6,17 @@ and lr, clip, seq, embed, hidden, vocab as metadata). Trains with cross entropy,
 printing "step K loss L" for every step, in the parameters' dtype.
 
 Usage: lstm_lm_torch.py --init FILE [--steps N] [--threads 1]
-Needs numpy and torch; the file is read with struct/json/numpy here.
+Needs numpy and torch; the file is read by digits_cnn_torch.read_safetensors (the twins share it).
 """
 import argparse
-import json
-import struct
 import sys
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    dtypes = {"F32": "<f4", "F64": "<f8", "I64": "<i8"}
-    tensors = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        data = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=dtypes[info["dtype"]])
-        tensors[name] = torch.from_numpy(data.reshape(info["shape"]).copy())
-    return tensors, meta
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from digits_cnn_torch import read_safetensors  # noqa: E402  (the twins' one safetensors reader)
 
 
 class CharLM(nn.Module):
