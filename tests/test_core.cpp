@@ -53,8 +53,10 @@ TEST(Errors, KindsAndMessages) {
   EXPECT_EQ(e.message(), "matmul: bad");
   const std::exception& base = e;
   EXPECT_NE(std::string(base.what()).find("matmul"), std::string::npos);
-  for (int k = 0; k <= static_cast<int>(ErrorKind::Backend); ++k)
+  for (int k = 0; k <= static_cast<int>(ErrorKind::Timeout); ++k)
     EXPECT_STRNE(error_kind_name(static_cast<ErrorKind>(k)), "Unknown");
+  EXPECT_STREQ(error_kind_name(ErrorKind::Timeout), "Timeout");
+  EXPECT_EQ(static_cast<int>(ErrorKind::Timeout), static_cast<int>(ErrorKind::Backend) + 1);  // appended
 }
 
 TEST(DTypes, NamesAndSizes) {

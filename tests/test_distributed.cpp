@@ -562,8 +562,10 @@ TEST(Distributed, WaitTimesOutWithATypedErrorAndCanBeWaitedAgain) {
   if (r == 0) {
     // The others only join after the world barrier, which rank 0 reaches after its wait has given up.
     auto w = dist::all_reduce_async(x, dist::ReduceOp::Sum, g);
-    expect_error([&] { w.wait(std::chrono::milliseconds(50)); }, ErrorKind::Backend,
-                 {"all_reduce f64 [3]", "did not complete within 50 ms", "waiting for the other ranks"}, "timeout");
+    expect_error([&] { w.wait(std::chrono::milliseconds(50)); }, ErrorKind::Timeout,
+                 {"all_reduce f64 [3]", "on group [", "did not complete within 50 ms (0.05 s)",
+                  "waiting for the other ranks", "Work::wait(timeout)", "set_default_timeout"},
+                 "timeout");
     dist::barrier();
     w.wait();
   } else {
@@ -826,9 +828,110 @@ TEST(DistributedDataParallel, AParameterWithoutGradientIsAnErrorNamingIt) {
   nn::DistributedDataParallel ddp(m, {}, {.bucket_cap_bytes = 1});
   Tensor x = randn({4, 2}, 1);
   ddp(x).sum().backward();
-  expect_error([&] { ddp(x); }, ErrorKind::InvalidArgument, {"DistributedDataParallel", "unused", "no gradient"},
-               "unused parameter");
+  expect_error([&] { ddp(x); }, ErrorKind::InvalidArgument,
+               {"DistributedDataParallel", "unused", "no gradient", "find_unused_parameters=true"}, "unused parameter");
   // The abandoned round was cleaned up on every rank: collectives still line up.
+  dist::barrier();
+}
+
+// The same module with find_unused_parameters: the graph walk marks `unused` ready, backward completes, and since
+// no rank used it its gradient stays undefined; the used parameters get the global average.
+TEST(DistributedDataParallel, FindUnusedParametersLetsAParameterSitOut) {
+  NEED_MPI();
+  const int r = dist::rank(), n = dist::world_size();
+  const int64_t per_rank = 4;
+  Tensor x = randn({per_rank * n, 2}, 31, DType::F64);
+  auto ref = std::make_shared<WithUnusedParameter>();
+  ref->to(DType::F64);
+  (ref->forward(x).sum() * (1.0 / n)).backward();
+  auto m = std::make_shared<WithUnusedParameter>();
+  m->to(DType::F64);
+  nn::DistributedDataParallel ddp(m, {}, {.bucket_cap_bytes = 1, .find_unused_parameters = true});
+  for (int round = 0; round < 2; ++round) {  // a second round: the first finished cleanly
+    m->zero_grad();
+    ddp(x.narrow(0, r * per_rank, per_rank)).sum().backward();
+    EXPECT_FALSE(m->unused.grad().defined()) << "round " << round;
+    const auto pm = m->net->named_parameters(), pr = ref->net->named_parameters();
+    for (size_t k = 0; k < pm.size(); ++k) {
+      ASSERT_TRUE(pm[k].second.grad().defined()) << pm[k].first;
+      const auto a = vals(pm[k].second.grad()), b = vals(pr[k].second.grad());
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12 * (1 + std::abs(b[i]))) << pm[k].first;
+    }
+  }
+  dist::barrier();
+}
+
+// Two branches; the input's third column picks one (the same for a rank's whole batch), so which parameters a
+// rank's backward reaches depends on the rank and the step. `never` is registered but no forward uses it.
+struct TwoBranches : nn::Module {
+  std::shared_ptr<nn::Linear> a, b, never, head;
+  explicit TwoBranches(uint64_t seed) {
+    Generator gen(seed);
+    a = register_module("a", std::make_shared<nn::Linear>(2, 8, true, gen));
+    b = register_module("b", std::make_shared<nn::Linear>(2, 8, true, gen));
+    never = register_module("never", std::make_shared<nn::Linear>(2, 2, true, gen));
+    head = register_module("head", std::make_shared<nn::Linear>(8, 2, true, gen));
+    to(DType::F64);
+  }
+  Tensor forward(const Tensor& x) override {
+    const bool use_b = x.select(1, 2).select(0, 0).item<double>() > 0.5;
+    const Tensor features = x.narrow(1, 0, 2);
+    return (*head)((use_b ? (*b)(features) : (*a)(features)).tanh());
+  }
+};
+
+// Which branch rank q takes at `step`: both branches on different ranks (steps 0, 1), b on no rank (step 2),
+// b on rank 0 only (step 3).
+bool takes_b(int q, int step) { return step < 2 ? (q + step) % 2 == 1 : step == 3 && q == 0; }
+
+TEST(DistributedDataParallel, FindUnusedParametersMatchesOneProcessWhenRanksTakeDifferentBranches) {
+  NEED_MPI();
+  const int r = dist::rank(), n = dist::world_size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int64_t per_rank = 6, global = per_rank * n;
+  Tensor features = randn({global, 2}, 41, DType::F64), y = randint(0, 2, {global}, 42);
+  auto batch_of = [&](int q, int step) {
+    Tensor choice = full({per_rank, 1}, takes_b(q, step) ? 1.0 : 0.0, DType::F64);
+    return cat({features.narrow(0, q * per_rank, per_rank), choice}, 1);
+  };
+  for (int64_t cap : {int64_t{1}, int64_t{25} << 20}) {
+    auto ref = std::make_shared<TwoBranches>(7);
+    optim::SGD ref_opt(ref->parameters(), {.lr = 0.3, .momentum = 0.9});
+    auto net = std::make_shared<TwoBranches>(7 + static_cast<uint64_t>(r));  // rank 0's after the broadcast
+    nn::DistributedDataParallel ddp(net, {}, {.bucket_cap_bytes = cap, .find_unused_parameters = true});
+    optim::SGD opt(net->parameters(), {.lr = 0.3, .momentum = 0.9});
+    const std::string what = "cap " + std::to_string(cap);
+    for (int step = 0; step < 4; ++step) {
+      // One process: the mean over ranks of each rank's mean loss on its branch (what averaging the gradients
+      // computes, zeros counted for the ranks that did not use a parameter).
+      ref_opt.zero_grad();
+      Tensor total;
+      for (int q = 0; q < n; ++q) {
+        Tensor l = nn::cross_entropy((*ref)(batch_of(q, step)), y.narrow(0, q * per_rank, per_rank));
+        total = q == 0 ? l : total + l;
+      }
+      (total * (1.0 / n)).backward();
+      ref_opt.step();
+
+      opt.zero_grad();
+      nn::cross_entropy(ddp(batch_of(r, step)), y.narrow(0, r * per_rank, per_rank)).backward();
+      EXPECT_FALSE(net->never->weight.grad().defined()) << what << " step " << step;
+      EXPECT_FALSE(net->never->bias.grad().defined()) << what << " step " << step;
+      EXPECT_TRUE(net->a->weight.grad().defined()) << what << " step " << step << ": some rank used a";
+      // b: used somewhere at steps 0, 1 and 3 (averaged onto every rank), nowhere at step 2 (left undefined).
+      EXPECT_EQ(net->b->weight.grad().defined(), step != 2) << what << " step " << step;
+      EXPECT_EQ(net->b->bias.grad().defined(), step != 2) << what << " step " << step;
+      opt.step();
+    }
+    expect_same_parameters(*net, *ref, 1e-12, "two branches, " + what);
+
+    // A globally unused parameter's existing gradient is left as it is: not averaged, not zeroed.
+    opt.zero_grad();
+    net->never->weight.set_grad(full({2, 2}, r + 1.0, DType::F64));
+    nn::cross_entropy(ddp(batch_of(r, 0)), y.narrow(0, r * per_rank, per_rank)).backward();
+    EXPECT_EQ(vals(net->never->weight.grad()), std::vector<double>(4, r + 1.0)) << what;
+    EXPECT_FALSE(net->never->bias.grad().defined()) << what;
+  }
   dist::barrier();
 }
 

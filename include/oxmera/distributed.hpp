@@ -41,8 +41,8 @@ LaunchEnvironment launch_environment();
 // launch_environment() finds no launcher; Backend when MPI disagrees with the environment.
 void init();
 bool is_initialized() noexcept;
-// Waits for every collective still in flight (with the default timeout), then shuts MPI down. Idempotent; after
-// it, init() may not be called again (MPI forbids it: InvalidArgument).
+// Waits for every collective still in flight (with the default timeout; Timeout when one does not complete), then
+// shuts MPI down. Idempotent; after it, init() may not be called again (MPI forbids it: InvalidArgument).
 void finalize();
 // init() on construction, finalize() on destruction (errors there are swallowed: a destructor must not throw).
 class InitGuard {
@@ -58,8 +58,9 @@ int rank();
 int world_size();
 int local_rank();  // the rank among the processes on this machine
 
-// How long a collective's wait() may take before it is a typed Backend error naming the collective (a peer
-// that stopped calling collectives, or one that died without MPI aborting the job). Default 5 minutes.
+// How long a collective's wait() may take before it is a typed Timeout error naming the collective, its group and
+// the limit (a peer that stopped calling collectives, or one that died without MPI aborting the job). Default 5
+// minutes.
 void set_default_timeout(std::chrono::milliseconds timeout);
 std::chrono::milliseconds default_timeout();
 
@@ -96,7 +97,7 @@ enum class ReduceOp { Sum, Avg, Max, Min };
 const char* reduce_op_name(ReduceOp op) noexcept;
 
 // A collective in flight. wait() returns once it, and every collective called before it on the same group, is
-// complete on this process (results written to the tensors given, or available from result()); it throws a Backend
+// complete on this process (results written to the tensors given, or available from result()); it throws a Timeout
 // error after `timeout` (default: the default timeout) and the collective stays in flight: wait() may be called again.
 // A shape/dtype mismatch between the ranks is raised by wait() on every rank. Dropping a Work without waiting leaves
 // the collective running: it is completed (and its result written) no later than the wait() of a collective called

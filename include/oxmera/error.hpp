@@ -23,6 +23,9 @@ enum class ErrorKind {
   OutOfMemory,
   Io,
   Backend,
+  // An operation that waits on other processes gave up after its time limit (a distributed collective whose
+  // peers stopped calling it). Appended last: the values above keep their numbers.
+  Timeout,
 };
 
 const char* error_kind_name(ErrorKind kind) noexcept;

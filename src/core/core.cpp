@@ -44,6 +44,8 @@ const char* error_kind_name(ErrorKind kind) noexcept {
       return "Io";
     case ErrorKind::Backend:
       return "Backend";
+    case ErrorKind::Timeout:
+      return "Timeout";
   }
   return "Unknown";
 }

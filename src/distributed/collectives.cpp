@@ -400,9 +400,13 @@ void poll_until(Done done, std::chrono::milliseconds timeout, What what) {
   for (int spins = 0;; ++spins) {
     if (done()) return;
     const auto now = clock::now();
-    OXM_CHECK(now < deadline, Backend, "distributed: ", what(), " did not complete within ", timeout.count(),
-              " ms: a peer has stopped calling collectives (or died without MPI ending the job). It is still in "
-              "flight: wait() again, or end the job; raise the limit with distributed::set_default_timeout");
+    OXM_CHECK(now < deadline, Timeout, "distributed: ", what(), " did not complete within ", timeout.count(), " ms (",
+              static_cast<double>(timeout.count()) / 1000.0,
+              " s): a peer has stopped calling collectives (or died without MPI ending the job). It is still in "
+              "flight: wait() again, or end the job. To allow longer, pass a limit to Work::wait(timeout) or raise "
+              "the default (now ",
+              static_cast<double>(default_timeout().count()) / 1000.0,
+              " s) with distributed::set_default_timeout(std::chrono::seconds(N))");
     // Spin briefly for latency, then yield, then sleep: ranks may share cores (mpirun --oversubscribe). Each test
     // is also what moves a large message's fragments (no progress thread), so sleeping early makes a megabyte
     // all-reduce several times slower; sleep only once a peer looks stalled (bench/ddp_compare.sh, LIMITATIONS).
@@ -569,12 +573,16 @@ void finalize() {
   Runtime& r = runtime();
   if (!r.initialized || r.finalized) return;
   std::string first_error;
+  ErrorKind first_kind = ErrorKind::Backend;
   for (auto& wg : r.groups) {
     if (auto g = wg.lock()) {
       try {
         drain(*g);
       } catch (const Error& e) {
-        if (first_error.empty()) first_error = e.what();
+        if (first_error.empty()) {
+          first_error = e.what();
+          first_kind = e.kind() == ErrorKind::Timeout ? ErrorKind::Timeout : ErrorKind::Backend;
+        }
       }
       g->free_comms();
     }
@@ -583,8 +591,9 @@ void finalize() {
   r.world.reset();
   r.finalized = true;
   MPI_Finalize();
-  OXM_CHECK(first_error.empty(), Backend,
-            "distributed::finalize: a collective still in flight did not complete: ", first_error);
+  if (!first_error.empty())
+    oxmera::detail::throw_error(first_kind,
+                                "distributed::finalize: a collective still in flight did not complete: " + first_error);
 }
 
 int rank() { return started("rank").rank; }
@@ -626,7 +635,7 @@ ProcessGroup new_group(const std::vector<int>& ranks) {
   MPI_Request req = MPI_REQUEST_NULL;
   check_mpi(MPI_Iallgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, r.world->control, &req),
             "new_group's agreement check");
-  wait_request(req, "new_group's agreement check");
+  wait_request(req, "new_group's agreement check on world");
   OXM_CHECK(problem.empty(), InvalidArgument, "distributed::new_group(", name.str(), "): ", problem);
   for (int i = 0; i < r.size; ++i) {
     OXM_CHECK(all[2 * static_cast<size_t>(i)] == 0, InvalidArgument, "distributed::new_group: world rank ", i,

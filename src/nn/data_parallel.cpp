@@ -1,8 +1,12 @@
 // nn::DistributedDataParallel (see oxmera/nn/data_parallel.hpp for the scheme).
 #include "oxmera/nn/data_parallel.hpp"
 
+#include <algorithm>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "autograd/node.hpp"
 #include "oxmera/autograd.hpp"
 
 namespace oxmera::nn {
@@ -34,9 +38,57 @@ struct State {
   int next_done = 0;    // the buckets before it have completed (progress())
   bool in_round = false;
   bool no_sync = false;
+  // find_unused_parameters: which parameters the last forward's graph reaches (all of them until a forward has
+  // been walked), and the all-reduced (Max) flags saying which some rank reached.
+  bool find_unused = false;
+  bool walked = false;  // a forward since the last round set `used`
+  std::vector<uint8_t> used;
+  std::unordered_map<const oxmera::detail::TensorImpl*, int> index_of;
+  Tensor used_flags;
+  distributed::Work used_work;
 
   void on_ready(int i) {
     if (no_sync) return;
+    // torch marks the unused parameters ready at the first gradient of the backward (not at forward), so a .grad
+    // changed in between (zero_grad after forward) is what they contribute.
+    if (walked && !in_round) mark_unused();
+    mark_ready(i);
+  }
+
+  // After a forward (find_unused_parameters): walk the graph from its output to the leaves it reaches.
+  void walk(const Tensor& out) {
+    // No graph (no backward through this output), or a no_sync() micro-batch: torch skips these too.
+    if (!grad_enabled() || no_sync) return;
+    used.assign(params.size(), 0);
+    std::vector<oxmera::detail::Node*> stack;
+    std::unordered_set<const oxmera::detail::Node*> seen;
+    auto visit = [&](const oxmera::detail::Edge& e) {
+      if (e.node) {
+        if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+      } else if (e.leaf.defined()) {
+        auto it = index_of.find(e.leaf.impl());
+        if (it != index_of.end()) used[static_cast<size_t>(it->second)] = 1;
+      }
+    };
+    if (out.defined() && out.requires_grad()) visit(oxmera::detail::edge_of(out));
+    while (!stack.empty()) {
+      const oxmera::detail::Node* n = stack.back();
+      stack.pop_back();
+      for (size_t k = 0; k < n->next.size(); ++k) visit(n->next[k]);
+    }
+    walked = true;
+    // No parameter reached: no hook will fire in this backward, so the round runs now (every rank still issues
+    // its collectives in the same order; this rank contributes its .grad, or zeros).
+    if (std::find(used.begin(), used.end(), uint8_t{1}) == used.end()) mark_unused();
+  }
+
+  void mark_unused() {
+    in_round = true;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!used[i]) mark_ready(static_cast<int>(i));
+  }
+
+  void mark_ready(int i) {
     Param& p = params[static_cast<size_t>(i)];
     if (p.ready) unfinished("a backward", p.name);
     p.ready = true;
@@ -61,10 +113,20 @@ struct State {
 
   void launch(int b) {
     NoGradGuard no_grad;
+    if (b == 0 && find_unused) {
+      // Before the first bucket on every rank, so the flags' all-reduce has the same place in every rank's order.
+      used_flags = from_vector(used, Shape{static_cast<int64_t>(used.size())});
+      used_work = distributed::all_reduce_async(used_flags, distributed::ReduceOp::Max, group);
+    }
     Bucket& bk = buckets[static_cast<size_t>(b)];
     std::vector<Tensor> grads;
     grads.reserve(bk.params.size());
-    for (int i : bk.params) grads.push_back(params[static_cast<size_t>(i)].tensor.grad().detach().reshape({-1}));
+    for (int i : bk.params) {
+      const Tensor& t = params[static_cast<size_t>(i)].tensor;
+      const Tensor g = t.grad();
+      // An unused parameter without a gradient contributes zeros (find_unused_parameters; torch does the same).
+      grads.push_back(g.defined() ? g.detach().reshape({-1}) : zeros({t.numel()}, t.dtype(), t.device()));
+    }
     bk.flat = grads.size() == 1 ? grads[0].clone() : cat(grads, 0);
     bk.work = distributed::all_reduce_async(bk.flat, distributed::ReduceOp::Avg, group);
   }
@@ -72,12 +134,23 @@ struct State {
   // Every bucket has started: wait for them in order and write the averages back into the gradients.
   void complete() {
     NoGradGuard no_grad;
+    std::vector<uint8_t> used_somewhere;
+    if (find_unused) {
+      used_work.wait();
+      used_somewhere = used_flags.to_vector<uint8_t>();
+    }
     for (Bucket& bk : buckets) {
       bk.work.wait();
       for (int i : bk.params) {
         Param& p = params[static_cast<size_t>(i)];
+        // A parameter no rank used keeps its .grad untouched (undefined stays undefined), as torch.
+        if (find_unused && !used_somewhere[static_cast<size_t>(i)]) continue;
+        Tensor avg = bk.flat.narrow(0, p.offset, p.tensor.numel()).reshape(p.tensor.shape());
         Tensor g = p.tensor.grad();
-        g.copy_(bk.flat.narrow(0, p.offset, p.tensor.numel()).reshape(p.tensor.shape()));
+        if (g.defined())
+          g.copy_(avg);
+        else
+          p.tensor.set_grad(avg.clone());  // used by another rank only: it receives the average too
       }
     }
     reset();
@@ -93,6 +166,10 @@ struct State {
     next_launch = 0;
     next_done = 0;
     in_round = false;
+    walked = false;
+    used.assign(params.size(), 1);
+    used_flags = Tensor();
+    used_work = distributed::Work();
   }
 
   // The previous backward left parameters without gradients: finish the buckets already started (every rank
@@ -103,6 +180,13 @@ struct State {
     for (const Param& p : params)
       if (!p.ready) missing << (n++ ? ", " : "") << p.name;
     std::string wait_error;
+    if (find_unused && next_launch > 0) {
+      try {
+        used_work.wait();
+      } catch (const Error& e) {
+        wait_error = std::string("; finishing its started reductions failed too: ") + e.what();
+      }
+    }
     for (int b = 0; b < next_launch; ++b) {
       try {
         buckets[static_cast<size_t>(b)].work.wait();
@@ -113,9 +197,13 @@ struct State {
     reset();
     OXM_FAIL(InvalidArgument, "DistributedDataParallel: ", where, " started", again.empty() ? "" : " (reaching ", again,
              again.empty() ? "" : ")", " before the previous backward's gradient reduction finished: ", "parameter(s) ",
-             missing.str(),
-             " received no gradient in it. Every parameter must take part in every backward (unused parameters "
-             "are not supported yet); the reduction was abandoned",
+             missing.str(), " received no gradient in it",
+             find_unused ? " although the forward's graph reached them (run backward through the output of the "
+                           "forward before the next one). The reduction was abandoned"
+                         : ". The reduction was abandoned. Without find_unused_parameters every parameter must take "
+                           "part in every backward: for a model whose forward skips parameters, construct "
+                           "DistributedDataParallel with DistributedDataParallelOptions find_unused_parameters=true "
+                           "(`{.find_unused_parameters = true}`)",
              wait_error);
   }
 };
@@ -133,6 +221,7 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, distributed::
             " is not a member of the process group; construct it on the group's members only");
   auto& s = *state_;
   s.group = group;
+  s.find_unused = options.find_unused_parameters;
   const int src = group.ranks().front();
   {
     NoGradGuard no_grad;
@@ -150,6 +239,8 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, distributed::
     if (it->second.requires_grad()) s.params.push_back({it->first, it->second});
   OXM_CHECK(!s.params.empty(), InvalidArgument,
             "DistributedDataParallel: the module has no parameters that require grad; there is nothing to reduce");
+  s.used.assign(s.params.size(), 1);
+  for (size_t i = 0; i < s.params.size(); ++i) s.index_of[s.params[i].tensor.impl()] = static_cast<int>(i);
   int64_t bytes = 0;
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto& p = s.params[i];
@@ -187,11 +278,14 @@ DistributedDataParallel::~DistributedDataParallel() {
     } catch (...) {  // a destructor must not throw; the group's next wait reports a broken job
     }
   }
+  // (The used flags' all-reduce, when started, precedes bucket 0 on the group: waiting for the buckets covers it.)
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   if (state_->in_round) state_->unfinished("a forward", "");
-  return (*module_)(x);
+  Tensor out = (*module_)(x);
+  if (state_->find_unused) state_->walk(out);
+  return out;
 }
 
 DistributedDataParallel::NoSync::NoSync(std::shared_ptr<ddp_detail::State> s)

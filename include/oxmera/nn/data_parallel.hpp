@@ -11,10 +11,11 @@
 // the remaining gradients. When the last bucket has been started, the hook waits for all of them and writes the
 // averaged gradients back into each parameter's .grad, so they are ready when backward returns.
 //
-// Every rank must run the same forward/backward structure (the collectives are matched by order). A parameter
-// that receives no gradient in a backward leaves that backward's reduction unfinished: the next call through
-// the wrapper (forward, or a backward reaching the same parameter again) is InvalidArgument naming the
-// parameters that got none (torch's find_unused_parameters is not implemented).
+// Every rank must run the same number of forward/backward rounds (the collectives are matched by order). Without
+// find_unused_parameters, a parameter that receives no gradient in a backward leaves that backward's reduction
+// unfinished: the next call through the wrapper (forward, or a backward reaching the same parameter again) is
+// InvalidArgument naming the parameters that got none. With it, the forward's graph tells which parameters the
+// backward will not reach (see DistributedDataParallelOptions).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,12 @@ namespace oxmera::nn {
 
 struct DistributedDataParallelOptions {
   int64_t bucket_cap_bytes = int64_t{25} * 1024 * 1024;  // torch's default
+  // torch's find_unused_parameters: after each forward, walk the autograd graph from its output; the parameters
+  // it does not reach are marked ready when backward starts (contributing their .grad, zeros when undefined), so
+  // the buckets still launch. One extra all-reduce (Max) of per-parameter "used" flags per backward: a parameter
+  // no rank used keeps its .grad untouched (undefined stays undefined); one used on some ranks gets the average
+  // over all ranks. Costs a graph walk per forward and one small collective per backward.
+  bool find_unused_parameters = false;
 };
 
 namespace ddp_detail {
