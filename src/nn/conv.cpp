@@ -87,8 +87,20 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
             " expects ", weight.shape()[0], " (weight is [in, out/groups, kh, kw])");
   OXM_CHECK(C % groups == 0, InvalidArgument, op, ": in_channels ", C, " must be divisible by groups ", groups);
   const int64_t og = weight.shape()[1], O = og * groups, kh = weight.shape()[2], kw = weight.shape()[3];
-  const int64_t OH = (H - 1) * stride[0] - 2 * padding[0] + dilation[0] * (kh - 1) + output_padding[0] + 1;
-  const int64_t OW = (W - 1) * stride[1] - 2 * padding[1] + dilation[1] * (kw - 1) + output_padding[1] + 1;
+  // (n - 1) s - 2 p + d (k - 1) + output_padding + 1, overflow-checked: the int64 extremes give an error, not a
+  // wrapped size.
+  auto extent = [&](int64_t n, int i, int64_t k) {
+    int64_t grown = 0, pad2 = 0, span = 0, e = 0;
+    const bool overflow =
+        __builtin_mul_overflow(n - 1, stride[i], &grown) || __builtin_mul_overflow(padding[i], int64_t{2}, &pad2) ||
+        __builtin_mul_overflow(dilation[i], k - 1, &span) || __builtin_sub_overflow(grown, pad2, &e) ||
+        __builtin_add_overflow(e, span, &e) || __builtin_add_overflow(e, output_padding[i] + 1, &e);
+    OXM_CHECK(!overflow, InvalidArgument, op, ": input ", x.shape(), " with weight ", weight.shape(), ", stride [",
+              stride[0], ", ", stride[1], "], padding [", padding[0], ", ", padding[1], "] and dilation [", dilation[0],
+              ", ", dilation[1], "] overflows a 64-bit output size; use smaller values");
+    return e;
+  };
+  const int64_t OH = extent(H, 0, kh), OW = extent(W, 1, kw);
   OXM_CHECK(OH > 0 && OW > 0, InvalidArgument, op, ": input ", x.shape(), " with weight ", weight.shape(),
             " gives a non-positive output size [", OH, ", ", OW, "]; reduce padding");
   detail::ConvGeometry g{kh, kw, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], H, W};

@@ -58,11 +58,29 @@ detail::ConvGeometry geometry(const Tensor& x, Pair k, Pair d, Pair p, Pair s, c
   check_pair(s, 1, op, "stride");
   const int64_t H = x.shape()[2], W = x.shape()[3];
   detail::ConvGeometry g{k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1], 0, 0};
-  const int64_t eh = H + 2 * p[0] - d[0] * (k[0] - 1) - 1, ew = W + 2 * p[1] - d[1] * (k[1] - 1) - 1;
-  OXM_CHECK(eh >= 0 && ew >= 0, InvalidArgument, op, ": input ", x.shape(), " is smaller than the dilated kernel [",
-            d[0] * (k[0] - 1) + 1, ", ", d[1] * (k[1] - 1) + 1, "] after padding [", p[0], ", ", p[1], "]");
+  // Every step is overflow-checked: sizes near the int64 extremes must give this error, not a wrapped geometry.
+  auto extent = [&](int64_t n, int i, int64_t& e) {
+    int64_t span = 0, padded = 0;  // the dilated kernel's span minus one, and the padded input
+    const bool overflow = __builtin_mul_overflow(d[i], k[i] - 1, &span) ||
+                          __builtin_mul_overflow(p[i], int64_t{2}, &padded) ||
+                          __builtin_add_overflow(padded, n, &padded);
+    OXM_CHECK(!overflow, InvalidArgument, op, ": input ", x.shape(), " with kernel [", k[0], ", ", k[1],
+              "], dilation [", d[0], ", ", d[1], "] and padding [", p[0], ", ", p[1],
+              "] overflows a 64-bit extent; use smaller values");
+    e = padded - span - 1;
+  };
+  int64_t eh = 0, ew = 0;
+  extent(H, 0, eh);
+  extent(W, 1, ew);
+  OXM_CHECK(eh >= 0 && ew >= 0, InvalidArgument, op, ": input ", x.shape(), " is smaller than the kernel [", k[0], ", ",
+            k[1], "] dilated by [", d[0], ", ", d[1], "] after padding [", p[0], ", ", p[1], "]");
   g.oh = eh / s[0] + 1;
   g.ow = ew / s[1] + 1;
+  int64_t cols = 0, window = 0;
+  OXM_CHECK(!__builtin_mul_overflow(g.oh, g.ow, &cols) && !__builtin_mul_overflow(k[0], k[1], &window) &&
+                !__builtin_mul_overflow(window, x.shape()[1], &window),
+            InvalidArgument, op, ": input ", x.shape(), " with kernel [", k[0], ", ", k[1], "] gives [", g.oh, ", ",
+            g.ow, "] windows of ", k[0], "x", k[1], " values, which overflows a 64-bit size; use smaller values");
   return g;
 }
 
@@ -129,7 +147,7 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair 
   const char* op = "max_pool2d";
   check_4d(x, op);
   stride = default_stride(stride, kernel);
-  OXM_CHECK(padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], InvalidArgument, op,
+  OXM_CHECK(padding[0] <= kernel[0] / 2 && padding[1] <= kernel[1] / 2, InvalidArgument, op,
             ": padding must be at most half the kernel size (torch's rule), got padding [", padding[0], ", ",
             padding[1], "] for kernel [", kernel[0], ", ", kernel[1], "]");
   auto g = geometry(x, kernel, dilation, padding, stride, op);
@@ -142,7 +160,7 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, bool 
   const char* op = "avg_pool2d";
   check_4d(x, op);
   stride = default_stride(stride, kernel);
-  OXM_CHECK(padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], InvalidArgument, op,
+  OXM_CHECK(padding[0] <= kernel[0] / 2 && padding[1] <= kernel[1] / 2, InvalidArgument, op,
             ": padding must be at most half the kernel size, got padding [", padding[0], ", ", padding[1],
             "] for kernel [", kernel[0], ", ", kernel[1], "]");
   auto g = geometry(x, kernel, {1, 1}, padding, stride, op);

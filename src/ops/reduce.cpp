@@ -227,6 +227,8 @@ Tensor Tensor::log_softmax(int64_t dim) const { return ops::softmax_impl(*this, 
 
 Tensor Tensor::logsumexp(int64_t dim, bool keepdim) const {
   detail::check_defined(*this, "logsumexp");
+  OXM_CHECK(is_floating(dtype()), UnsupportedDType, "logsumexp: dtype ", dtype(), " of shape ", shape(),
+            " is not supported (f32, f64); convert first with .to(DType::F32) (torch promotes integers to float)");
   Tensor m = max({dim}, true).detach();
   // Rows that are entirely -inf: shift by 0 so the result is -inf rather than NaN.
   Tensor finite = m.abs().lt(ops::scalar_like(std::numeric_limits<double>::infinity(), m, "logsumexp"));

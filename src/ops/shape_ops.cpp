@@ -81,7 +81,8 @@ std::vector<Tensor> Tensor::split(const std::vector<int64_t>& sizes, int64_t dim
   int64_t total = 0;
   for (int64_t s : sizes) {
     OXM_CHECK(s >= 0, InvalidArgument, "split: sizes ", Dims(sizes), " contain a negative size");
-    total += s;
+    OXM_CHECK(!__builtin_add_overflow(total, s, &total), ShapeMismatch, "split: sizes ", Dims(sizes),
+              " sum to more than 2^63 but dim ", dim, " of shape ", shape(), " has ", n, " entries");
   }
   OXM_CHECK(total == n, ShapeMismatch, "split: sizes ", Dims(sizes), " sum to ", total, " but dim ", dim, " of shape ",
             shape(), " has ", n, " entries");
@@ -100,7 +101,7 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {
   OXM_CHECK(this->dim() > 0, InvalidArgument, "chunk: a 0-d tensor cannot be chunked");
   const int64_t d = normalize_dim(dim, this->dim(), "chunk"), n = size(d);
   if (n == 0) return split(std::vector<int64_t>(static_cast<size_t>(chunks), 0), d);  // torch: `chunks` empty pieces
-  return split_size((n + chunks - 1) / chunks, d);
+  return split_size(n / chunks + (n % chunks != 0), d);  // ceil(n / chunks), without overflow for huge `chunks`
 }
 
 std::vector<Tensor> Tensor::unbind(int64_t dim) const {
