@@ -166,7 +166,10 @@ Tensor Tensor::repeat(const Shape& repeats) const {
     unsq.push_back(padded[i]);
     expanded.push_back(repeats[i]);
     expanded.push_back(padded[i]);
-    result.push_back(repeats[i] * padded[i]);
+    int64_t size = 0;
+    OXM_CHECK(!__builtin_mul_overflow(repeats[i], padded[i], &size), InvalidArgument, "repeat: repeats ", repeats,
+              " of shape ", shape(), " give a dim larger than 2^63 - 1; use smaller repeats");
+    result.push_back(size);
   }
   return reshape(unsq).broadcast_to(expanded).clone().reshape(result);
 }

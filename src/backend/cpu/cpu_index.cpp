@@ -1,6 +1,7 @@
 // CPU kernels of the index ops (gathers and deterministic scatters). Memory-bound: one build for all ISAs.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/cpu_index.hpp"
 #include "backend/cpu/parallel.hpp"
@@ -159,6 +160,14 @@ void scatter_add_t(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Te
       [&](int64_t oo, int64_t osrc, int64_t oi, const SmallDims&) { op[oo + ip[oi] * dstride] += sp[osrc]; });
 }
 
+// Output columns z whose input column z*sw + w0 lies inside [0, W): [z_lo, z_hi). The ceilings are taken as
+// (a - 1) / s + 1 for a > 0, so a stride near INT64_MAX does not overflow.
+std::pair<int64_t, int64_t> inside_columns(const ConvGeometry& g, int64_t W, int64_t w0) {
+  const int64_t z_lo = std::min<int64_t>(g.ow, w0 >= 0 ? 0 : (-w0 - 1) / g.sw + 1);
+  const int64_t z_hi = std::max<int64_t>(z_lo, std::min<int64_t>(g.ow, W - w0 <= 0 ? 0 : (W - w0 - 1) / g.sw + 1));
+  return {z_lo, z_hi};
+}
+
 template <class T>
 void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
@@ -173,11 +182,7 @@ void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, doub
       const T* plane = xp + n * s0 + c * s1;
       T* out = cp + row * L;
       const int64_t w0 = -g.pw + j * g.dw;
-      // Output columns whose input column w = z*sw + w0 lies inside [0, W): [z_lo, z_hi) (the same for every y).
-      const int64_t z_lo = std::min<int64_t>(g.ow, w0 >= 0 ? 0 : (-w0 + g.sw - 1) / g.sw);
-      const int64_t z_hi =
-          std::max<int64_t>(z_lo, std::min<int64_t>(g.ow, W - w0 <= 0 ? 0 : (W - w0 + g.sw - 1) / g.sw));
-      const int64_t step = g.sw * s3;
+      const auto [z_lo, z_hi] = inside_columns(g, W, w0);  // the same for every y
       for (int64_t y = 0; y < g.oh; ++y) {
         const int64_t h = y * g.sh - g.ph + i * g.dh;
         T* orow = out + y * g.ow;
@@ -187,11 +192,16 @@ void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, doub
         }
         const T* xrow = plane + h * s2;
         for (int64_t z = 0; z < z_lo; ++z) orow[z] = pad;
-        const T* src = xrow + (z_lo * g.sw + w0) * s3;
-        if (step == 1) {
-          if (z_hi > z_lo) std::memcpy(orow + z_lo, src, static_cast<size_t>(z_hi - z_lo) * sizeof(T));
-        } else {
-          for (int64_t z = z_lo; z < z_hi; ++z) orow[z] = src[(z - z_lo) * step];
+        if (z_hi - z_lo == 1) {
+          orow[z_lo] = xrow[(z_lo * g.sw + w0) * s3];  // the only case where sw * s3 may not fit in int64
+        } else if (z_hi > z_lo) {
+          const T* src = xrow + (z_lo * g.sw + w0) * s3;
+          const int64_t step = g.sw * s3;
+          if (step == 1) {
+            std::memcpy(orow + z_lo, src, static_cast<size_t>(z_hi - z_lo) * sizeof(T));
+          } else {
+            for (int64_t z = z_lo; z < z_hi; ++z) orow[z] = src[(z - z_lo) * step];
+          }
         }
         for (int64_t z = z_hi; z < g.ow; ++z) orow[z] = pad;
       }
@@ -213,10 +223,7 @@ void col2im_t(const TensorImpl& cols, TensorImpl& xg, const ConvGeometry& g) {
         const int64_t i = k / g.kw, j = k % g.kw;
         const T* in = cp + (nc * K + k) * L;
         const int64_t w0 = -g.pw + j * g.dw;
-        // Output columns whose input column w = z*sw + w0 lies inside [0, W): [z_lo, z_hi) (as im2col).
-        const int64_t z_lo = std::min<int64_t>(g.ow, w0 >= 0 ? 0 : (-w0 + g.sw - 1) / g.sw);
-        const int64_t z_hi =
-            std::max<int64_t>(z_lo, std::min<int64_t>(g.ow, W - w0 <= 0 ? 0 : (W - w0 + g.sw - 1) / g.sw));
+        const auto [z_lo, z_hi] = inside_columns(g, W, w0);
         for (int64_t y = 0; y < g.oh; ++y) {
           const int64_t h = y * g.sh - g.ph + i * g.dh;
           if (h < 0 || h >= H) continue;
