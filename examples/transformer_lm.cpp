@@ -10,19 +10,23 @@
 // first batch equals the trained model's bit for bit, and samples --sample characters (seeded; --temperature 0
 // picks greedily). --dump-init writes the initial parameters (torch's names), the token ids and every step's
 // offsets, for the PyTorch twin bench/transformer_lm_torch.py; ctest's `transformer_lm_torch_parity` compares
-// their first steps.
+// their first steps. --init FILE starts from the parameters in a safetensors file instead (torch's names, the
+// twin's `--save-init` output or an earlier --dump-init; tensors named data.* are ignored), so a model
+// initialised in PyTorch trains here from the same start.
 //
 // Usage: transformer_lm [--text FILE] [--steps 300] [--batch 16] [--seq 64] [--d-model 64] [--heads 4]
 //                       [--layers 2] [--ff 256] [--tie 1] [--lr 0.003] [--weight-decay 0.1] [--clip 1.0]
 //                       [--seed 0] [--threads 1] [--print 50] [--sample 200] [--temperature 0.8]
-//                       [--dtype f32|f64] [--model FILE] [--dump-init FILE]
+//                       [--dtype f32|f64] [--model FILE] [--dump-init FILE] [--init FILE]
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -38,9 +42,8 @@ namespace nn = oxmera::nn;
 namespace {
 
 struct Options {
-  std::string text = "/usr/share/common-licenses/GPL-3", model = "transformer_lm.safetensors", dump_init;
-  int64_t steps = 300, batch = 16, seq = 64, d_model = 64, heads = 4, layers = 2, ff = 256, print = 50,
-          sample = 200;
+  std::string text = "/usr/share/common-licenses/GPL-3", model = "transformer_lm.safetensors", dump_init, init;
+  int64_t steps = 300, batch = 16, seq = 64, d_model = 64, heads = 4, layers = 2, ff = 256, print = 50, sample = 200;
   bool tie = true;
   double lr = 3e-3, weight_decay = 0.1, clip = 1.0, temperature = 0.8;
   uint64_t seed = 0;
@@ -53,7 +56,7 @@ struct Options {
                "transformer_lm: %s\nusage: transformer_lm [--text FILE] [--steps N] [--batch N] [--seq N] "
                "[--d-model N] [--heads N] [--layers N] [--ff N] [--tie 0|1] [--lr X] [--weight-decay X] [--clip X] "
                "[--seed N] [--threads N] [--print N] [--sample N] [--temperature X] [--dtype f32|f64] "
-               "[--model FILE] [--dump-init FILE]\n",
+               "[--model FILE] [--dump-init FILE] [--init FILE]\n",
                why.c_str());
   std::exit(2);
 }
@@ -71,6 +74,8 @@ Options parse(int argc, char** argv) {
       o.model = v;
     else if (a == "--dump-init")
       o.dump_init = v;
+    else if (a == "--init")
+      o.init = v;
     else if (a == "--steps")
       o.steps = num();
     else if (a == "--batch")
@@ -187,6 +192,30 @@ ox::Tensor lm_loss(GPT& model, const ox::Tensor& x, const ox::Tensor& y) {
   return nn::cross_entropy(logits.reshape({-1, logits.size(2)}), y.reshape({-1}));
 }
 
+// The parameters of `path` into `model`, all of them (a missing or unknown name, or a wrong shape, is an error
+// naming it); data.* entries (a --dump-init file's token ids and windows) are skipped. A tied model takes one
+// tensor for tok_embed.weight and head.weight: a file whose two differ holds an untied model.
+void load_initial(GPT& model, const std::string& path, bool tie) {
+  std::map<std::string, ox::Tensor> file = ox::load_safetensors(path);
+  std::erase_if(file, [](const auto& kv) { return kv.first.rfind("data.", 0) == 0; });
+  const auto tok = file.find("tok_embed.weight"), head = file.find("head.weight");
+  if (tie && tok != file.end() && head != file.end()) {
+    if (tok->second.to(ox::DType::F64).to_vector<double>() != head->second.to(ox::DType::F64).to_vector<double>())
+      throw ox::Error(ox::ErrorKind::InvalidArgument,
+                      "transformer_lm: --init " + path +
+                          " has a head.weight different from tok_embed.weight (an untied model); run with --tie 0");
+    file.erase(head);
+  }
+  try {
+    model.load_state_dict(file, /*strict=*/true);
+  } catch (const ox::Error& e) {
+    throw ox::Error(e.kind(), "transformer_lm: --init " + path +
+                                  " does not fit the model (--d-model, --heads, --layers, --ff, --seq, --tie and the "
+                                  "text's vocabulary must be the file's): " +
+                                  e.what());
+  }
+}
+
 double as_double(const ox::Tensor& scalar) { return scalar.to(ox::DType::F64).item<double>(); }
 
 std::string exact(double v) {
@@ -229,6 +258,7 @@ int main(int argc, char** argv) {
     for (auto& o : offsets) o = pick(rng);
 
     GPT model(vocab, opt, opt.seed);
+    if (!opt.init.empty()) load_initial(model, opt.init, opt.tie);
     // Weight decay on the matrices (embeddings, projections, head), none on biases and LayerNorm gains.
     ox::optim::ParamGroup<ox::optim::AdamWOptions> decay, no_decay;
     decay.options.lr = no_decay.options.lr = opt.lr;
@@ -263,6 +293,9 @@ int main(int argc, char** argv) {
 
     const std::vector<ox::Tensor> params = model.parameters();
     double first_loss = 0, last_loss = 0;
+    // Wall time of steps 2..N (step 1 also warms the allocator and the kernels' first-touch pages); the twin
+    // prints the same line, which is what docs/LIMITATIONS.md's ratio compares.
+    std::chrono::steady_clock::time_point after_first;
     for (int64_t step = 1; step <= opt.steps; ++step) {
       auto [x, y] = make_batch(ids, offsets.data() + (step - 1) * opt.batch, opt.batch, opt.seq);
       ox::Tensor loss = lm_loss(model, x, y);
@@ -275,6 +308,13 @@ int main(int argc, char** argv) {
       if (step % opt.print == 0 || step == 1 || step == opt.steps)
         std::printf("step %lld loss %.17g\n", static_cast<long long>(step), last_loss);
       std::fflush(stdout);
+      if (step == 1) after_first = std::chrono::steady_clock::now();
+    }
+    if (opt.steps >= 2) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - after_first).count();
+      std::printf("time %.3f ms/step over steps 2-%lld\n", ms / static_cast<double>(opt.steps - 1),
+                  static_cast<long long>(opt.steps));
     }
     if (opt.tie && !model.head->weight.is_same(model.tok_embed->weight)) {
       std::fprintf(stderr, "transformer_lm: the head's weight is no longer the token embedding after training\n");
