@@ -5,12 +5,12 @@
 // head whose weight is the token embedding's (--tie 1, as GPT-2; --tie 0 gives the head its own). Cross entropy
 // on the next character, AdamW (weight decay on the matrices only, as nanoGPT), gradient norm clipped to --clip.
 // Each step trains on --batch windows of --seq characters at offsets drawn from a std::mt19937_64 seeded with
-// --seed (the same batches on every platform). Prints the loss every --print steps, then saves the model
-// (nn::save, safetensors), loads it into a model initialised from another seed and checks that its loss on the
-// first batch equals the trained model's bit for bit, and samples --sample characters (seeded; --temperature 0
-// picks greedily). --dump-init writes the initial parameters (torch's names), the token ids and every step's
-// offsets, for the PyTorch twin bench/transformer_lm_torch.py; ctest's `transformer_lm_torch_parity` compares
-// their first steps. --init FILE starts from the parameters in a safetensors file instead (torch's names, the
+// --seed (the same batches on every platform). Prints the loss every --print steps and the time per step of
+// steps 2-N, then saves the model (nn::save, safetensors), loads it into a model initialised from another seed and
+// checks that its loss on the first batch equals the trained model's bit for bit, and samples --sample characters
+// (seeded; --temperature 0 picks greedily). --dump-init writes the initial parameters (torch's names), the token ids
+// and every step's offsets, for the PyTorch twin bench/transformer_lm_torch.py; ctest's `transformer_lm_torch_parity`
+// compares their first steps. --init FILE starts from the parameters in a safetensors file instead (torch's names, the
 // twin's `--save-init` output or an earlier --dump-init; tensors named data.* are ignored), so a model
 // initialised in PyTorch trains here from the same start.
 //
