@@ -45,6 +45,24 @@ def read_safetensors(path):
     return tensors, meta
 
 
+def write_safetensors(path, tensors, meta=None):
+    """Writes {name: tensor} (F32, F64, I64, U8; little-endian, C order) and string metadata as a safetensors
+    file that oxmera::load_safetensors reads: 8-byte header length, JSON header, then the data in order."""
+    names = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.uint8: "U8"}
+    header, blobs, at = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.detach().contiguous().cpu().numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    if meta:
+        header["__metadata__"] = {k: str(v) for k, v in meta.items()}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the format recommends
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
 def make_model():
     return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
