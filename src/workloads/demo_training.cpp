@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <oxmera/nn/data_parallel.hpp>
 #include <oxmera/oxmera.hpp>
 
 #include "batch_order.hpp"
@@ -86,10 +87,38 @@ Task digits_task(const std::string& dir, uint64_t seed) {
           y.index_select(0, test_idx)};
 }
 
+// DDP makes the replicas' parameters equal, but the batch order, schedule and data come from each rank's own
+// options: ranks started with different ones (a per-rank --seed, another checkpoint) would train apart without
+// an error. One all-reduce (Max of the fingerprint and of its negation) tells whether every rank has the same.
+void check_ranks_agree(const std::map<std::string, std::string>& identity, int epochs, int64_t rows, int64_t step) {
+  std::string text =
+      "epochs=" + std::to_string(epochs) + ";rows=" + std::to_string(rows) + ";step=" + std::to_string(step);
+  for (const auto& [k, v] : identity) text += ";" + k + "=" + v;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  const auto fingerprint = static_cast<int64_t>(h >> 2);  // 62 bits: its negation does not overflow
+  Tensor t = from_vector(std::vector<int64_t>{fingerprint, -fingerprint}, {2});
+  distributed::all_reduce(t, distributed::ReduceOp::Max);
+  const std::vector<int64_t> v = t.to_vector<int64_t>();
+  OXM_CHECK(v[0] == -v[1], InvalidArgument,
+            "oxmera train --distributed: the ranks were started with different training options or data (this "
+            "rank: ",
+            text, "); give every rank the same --seed, --batch, --lr, --epochs, --model, --data and --resume file");
+}
+
 }  // namespace
 
 const char* model_description(const TrainOptions& opt) {
   return opt.model == "cnn" ? "CNN 16-32 (digits 8x8)" : "MLP 2-32-32-2 (tanh)";
+}
+
+int init_distributed_training() {
+  try {
+    distributed::init();
+  } catch (const Error& e) {
+    throw Error(e.kind(), "oxmera train --distributed: " + e.message());
+  }
+  return distributed::world_size();
 }
 
 EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(int, int64_t, int64_t)>& on_batch,
@@ -103,6 +132,16 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   if (opt.model == "cnn" && opt.data.empty())
     throw std::invalid_argument(
         "--model cnn needs --data DIR (the digits IDX files: tests/digits/export_digits.py DIR)");
+  const bool dist = opt.distributed;
+  const int world = dist ? init_distributed_training() : 1;
+  const int rank = dist ? distributed::rank() : 0;
+  const bool root = rank == 0;
+  if (opt.batch % world != 0)
+    throw Error(ErrorKind::InvalidArgument, "oxmera train --distributed: --batch " + std::to_string(opt.batch) +
+                                                " is the global batch, split evenly over the " + std::to_string(world) +
+                                                " ranks, and is not divisible by " + std::to_string(world) +
+                                                "; choose a multiple of the world size (e.g. --batch " +
+                                                std::to_string((opt.batch / world + 1) * world) + ")");
   init();
   Task task = opt.model == "cnn" ? digits_task(opt.data, opt.seed) : spirals_task(opt.seed);
   nn::Sequential& model = *task.model;
@@ -115,7 +154,8 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   ao.lr = opt.lr;
   optim::Adam adam(model.parameters(), ao);
   const int64_t batches_per_epoch = (n + opt.batch - 1) / opt.batch;
-  // The run's identity: a checkpoint only resumes a run with the same data, model and schedule.
+  // The run's identity: a checkpoint only resumes a run with the same data, model and schedule. The world size
+  // is not part of it: a checkpoint holds what one process training on the global batch would hold.
   char lr_hex[64];
   std::snprintf(lr_hex, sizeof lr_hex, "%a", opt.lr);
   std::map<std::string, std::string> identity = {
@@ -123,7 +163,7 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   if (opt.model != "mlp") identity["train.model"] = opt.model;  // absent for mlp: older checkpoints still resume
   int64_t step = 0;
   double resumed_loss_sum = 0;
-  if (!opt.resume.empty()) {
+  if (!opt.resume.empty()) {  // every rank loads the same file: the replicas start identical
     std::map<std::string, std::string> md;
     step = load_checkpoint(opt.resume, model, adam, {}, &md);
     for (const auto& [k, v] : identity) {
@@ -136,18 +176,44 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
     auto ls = md.find("train.epoch_loss_sum");
     if (ls != md.end()) resumed_loss_sum = std::strtod(ls->second.c_str(), nullptr);
   }
+  if (dist) check_ranks_agree(identity, opt.epochs, n, step);
+  // After the load: DDP broadcasts rank 0's parameters, and the hooks it installs average every backward's
+  // gradients over the ranks.
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
+  if (dist) ddp = std::make_unique<nn::DistributedDataParallel>(task.model);
+  // The sums every rank adds its own share to (loss, correct predictions), summed over the ranks.
+  auto global_sum = [&](double local) {
+    if (!dist) return local;
+    Tensor t = from_vector(std::vector<double>{local}, {1});
+    distributed::all_reduce(t);
+    return t.to_vector<double>()[0];
+  };
+  // The stop request as every rank sees it: the largest over the ranks, so that all stop after the same step
+  // (a signal reaches the ranks at different moments).
+  auto stop_requested = [&]() -> int {
+    if (!opt.stop) return 0;
+    const int local = *opt.stop;
+    if (!dist) return local;
+    Tensor t = from_vector(std::vector<int64_t>{local}, {1});
+    distributed::all_reduce(t, distributed::ReduceOp::Max);
+    return static_cast<int>(t.to_vector<int64_t>()[0]);
+  };
   auto save = [&](double epoch_loss_sum) {
     if (opt.checkpoint.empty()) return;
-    auto md = identity;
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%a", epoch_loss_sum);  // hex float: exact
-    md["train.epoch_loss_sum"] = buf;
-    save_checkpoint(opt.checkpoint, model, adam, step, {}, md);
+    if (root) {
+      auto md = identity;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%a", epoch_loss_sum);  // hex float: exact
+      md["train.epoch_loss_sum"] = buf;
+      save_checkpoint(opt.checkpoint, model, adam, step, {}, md);
+    }
+    if (dist) distributed::barrier();  // nobody runs ahead of (or exits before) a checkpoint being written
   };
   std::ofstream metrics;
-  if (!opt.metrics.empty()) {
+  if (!opt.metrics.empty() && root) {
     metrics.open(opt.metrics);
     if (!metrics) throw std::runtime_error("cannot open --metrics file " + opt.metrics);
+    metrics.precision(17);  // round-trip doubles: runs are compared through this file
   }
   const int64_t batches = batches_per_epoch;
   EpochStats stats;
@@ -156,7 +222,9 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
     auto t0 = std::chrono::steady_clock::now();
     auto order = shuffled_order(n, opt.seed + static_cast<uint64_t>(epoch));
     const int64_t first_batch = epoch == first_epoch ? step % batches : 0;
-    double loss_sum = epoch == first_epoch ? resumed_loss_sum : 0.0;
+    // This rank's part of the global sum; the resumed part of the epoch is counted once, by rank 0 (which is
+    // also the whole sum's first term, so a single process adds in the order of an uninterrupted run).
+    double loss_sum = epoch == first_epoch && root ? resumed_loss_sum : 0.0;
     // Batch losses are read back once per epoch (one wait for a GPU, not one per step), in order, so the sum
     // is the same as reading each at once.
     std::vector<Tensor> pending;
@@ -169,38 +237,60 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
       pending_rows.clear();
     };
     for (int64_t b = first_batch; b < batches; ++b) {
-      const int64_t lo = b * opt.batch, hi = std::min(n, lo + opt.batch);
-      Tensor idx = from_vector(std::vector<int64_t>(order.begin() + lo, order.begin() + hi), {hi - lo});
-      Tensor loss = nn::cross_entropy(model(x.index_select(0, idx)), labels.index_select(0, idx));
+      const int64_t lo = b * opt.batch, hi = std::min(n, lo + opt.batch), rows = hi - lo;
+      // This rank's contiguous share of the global batch. Full batches split evenly; the last one of an epoch
+      // may not, so each rank's mean loss is weighted by share * world / rows: DDP's average over the ranks is
+      // then the mean over the global batch, exactly as one process computes it. A rank whose share is empty
+      // (fewer rows than ranks) runs one row weighted by 0, so that every parameter still gets its (zero)
+      // gradient and the reduction completes.
+      const int64_t share_lo = lo + rows * rank / world, share_hi = lo + rows * (rank + 1) / world;
+      const int64_t share = share_hi - share_lo;
+      const int64_t run_lo = share > 0 ? share_lo : lo, run_hi = share > 0 ? share_hi : lo + 1;
+      Tensor idx = from_vector(std::vector<int64_t>(order.begin() + run_lo, order.begin() + run_hi), {run_hi - run_lo});
+      const Tensor xb = x.index_select(0, idx);
+      Tensor loss = nn::cross_entropy(ddp ? (*ddp)(xb) : model(xb), labels.index_select(0, idx));
+      const double weight = static_cast<double>(share * world) / static_cast<double>(rows);
+      Tensor objective = weight == 1.0 ? loss : loss * weight;
       adam.zero_grad();
-      loss.backward();
+      objective.backward();
       adam.step();
       pending.push_back(loss.detach());
-      pending_rows.push_back(hi - lo);
+      pending_rows.push_back(share);
       ++step;
       if (on_batch) on_batch(epoch, b + 1, batches);
-      if (opt.stop && *opt.stop && b + 1 < batches) {
+      const int stop_now = stop_requested();
+      if (stop_now && b + 1 < batches) {
         flush();
-        save(loss_sum);
-        stats.stopped_by = *opt.stop;
+        save(global_sum(loss_sum));
+        stats.stopped_by = stop_now;
         return stats;
       }
     }
     flush();
     save(0.0);
+    const double epoch_loss_sum = global_sum(loss_sum);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    Tensor pred;
-    {
-      NoGradGuard ng;
-      model.eval();
-      pred = model(eval_x).argmax(1).to(Device::cpu());
-      model.train();
-    }
-    auto p = pred.to_vector<int64_t>();
-    auto y = task.eval_labels.to_vector<int64_t>();
+    // Accuracy: each rank predicts its contiguous share of the evaluation rows.
+    const int64_t n_eval = eval_x.size(0);
+    const int64_t eval_lo = n_eval * rank / world, eval_hi = n_eval * (rank + 1) / world;
     int64_t correct = 0;
-    for (size_t i = 0; i < y.size(); ++i) correct += p[i] == y[i];
-    stats = {epoch, loss_sum / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(y.size()),
+    if (eval_hi > eval_lo) {
+      Tensor pred;
+      {
+        NoGradGuard ng;
+        model.eval();
+        pred = model(eval_lo == 0 && eval_hi == n_eval ? eval_x : eval_x.slice(0, eval_lo, eval_hi))
+                   .argmax(1)
+                   .to(Device::cpu());
+        model.train();
+      }
+      auto p = pred.to_vector<int64_t>();
+      auto y = task.eval_labels.to_vector<int64_t>();
+      for (int64_t i = eval_lo; i < eval_hi; ++i)
+        correct += p[static_cast<size_t>(i - eval_lo)] == y[static_cast<size_t>(i)];
+    }
+    const double correct_total = global_sum(static_cast<double>(correct));
+    stats = {epoch, epoch_loss_sum / static_cast<double>(n), correct_total / static_cast<double>(n_eval),
              static_cast<double>(n) / std::max(secs, 1e-9)};
     if (metrics) {
       metrics << "{\"epoch\": " << stats.epoch << ", \"loss\": " << stats.loss << ", \"accuracy\": " << stats.accuracy
@@ -208,8 +298,9 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
       metrics.flush();
     }
     if (on_epoch) on_epoch(stats);
-    if (opt.stop && *opt.stop) {  // the epoch's checkpoint is already saved
-      stats.stopped_by = *opt.stop;
+    const int stop_now = stop_requested();
+    if (stop_now) {  // the epoch's checkpoint is already saved
+      stats.stopped_by = stop_now;
       return stats;
     }
   }

@@ -21,6 +21,12 @@ struct TrainOptions {
   std::string metrics;     // JSON lines, one object per epoch
   std::string checkpoint;  // saved atomically at each epoch end, and after the current step on a stop request
   std::string resume;      // continue bit-identically from this checkpoint
+  // One of the processes of an `mpirun -np N` job: the model is wrapped in nn::DistributedDataParallel and every
+  // global batch of `batch` rows (divisible by N) is split into N contiguous shares, so N processes follow the
+  // trajectory of one process (up to the order of float reductions). Losses and accuracies are the global ones;
+  // only rank 0 writes `metrics` and `checkpoint` (a single-process checkpoint: it resumes at any world size).
+  // The callbacks are called on every rank: the caller decides who prints.
+  bool distributed = false;
   // When it becomes non-zero (a signal number, set by a handler), training stops after the current step,
   // saves the checkpoint (if any) and returns with EpochStats::stopped_by set.
   const volatile int* stop = nullptr;
@@ -35,6 +41,11 @@ struct EpochStats {
 // What the front ends print as the model: "MLP 2-32-32-2 (tanh)", "CNN 16-32 (digits 8x8)".
 const char* model_description(const TrainOptions& opt);
 
+// `oxmera train --distributed`: starts oxmera::distributed (idempotent) and returns the world size. The typed
+// errors of distributed::init() (BackendUnavailable without MPI, InvalidArgument when not started by a
+// launcher), with the command and the way to start it prepended.
+int init_distributed_training();
+
 // Progress callbacks: on_batch(epoch, batch_index, batches_per_epoch) after each step; on_epoch after each
 // epoch. Returns the final stats.
 EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(int, int64_t, int64_t)>& on_batch,
@@ -45,6 +56,7 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
 // The names the CLI and the tests were written with.
 namespace oxmera_cli {
 using oxmera::workloads::EpochStats;
+using oxmera::workloads::init_distributed_training;
 using oxmera::workloads::model_description;
 using oxmera::workloads::run_demo_training;
 using oxmera::workloads::TrainOptions;

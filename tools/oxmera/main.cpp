@@ -49,15 +49,44 @@ extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
 }
 
+// The launcher's world size, 0 when this process was not started by one (mpirun, srun).
+int launched_world_size() {
+  try {
+    return oxmera::distributed::launch_environment().world_size;
+  } catch (const oxmera::Error&) {
+    return 0;
+  }
+}
+
+// `mpirun -np 4 oxmera train` without --distributed trains four independent copies that all write the same
+// --metrics and --checkpoint files: almost certainly a forgotten flag, so say so (and carry on, as torch does).
+void warn_if_launched_without_distributed() {
+  const int world = launched_world_size();
+  if (world > 1 && oxmera::distributed::launch_environment().rank == 0)
+    std::fprintf(stderr,
+                 "oxmera train: warning: started by a launcher with %d processes but without --distributed: each "
+                 "process trains its own copy of the model (add --distributed for data-parallel training)\n",
+                 world);
+}
+
+// Distributed, every rank trains but rank 0 alone prints.
 int cmd_train(oxmera_cli::TrainOptions opt) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_stop_signal);
   opt.stop = &g_stop_signal;
-  const bool tty = isatty(STDOUT_FILENO) != 0;
-  std::printf("oxmera train: %s on %s, Adam lr %g, batch %lld, %d epochs, seed %llu, %s\n",
-              oxmera_cli::model_description(opt), opt.model == "cnn" ? opt.data.c_str() : "two spirals", opt.lr,
-              static_cast<long long>(opt.batch), opt.epochs, static_cast<unsigned long long>(opt.seed),
-              opt.device.c_str());
-  std::fflush(stdout);
+  const int world = opt.distributed ? oxmera_cli::init_distributed_training() : 1;
+  const bool root = !opt.distributed || oxmera::distributed::rank() == 0;
+  // No progress bar under a launcher: Open MPI gives every rank a pty whatever mpirun's own output is, so a
+  // rank cannot tell a terminal from a log file.
+  const bool tty = launched_world_size() == 0 && isatty(STDOUT_FILENO) != 0;
+  if (root) {
+    std::printf("oxmera train: %s on %s, Adam lr %g, batch %lld, %d epochs, seed %llu, %s",
+                oxmera_cli::model_description(opt), opt.model == "cnn" ? opt.data.c_str() : "two spirals", opt.lr,
+                static_cast<long long>(opt.batch), opt.epochs, static_cast<unsigned long long>(opt.seed),
+                opt.device.c_str());
+    if (opt.distributed) std::printf(", distributed over %d rank%s (MPI)", world, world == 1 ? "" : "s");
+    std::printf("\n");
+    std::fflush(stdout);
+  }
   auto on_batch = [&](int epoch, int64_t b, int64_t nb) {
     if (!tty) return;
     const int width = 30;
@@ -67,6 +96,7 @@ int cmd_train(oxmera_cli::TrainOptions opt) {
     std::fflush(stdout);
   };
   auto on_epoch = [&](const oxmera_cli::EpochStats& s) {
+    if (!root) return;
     if (tty) std::printf("\r\033[K");
     std::printf("epoch %3d/%d  loss %.4f  accuracy %5.1f%%  %9.0f samples/s\n", s.epoch, opt.epochs, s.loss,
                 100.0 * s.accuracy, s.samples_per_s);
@@ -75,8 +105,10 @@ int cmd_train(oxmera_cli::TrainOptions opt) {
   auto result = oxmera_cli::run_demo_training(opt, on_batch, on_epoch);
   if (result.stopped_by) {
     if (tty) std::printf("\r\033[K");
-    std::printf("stopped by signal %d after step; %s\n", result.stopped_by,
-                opt.checkpoint.empty() ? "no checkpoint requested" : ("checkpoint saved to " + opt.checkpoint).c_str());
+    if (root)
+      std::printf(
+          "stopped by signal %d after step; %s\n", result.stopped_by,
+          opt.checkpoint.empty() ? "no checkpoint requested" : ("checkpoint saved to " + opt.checkpoint).c_str());
     std::fflush(stdout);
     std::signal(result.stopped_by, SIG_DFL);
     std::raise(result.stopped_by);  // die by the signal (128+N)
@@ -107,13 +139,16 @@ int main(int argc, char** argv) {
   train->add_option("--device", topt.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   train->add_option("--epochs", topt.epochs, "Epochs (default 30; cnn 15)")->check(CLI::Range(1, 1000000));
   train->add_option("--seed", topt.seed, "Seed (default 7)");
-  train->add_option("--batch", topt.batch, "Batch size (default 32)")->check(CLI::Range(1, 1 << 20));
+  train->add_option("--batch,--batch-size", topt.batch, "Batch size (default 32; --distributed: the global batch)")
+      ->check(CLI::Range(1, 1 << 20));
   train->add_option("--lr", topt.lr, "Adam learning rate (default 0.03; cnn 0.003)")->check(CLI::PositiveNumber);
   train->add_option("--metrics", topt.metrics, "Write one JSON object per epoch to this file");
   train->add_flag("--tui", tui, "Live terminal dashboard");
   train->add_option("--replay", replay, "Drive the dashboard from a recorded fixture");
   train->add_option("--checkpoint", checkpoint, "Save model+optimizer+RNG here at each epoch end");
   train->add_option("--resume", resume, "Continue from a checkpoint");
+  train->add_flag("--distributed", topt.distributed,
+                  "Data-parallel over the processes of `mpirun -np N` (--batch is the global batch)");
 
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
@@ -151,19 +186,25 @@ int main(int argc, char** argv) {
         if (train->count("--lr") == 0) topt.lr = 3e-3;
       }
       if (!replay.empty()) return oxmera_cli::run_replay(replay);
-      if (tui) {
-        topt.checkpoint = checkpoint;
-        topt.resume = resume;
-        return oxmera_cli::run_tui_training(topt);
-      }
       topt.checkpoint = checkpoint;
       topt.resume = resume;
-      return cmd_train(topt);
+      if (tui && topt.distributed)
+        throw oxmera::Error(oxmera::ErrorKind::NotImplemented,
+                            "oxmera train --tui --distributed: the dashboard does not run under mpirun yet (its "
+                            "keyboard and terminal belong to mpirun, not to rank 0); drop --tui (rank 0 prints "
+                            "the progress) or follow --metrics FILE");
+      if (!topt.distributed) warn_if_launched_without_distributed();
+      const int rc = tui ? oxmera_cli::run_tui_training(topt) : cmd_train(topt);
+      if (oxmera::distributed::is_initialized()) oxmera::distributed::finalize();
+      return rc;
     }
     if (*research) return oxmera_cli::run_research(ropt, std::cout);
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "oxmera: error: %s\n", e.what());
+    if (oxmera::distributed::is_initialized() && oxmera::distributed::world_size() > 1)
+      std::fprintf(stderr, "oxmera: error (rank %d): %s\n", oxmera::distributed::rank(), e.what());
+    else
+      std::fprintf(stderr, "oxmera: error: %s\n", e.what());
     return 1;
   }
   return 0;
