@@ -1102,6 +1102,601 @@ TEST_P(SweepEntry, BadInputsGiveTypedErrorsAndEdgeInputsCorrectResults) {
   }
 }
 
+// ------------------------------------------------------------------ beyond the registry: layers, losses, optimizers,
+// linalg (issue #17 item 2: "same for nn layers, losses, optimizers and linalg"). Each case is a bad call a user
+// makes with the error kind it must raise, or an edge input with the result it must give.
+void run_cases(const std::vector<BadCall>& cases) {
+  for (const auto& c : cases) probe(c.what, c.call, c.expect);
+}
+Expect shape_of(const Shape& s) {
+  return result([s](const Tensor& y) { EXPECT_EQ(y.shape(), s); });
+}
+
+TEST(Sweep, LayersRefuseMisShapedAndMisTypedInputs) {
+  oxt_fake::register_host_memory_device();
+  manual_seed(3);
+  auto linear = std::make_shared<nn::Linear>(3, 2);
+  auto conv = std::make_shared<nn::Conv2d>(3, 4, nn::Pair{3, 3});
+  auto emb = std::make_shared<nn::Embedding>(10, 4);
+  auto ln = std::make_shared<nn::LayerNorm>(Shape{4});
+  auto bn = std::make_shared<nn::BatchNorm2d>(3);
+  auto gn = std::make_shared<nn::GroupNorm>(2, 4);
+  auto rms = std::make_shared<nn::RMSNorm>(Shape{4});
+  auto lstm = std::make_shared<nn::LSTM>(3, 4);
+  auto gru = std::make_shared<nn::GRU>(3, 4);
+  auto mha = std::make_shared<nn::MultiheadAttention>(8, 2);
+  auto mha_out = [mha](const Tensor& q, const Tensor& k, const Tensor& v) {
+    return std::get<0>(mha->forward(q, k, v));
+  };
+  run_cases({
+      {"Linear(3, 2) of [4, 5]",
+       [=] {
+         return linear->forward(f32({4, 5}));
+       },
+       kShape},
+      {"Linear(3, 2) of f64",
+       [=] {
+         return linear->forward(ones({4, 3}, DType::F64));
+       },
+       kDtype},
+      {"Linear(3, 2) of i64",
+       [=] {
+         return linear->forward(i64({4, 3}));
+       },
+       kDtype},
+      {"Linear(3, 2) of undefined", [=] { return linear->forward(Tensor()); }, kUndef},
+      {"Linear(3, 2) of a device tensor",
+       [=] {
+         return linear->forward(on_device(f32({4, 3})));
+       },
+       kDevice},
+      {"Linear(3, 2) of [0, 3]",
+       [=] {
+         return linear->forward(f32({0, 3}));
+       },
+       shape_of({0, 2})},
+      {"Linear(3, 2) of [3] (unbatched)", [=] { return linear->forward(f32({3})); }, shape_of({2})},
+      {"Linear(-1, 2)",
+       [] {
+         return nn::Linear(-1, 2).forward(f32({1, 1}));
+       },
+       kArg},
+      {"Conv2d(3, 4, 3) of [1, 2, 5, 5]",
+       [=] {
+         return conv->forward(f32({1, 2, 5, 5}));
+       },
+       kShape},
+      {"Conv2d(3, 4, 3) of [2, 5]",
+       [=] {
+         return conv->forward(f32({2, 5}));
+       },
+       kShape},
+      {"Conv2d(3, 4, 3) of [1, 3, 2, 2] (smaller than the kernel)",
+       [=] {
+         return conv->forward(f32({1, 3, 2, 2}));
+       },
+       kArg},
+      {"Conv2d(3, 4, 3) of [0, 3, 5, 5]",
+       [=] {
+         return conv->forward(f32({0, 3, 5, 5}));
+       },
+       shape_of({0, 4, 3, 3})},
+      {"Embedding(10, 4) of index 10",
+       [=] {
+         return emb->forward(from_vector<int64_t>({1, 10}, {2}));
+       },
+       kIndex},
+      {"Embedding(10, 4) of index -1", [=] { return emb->forward(from_vector<int64_t>({-1}, {1})); }, kIndex},
+      {"Embedding(10, 4) of INT64_MIN", [=] { return emb->forward(from_vector<int64_t>({kI64Min}, {1})); }, kIndex},
+      {"Embedding(10, 4) of f32 indices", [=] { return emb->forward(f32({2})); }, kDtype},
+      {"Embedding(10, 4) of [0] indices", [=] { return emb->forward(i64({0})); }, shape_of({0, 4})},
+      {"Embedding(0, 4)", [] { return nn::Embedding(0, 4).forward(i64({1})); },
+       error({ErrorKind::InvalidArgument, ErrorKind::IndexOutOfBounds})},
+      {"LayerNorm([4]) of [2, 3]",
+       [=] {
+         return ln->forward(f32({2, 3}));
+       },
+       kShape},
+      {"LayerNorm([4]) of [0, 4]",
+       [=] {
+         return ln->forward(f32({0, 4}));
+       },
+       shape_of({0, 4})},
+      {"LayerNorm([4]) of f64",
+       [=] {
+         return ln->forward(ones({2, 4}, DType::F64));
+       },
+       kDtype},
+      {"BatchNorm2d(3) of [2, 4, 5, 5]",
+       [=] {
+         return bn->forward(f32({2, 4, 5, 5}));
+       },
+       kShape},
+      {"BatchNorm2d(3) of [2, 3, 5]",
+       [=] {
+         return bn->forward(f32({2, 3, 5}));
+       },
+       kShape},
+      {"BatchNorm2d(3) training on one value per channel",
+       [=] {
+         return bn->forward(f32({1, 3, 1, 1}));
+       },
+       error({ErrorKind::InvalidArgument, ErrorKind::ShapeMismatch})},
+      {"GroupNorm(3 groups, 4 channels)",
+       [] {
+         return nn::GroupNorm(3, 4).forward(f32({2, 4, 3}));
+       },
+       kArg},
+      {"GroupNorm(2, 4) of [2, 6, 3]",
+       [=] {
+         return gn->forward(f32({2, 6, 3}));
+       },
+       kShape},
+      {"RMSNorm([4]) of [2, 3]",
+       [=] {
+         return rms->forward(f32({2, 3}));
+       },
+       kShape},
+      {"Dropout(1.5)", [] { return nn::Dropout(1.5).forward(f32({3})); }, kArg},
+      {"Dropout(-0.1)", [] { return nn::Dropout(-0.1).forward(f32({3})); }, kArg},
+      {"Dropout(NaN)", [] { return nn::Dropout(kNaN).forward(f32({3})); }, kArg},
+      {"MaxPool2d(0) of [1, 1, 4, 4]",
+       [] {
+         return nn::MaxPool2d({0, 0}).forward(f32({1, 1, 4, 4}));
+       },
+       kArg},
+      {"Flatten(2, 1) of [2, 3, 4]",
+       [] {
+         return nn::Flatten(2, 1).forward(f32({2, 3, 4}));
+       },
+       kArg},
+      {"LSTM(3, 4) of [5, 2, 6]",
+       [=] {
+         return std::get<0>(lstm->forward(f32({5, 2, 6})));
+       },
+       kShape},
+      {"LSTM(3, 4) of [5, 3] (unbatched)",
+       [=] {
+         return std::get<0>(lstm->forward(f32({5, 3})));
+       },
+       shape_of({5, 4})},
+      {"LSTM(3, 4) with h0 of the wrong shape",
+       [=] {
+         return std::get<0>(lstm->forward(f32({5, 2, 3}), {f32({1, 3, 4}), f32({1, 2, 4})}));
+       },
+       kShape},
+      {"LSTM(3, 4) with h0 but no c0",
+       [=] {
+         return std::get<0>(lstm->forward(f32({5, 2, 3}), {f32({1, 2, 4}), Tensor()}));
+       },
+       kArg},
+      {"LSTM(3, 4) of f64",
+       [=] {
+         return std::get<0>(lstm->forward(ones({5, 2, 3}, DType::F64)));
+       },
+       kDtype},
+      {"LSTM(3, 4) of [5, 2, 3] on a device",
+       [=] {
+         return std::get<0>(lstm->forward(on_device(f32({5, 2, 3}))));
+       },
+       kDevice},
+      {"GRU(3, 4) of [5, 2, 6]",
+       [=] {
+         return std::get<0>(gru->forward(f32({5, 2, 6})));
+       },
+       kShape},
+      {"GRU(3, 4) of 4-d input",
+       [=] {
+         return std::get<0>(gru->forward(f32({5, 2, 3, 1})));
+       },
+       kShape},
+      {"LSTM(3, 0)",
+       [] {
+         return std::get<0>(nn::LSTM(3, 0).forward(f32({5, 2, 3})));
+       },
+       kArg},
+      {"LSTM(3, 4, num_layers 0)",
+       [] {
+         nn::RNNOptions o;
+         o.num_layers = 0;
+         return std::get<0>(nn::LSTM(3, 4, o).forward(f32({5, 2, 3})));
+       },
+       kArg},
+      {"LSTM(3, 4, dropout 2)",
+       [] {
+         nn::RNNOptions o;
+         o.dropout = 2;
+         return std::get<0>(nn::LSTM(3, 4, o).forward(f32({5, 2, 3})));
+       },
+       kArg},
+      {"RNN nonlinearity 'sigmoid'",
+       [] {
+         nn::RNNOptions o;
+         o.nonlinearity = "sigmoid";
+         return std::get<0>(nn::RNN(3, 4, o).forward(f32({5, 2, 3})));
+       },
+       kArg},
+      {"MultiheadAttention(8, 3)",
+       [] {
+         return std::get<0>(nn::MultiheadAttention(8, 3).forward(f32({2, 1, 8}), f32({2, 1, 8}), f32({2, 1, 8})));
+       },
+       kArg},
+      {"MultiheadAttention(8, 2) of embed 7",
+       [=] {
+         return mha_out(f32({5, 2, 7}), f32({5, 2, 7}), f32({5, 2, 7}));
+       },
+       kShape},
+      {"MultiheadAttention(8, 2) batch 2 vs 3",
+       [=] {
+         return mha_out(f32({5, 2, 8}), f32({6, 3, 8}), f32({6, 3, 8}));
+       },
+       kShape},
+      {"MultiheadAttention(8, 2) key 6 vs value 5",
+       [=] {
+         return mha_out(f32({5, 2, 8}), f32({6, 2, 8}), f32({5, 2, 8}));
+       },
+       kShape},
+      {"MultiheadAttention(8, 2) of f64",
+       [=] {
+         return mha_out(ones({5, 2, 8}, DType::F64), ones({5, 2, 8}, DType::F64), ones({5, 2, 8}, DType::F64));
+       },
+       kDtype},
+      {"MultiheadAttention(8, 2) attn_mask of the wrong shape",
+       [=] {
+         return std::get<0>(mha->forward(f32({5, 2, 8}), f32({6, 2, 8}), f32({6, 2, 8}), {}, false, f32({5, 5})));
+       },
+       kShape},
+      {"TransformerEncoderLayer(8, 3)",
+       [] {
+         return nn::TransformerEncoderLayer(8, 3).forward(f32({2, 1, 8}));
+       },
+       kArg},
+      {"scaled_dot_product_attention q [2, 4, 8] k [2, 5, 7]",
+       [] {
+         return nn::functional::scaled_dot_product_attention(f32({2, 4, 8}), f32({2, 5, 7}), f32({2, 5, 8}));
+       },
+       kShape},
+      {"scaled_dot_product_attention 1-d",
+       [] { return nn::functional::scaled_dot_product_attention(f32({8}), f32({8}), f32({8})); },
+       error({ErrorKind::ShapeMismatch, ErrorKind::InvalidArgument})},
+      // Zero keys: each output is a weighted sum of nothing, zeros (torch's math path gives the same).
+      {"scaled_dot_product_attention of zero keys",
+       [] {
+         return nn::functional::scaled_dot_product_attention(f32({2, 4, 8}), f32({2, 0, 8}), f32({2, 0, 8}));
+       },
+       result([](const Tensor& y) {
+         EXPECT_EQ(y.shape(), (Shape{2, 4, 8}));
+         EXPECT_EQ(values(y), std::vector<double>(64, 0.0));
+       })},
+  });
+}
+
+TEST(Sweep, LossesRefuseMismatchedTargets) {
+  oxt_fake::register_host_memory_device();
+  run_cases({
+      {"mse_loss [3] vs [4]", [] { return nn::mse_loss(f32({3}), f32({4})); }, kShape},
+      {"mse_loss f32 vs f64", [] { return nn::mse_loss(f32({3}), ones({3}, DType::F64)); }, kDtype},
+      {"mse_loss i64", [] { return nn::mse_loss(i64({3}), i64({3})); }, kDtype},
+      {"mse_loss device target", [] { return nn::mse_loss(f32({3}), on_device(f32({3}))); }, kDevice},
+      {"mse_loss of [0] (mean)", [] { return nn::mse_loss(f32({0}), f32({0})); }, error({ErrorKind::EmptyReduction})},
+      {"mse_loss of [0] (sum)", [] { return nn::mse_loss(f32({0}), f32({0}), nn::Reduction::Sum); },
+       result([](const Tensor& y) { EXPECT_EQ(y.item<float>(), 0.f); })},
+      {"nll_loss target 3 of 3 classes",
+       [] {
+         return nn::nll_loss(f32({2, 3}), from_vector<int64_t>({0, 3}, {2}));
+       },
+       kIndex},
+      {"nll_loss weight of the wrong size",
+       [] {
+         return nn::nll_loss(f32({2, 3}), i64({2}), f32({4}));
+       },
+       kShape},
+      {"nll_loss f32 target",
+       [] {
+         return nn::nll_loss(f32({2, 3}), f32({2}));
+       },
+       kDtype},
+      {"bce_with_logits [3] vs [4]", [] { return nn::binary_cross_entropy_with_logits(f32({3}), f32({4})); }, kShape},
+      {"bce_with_logits f64 target",
+       [] { return nn::binary_cross_entropy_with_logits(f32({3}), ones({3}, DType::F64)); }, kDtype},
+      {"bce_with_logits i64 target", [] { return nn::binary_cross_entropy_with_logits(f32({3}), i64({3})); }, kDtype},
+      {"bce_with_logits weight [4]", [] { return nn::binary_cross_entropy_with_logits(f32({3}), f32({3}), f32({4})); },
+       kShape},
+  });
+}
+
+TEST(Sweep, OptimizersRefuseBadOptionsAndLeaveParametersOnAFailedStep) {
+  auto leaf = [] { return ones({3}, DType::F32).requires_grad_(); };
+  auto sgd = [=](optim::SGDOptions o) {
+    Tensor p = leaf();
+    optim::SGD opt({p}, o);
+    return p;
+  };
+  auto adam = [=](optim::AdamOptions o) {
+    Tensor p = leaf();
+    optim::Adam opt({p}, o);
+    return p;
+  };
+  auto rmsprop = [=](optim::RMSpropOptions o) {
+    Tensor p = leaf();
+    optim::RMSprop opt({p}, o);
+    return p;
+  };
+  run_cases({
+      {"SGD lr -1", [=] { return sgd({.lr = -1}); }, kArg},
+      {"SGD lr NaN", [=] { return sgd({.lr = kNaN}); }, kArg},
+      {"SGD lr inf", [=] { return sgd({.lr = kInf}); }, kArg},
+      {"SGD momentum -0.5", [=] { return sgd({.lr = 0.1, .momentum = -0.5}); }, kArg},
+      {"SGD weight_decay -1", [=] { return sgd({.lr = 0.1, .weight_decay = -1}); }, kArg},
+      {"SGD nesterov without momentum", [=] { return sgd({.lr = 0.1, .nesterov = true}); }, kArg},
+      {"Adam beta1 1",
+       [=] {
+         return adam({.betas = {1.0, 0.999}});
+       },
+       kArg},
+      {"Adam beta2 -0.1",
+       [=] {
+         return adam({.betas = {0.9, -0.1}});
+       },
+       kArg},
+      {"Adam beta1 NaN",
+       [=] {
+         return adam({.betas = {kNaN, 0.999}});
+       },
+       kArg},
+      {"Adam eps -1", [=] { return adam({.eps = -1}); }, kArg},
+      {"Adam eps NaN", [=] { return adam({.eps = kNaN}); }, kArg},
+      {"RMSprop alpha -1", [=] { return rmsprop({.alpha = -1}); }, kArg},
+      {"RMSprop alpha NaN", [=] { return rmsprop({.alpha = kNaN}); }, kArg},
+      {"RMSprop momentum NaN", [=] { return rmsprop({.momentum = kNaN}); }, kArg},
+      {"SGD of no parameters",
+       [] {
+         optim::SGD opt(std::vector<Tensor>{}, {.lr = 0.1});
+         return Tensor();
+       },
+       kArg},
+      {"Adam of no parameters",
+       [] {
+         optim::Adam opt(std::vector<Tensor>{}, {});
+         return Tensor();
+       },
+       kArg},
+      {"AdamW of no parameters",
+       [] {
+         optim::AdamW opt(std::vector<Tensor>{}, {});
+         return Tensor();
+       },
+       kArg},
+      {"RMSprop of no parameters",
+       [] {
+         optim::RMSprop opt(std::vector<Tensor>{}, {});
+         return Tensor();
+       },
+       kArg},
+      {"Adam of an i64 parameter",
+       [] {
+         optim::Adam opt({i64({3})}, {});
+         return Tensor();
+       },
+       kDtype},
+      {"Adam of a non-leaf",
+       [=] {
+         Tensor p = leaf();
+         optim::Adam opt({p * 2.0}, {});
+         return Tensor();
+       },
+       kArg},
+      {"Adam of an undefined parameter",
+       [] {
+         optim::Adam opt({Tensor()}, {});
+         return Tensor();
+       },
+       kArg},
+      {"Adam of the same parameter twice",
+       [=] {
+         Tensor p = leaf();
+         optim::Adam opt({p, p}, {});
+         return Tensor();
+       },
+       kArg},
+      {"Adam of a transposed parameter",
+       [] {
+         Tensor p = ones({2, 3}, DType::F32).t().requires_grad_();
+         optim::Adam opt({p}, {});
+         return Tensor();
+       },
+       kArg},
+      {"Adam set_lr(-1) then step",
+       [=] {
+         Tensor p = leaf();
+         optim::Adam opt({p}, {});
+         p.set_grad(ones({3}, DType::F32));
+         opt.set_lr(0, -1);
+         opt.step();
+         return p;
+       },
+       kArg},
+  });
+  // set_grad names what differs.
+  run_cases({
+      {"set_grad of the wrong shape",
+       [] {
+         Tensor p = ones({2}, DType::F32).requires_grad_();
+         p.set_grad(ones({3}, DType::F32));
+         return p;
+       },
+       kShape},
+      {"set_grad of the wrong dtype",
+       [] {
+         Tensor p = ones({2}, DType::F32).requires_grad_();
+         p.set_grad(ones({2}, DType::F64));
+         return p;
+       },
+       kDtype},
+      {"set_grad on a device",
+       [] {
+         Tensor p = ones({2}, DType::F32).requires_grad_();
+         p.set_grad(on_device(ones({2}, DType::F32)));
+         return p;
+       },
+       kDevice},
+  });
+  // A step that fails on its second group's options changes no parameter and no optimizer state.
+  {
+    Tensor a = full({3}, 1.0, DType::F32).requires_grad_(), b = full({2}, 2.0, DType::F32).requires_grad_();
+    optim::Adam opt(std::vector<optim::ParamGroup<optim::AdamOptions>>{{{a}, {.lr = 0.1}}, {{b}, {.lr = 0.1}}});
+    a.set_grad(ones({3}, DType::F32));
+    b.set_grad(ones({2}, DType::F32));
+    opt.step();  // a first, good step: state exists
+    const auto a0 = values(a), b0 = values(b);
+    const auto state0 = opt.state_tensors();
+    opt.set_lr(1, kNaN);
+    probe(
+        "Adam.step with group 1's lr NaN",
+        [&] {
+          opt.step();
+          return a;
+        },
+        kArg);
+    EXPECT_EQ(values(a), a0);
+    EXPECT_EQ(values(b), b0);
+    const auto state1 = opt.state_tensors();
+    ASSERT_EQ(state1.size(), state0.size());
+    for (size_t i = 0; i < state0.size(); ++i) EXPECT_EQ(values(state1[i].second), values(state0[i].second));
+  }
+}
+
+TEST(Sweep, LinalgRefusesNonSquareMisTypedAndIndefiniteInputs) {
+  oxt_fake::register_host_memory_device();
+  const Tensor spd = from_vector<double>({4, 1, 1, 3}, {2, 2});
+  const Tensor indefinite = from_vector<double>({1, 2, 2, 1}, {2, 2});
+  const Tensor asym = from_vector<double>({1, 2, 0, 1}, {2, 2});
+  const Tensor nan_m = from_vector<double>({kNaN, 0, 0, 1}, {2, 2});
+  run_cases({
+      {"cholesky [2, 3]",
+       [] {
+         return linalg::cholesky(ones({2, 3}, DType::F64));
+       },
+       kShape},
+      {"cholesky [3]", [] { return linalg::cholesky(ones({3}, DType::F64)); },
+       error({ErrorKind::ShapeMismatch, ErrorKind::InvalidArgument})},
+      {"cholesky i64",
+       [] {
+         return linalg::cholesky(i64({2, 2}));
+       },
+       kDtype},
+      {"cholesky undefined", [] { return linalg::cholesky(Tensor()); }, kUndef},
+      {"cholesky indefinite", [=] { return linalg::cholesky(indefinite); }, error({ErrorKind::NotPositiveDefinite})},
+      {"cholesky of NaN", [=] { return linalg::cholesky(nan_m); },
+       error({ErrorKind::NotPositiveDefinite, ErrorKind::InvalidArgument})},
+      {"cholesky [0, 0]",
+       [] {
+         return linalg::cholesky(ones({0, 0}, DType::F64));
+       },
+       shape_of({0, 0})},
+      {"cholesky [3, 0, 0]",
+       [] {
+         return linalg::cholesky(ones({3, 0, 0}, DType::F64));
+       },
+       shape_of({3, 0, 0})},
+      {"cholesky [0, 2, 2]",
+       [] {
+         return linalg::cholesky(ones({0, 2, 2}, DType::F64));
+       },
+       shape_of({0, 2, 2})},
+      {"logdet indefinite", [=] { return linalg::logdet(indefinite); }, error({ErrorKind::NotPositiveDefinite})},
+      {"det [2, 3]",
+       [] {
+         return linalg::det(ones({2, 3}, DType::F64));
+       },
+       kShape},
+      {"solve a [2, 2] b [3, 1]",
+       [=] {
+         return linalg::solve(spd, ones({3, 1}, DType::F64));
+       },
+       kShape},
+      {"solve f64 a, f32 b",
+       [=] {
+         return linalg::solve(spd, ones({2, 1}, DType::F32));
+       },
+       kDtype},
+      {"solve device b",
+       [=] {
+         return linalg::solve(spd.to(DType::F32), on_device(ones({2, 1}, DType::F32)));
+       },
+       kDevice},
+      // The mis-shaped b is named even though this a (all ones) would also fail to factorise.
+      {"solve batch 2 vs 3",
+       [] {
+         return linalg::solve(ones({2, 2, 2}, DType::F64), ones({3, 2, 1}, DType::F64));
+       },
+       kShape},
+      {"solve a [2, 2] of ones, b [3, 1]",
+       [] {
+         return linalg::solve(ones({2, 2}, DType::F64), ones({3, 1}, DType::F64));
+       },
+       kShape},
+      {"solve a [2, 2] b [2, 0]",
+       [=] {
+         return linalg::solve(spd, ones({2, 0}, DType::F64));
+       },
+       shape_of({2, 0})},
+      {"cholesky_solve b [3, 1] L [2, 2]",
+       [=] {
+         return linalg::cholesky_solve(ones({3, 1}, DType::F64), spd);
+       },
+       kShape},
+      {"inverse [2, 3]",
+       [] {
+         return linalg::inverse(ones({2, 3}, DType::F64));
+       },
+       kShape},
+      {"inverse indefinite", [=] { return linalg::inverse(indefinite); }, error({ErrorKind::NotPositiveDefinite})},
+      {"solve_triangular [2, 3]",
+       [] {
+         return linalg::solve_triangular(ones({2, 3}, DType::F64), ones({2, 1}, DType::F64), false);
+       },
+       kShape},
+      {"eigh not symmetric", [=] { return linalg::eigh(asym).eigenvalues; }, error({ErrorKind::NotSymmetric})},
+      {"eigh [2, 3]",
+       [] {
+         return linalg::eigh(ones({2, 3}, DType::F64)).eigenvalues;
+       },
+       kShape},
+      {"eigh i64",
+       [] {
+         return linalg::eigh(i64({2, 2})).eigenvalues;
+       },
+       kDtype},
+      // A non-finite matrix has no eigendecomposition (torch: fails to converge), wherever the NaN or inf is.
+      {"eigh of NaN off the diagonal",
+       [] {
+         return linalg::eigh(from_vector<double>({1, kNaN, kNaN, 2}, {2, 2})).eigenvalues;
+       },
+       kArg},
+      {"eigh of NaN on the diagonal", [=] { return linalg::eigh(nan_m).eigenvalues; }, kArg},
+      {"eigh of inf",
+       [] {
+         return linalg::eigh(from_vector<double>({kInf, 0, 0, 1}, {2, 2})).eigenvalues;
+       },
+       kArg},
+      {"eigh [0, 0]",
+       [] {
+         return linalg::eigh(ones({0, 0}, DType::F64)).eigenvalues;
+       },
+       shape_of({0})},
+      {"eigh [1, 1]",
+       [] {
+         return linalg::eigh(full({1, 1}, 5.0, DType::F64)).eigenvalues;
+       },
+       result([](const Tensor& y) { EXPECT_EQ(values(y), std::vector<double>{5.0}); })},
+      {"trace [3]", [] { return linalg::trace(ones({3}, DType::F64)); },
+       error({ErrorKind::ShapeMismatch, ErrorKind::InvalidArgument})},
+      {"diag_embed 0-d", [] { return linalg::diag_embed(scalar(1.0)); },
+       error({ErrorKind::ShapeMismatch, ErrorKind::InvalidArgument})},
+  });
+}
+
 std::vector<const ops::OpInfo*> all_entries() {
   std::vector<const ops::OpInfo*> v;
   for (auto& i : ops::unary_ops()) v.push_back(&i);

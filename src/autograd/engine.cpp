@@ -462,9 +462,13 @@ Tensor Tensor::grad() const {
 void Tensor::set_grad(const Tensor& g) {
   detail::check_defined(*this, "set_grad");
   if (g.defined()) {
-    OXM_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), InvalidArgument,
-              "set_grad: gradient ", g.shape(), " ", g.dtype(), " on ", g.device(), " does not match tensor ", shape(),
-              " ", dtype(), " on ", device());
+    // The kind names what differs (torch: "assigned grad has data of a different size / type / device").
+    if (g.shape() != shape() || g.dtype() != dtype() || g.device() != device()) [[unlikely]]
+      detail::throw_error(g.shape() != shape()   ? ErrorKind::ShapeMismatch
+                          : g.dtype() != dtype() ? ErrorKind::DTypeMismatch
+                                                 : ErrorKind::DeviceMismatch,
+                          detail::concat("set_grad: gradient ", g.shape(), " ", g.dtype(), " on ", g.device(),
+                                         " does not match tensor ", shape(), " ", dtype(), " on ", device()));
   }
   impl_->grad = g;
 }

@@ -584,9 +584,11 @@ Tensor record_solve_triangular(const Tensor& t, const Tensor& b, Tensor x, bool 
 }
 }  // namespace
 
-Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
-  const char* op = "solve_triangular";
-  check_square(t, op);
+namespace {
+// The right-hand side b [..., n, k] of a solve with the square matrix t [..., n, n]: dtype, device, n and
+// the batch dims (broadcast); returns the batch shape. Checked before any factorisation, so a mis-shaped b is
+// named as such even when the matrix would also fail.
+Shape check_rhs(const Tensor& t, const Tensor& b, const char* op) {
   detail::check_defined(b, op, "b");
   OXM_CHECK(b.dim() >= 2, InvalidArgument, op, ": b must be [..., n, k], got shape ", b.shape());
   OXM_CHECK(b.dtype() == t.dtype(), DTypeMismatch, op, ": matrix is ", t.dtype(), " but b is ", b.dtype());
@@ -595,7 +597,15 @@ Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
   OXM_CHECK(b.shape()[b.dim() - 2] == n, ShapeMismatch, op, ": matrix ", t.shape(), " and b ", b.shape(),
             " disagree on n");
   Shape tb(t.shape().data(), t.dim() - 2), bb(b.shape().data(), b.dim() - 2);
-  Shape batch = broadcast_shapes(tb, bb, op);
+  return broadcast_shapes(tb, bb, op);
+}
+}  // namespace
+
+Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
+  const char* op = "solve_triangular";
+  check_square(t, op);
+  const Shape batch = check_rhs(t, b, op);
+  const int64_t n = t.shape()[t.dim() - 1];
   Shape ts = batch, bs = batch;
   ts.push_back(n);
   ts.push_back(n);
@@ -642,6 +652,7 @@ Tensor solve(const Tensor& a, const Tensor& b) {
   // torch's rule: b is a vector (batch) when it is 1-d or has exactly a's shape without the last dim.
   const bool vector = b.dim() == 1 || (b.dim() == a.dim() - 1 && b.shape() == Shape(a.shape().data(), a.dim() - 1));
   Tensor bm = vector ? b.unsqueeze(-1) : b;
+  check_rhs(a, bm, "solve");
   Tensor x = cholesky_solve(bm, cholesky(a));
   return vector ? x.squeeze(-1) : x;
 }
@@ -829,7 +840,12 @@ EighResult eigh(const Tensor& a) {
     const double* A = m.mat(b);
     double amax = 0, worst = 0;
     int64_t wi = 0, wj = 0;
-    for (int64_t i = 0; i < n * n; ++i) amax = std::max(amax, std::abs(A[i]));
+    for (int64_t i = 0; i < n * n; ++i) {
+      // A NaN or inf has no eigendecomposition (LAPACK, hence torch, fails to converge): say where it is.
+      OXM_CHECK(std::isfinite(A[i]), InvalidArgument, "eigh: the matrix at batch index ", batch_index_str(b, a.shape()),
+                " holds ", A[i], " at [", i / n, "][", i % n, "]; eigenvalues of a non-finite matrix are undefined");
+      amax = std::max(amax, std::abs(A[i]));
+    }
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = i + 1; j < n; ++j) {
         const double d = std::abs(A[i * n + j] - A[j * n + i]);

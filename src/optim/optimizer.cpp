@@ -17,9 +17,11 @@ using oxmera::detail::TensorImpl;
 namespace {
 
 void check_lr_eps_wd(const char* opt, double lr, double eps, double wd) {
-  OXM_CHECK(lr >= 0, InvalidArgument, opt, ": invalid lr ", lr, " (must be >= 0)");
-  OXM_CHECK(eps >= 0, InvalidArgument, opt, ": invalid eps ", eps, " (must be >= 0)");
-  OXM_CHECK(wd >= 0, InvalidArgument, opt, ": invalid weight_decay ", wd, " (must be >= 0)");
+  // Finite too (torch only checks >= 0): an infinite lr, eps or decay turns every weight to inf or NaN.
+  OXM_CHECK(std::isfinite(lr) && lr >= 0, InvalidArgument, opt, ": invalid lr ", lr, " (must be finite and >= 0)");
+  OXM_CHECK(std::isfinite(eps) && eps >= 0, InvalidArgument, opt, ": invalid eps ", eps, " (must be finite and >= 0)");
+  OXM_CHECK(std::isfinite(wd) && wd >= 0, InvalidArgument, opt, ": invalid weight_decay ", wd,
+            " (must be finite and >= 0)");
 }
 
 void check_betas(const char* opt, std::pair<double, double> b) {
