@@ -61,24 +61,37 @@ Snapshot snapshot(const std::vector<std::pair<std::string, Tensor>>& named) {
   return s;
 }
 
-// A small MLP with a LayerNorm, trained with Adam on a fixed batch.
+// A small model trained on a fixed batch: kind 0, an MLP with a LayerNorm, mse and Adam; kind 1, a CNN
+// (conv, GELU, flatten, linear), cross-entropy and AdamW with amsgrad.
 struct Trainer {
   std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
-  std::unique_ptr<optim::Adam> opt;
+  std::unique_ptr<optim::Optimizer> opt;
   Tensor x, y;
-  explicit Trainer(uint64_t seed) {
+  int kind;
+  explicit Trainer(uint64_t seed, int kind_ = 0) : kind(kind_) {
     Generator g(seed);
-    model->push_back(std::make_shared<nn::Linear>(6, 16, true, g));
-    model->push_back(std::make_shared<nn::ReLU>());
-    model->push_back(std::make_shared<nn::LayerNorm>(Shape{16}));
-    model->push_back(std::make_shared<nn::Linear>(16, 3, true, g));
-    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-2});
-    x = randn(Shape{8, 6}, g);
-    y = randn(Shape{8, 3}, g);
+    if (kind == 0) {
+      model->push_back(std::make_shared<nn::Linear>(6, 16, true, g));
+      model->push_back(std::make_shared<nn::ReLU>());
+      model->push_back(std::make_shared<nn::LayerNorm>(Shape{16}));
+      model->push_back(std::make_shared<nn::Linear>(16, 3, true, g));
+      opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-2});
+      x = randn(Shape{8, 6}, g);
+      y = randn(Shape{8, 3}, g);
+    } else {
+      model->push_back(std::make_shared<nn::Conv2d>(2, 4, nn::Pair{3, 3}, nn::Conv2dOptions{}, g));
+      model->push_back(std::make_shared<nn::GELU>());
+      model->push_back(std::make_shared<nn::Flatten>());
+      model->push_back(std::make_shared<nn::Linear>(64, 3, true, g));
+      opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-2, .amsgrad = true});
+      x = randn(Shape{4, 2, 6, 6}, g);
+      y = from_vector<int64_t>({0, 2, 1, 2}, {4});
+    }
   }
   void step() {
     opt->zero_grad();
-    nn::mse_loss((*model)(x), y).backward();
+    const Tensor out = (*model)(x);
+    (kind == 0 ? nn::mse_loss(out, y) : nn::cross_entropy(out, y)).backward();
     opt->step();
   }
   Snapshot weights() const { return snapshot(model->state_dict()); }
@@ -120,35 +133,38 @@ TEST(FaultInjection, HookFailsExactlyTheNthAllocationOnce) {
 // and a later one): OutOfMemory, nothing leaked, weights and optimizer state bit-identical to before the step,
 // and a retried step gives exactly the weights of a step that never failed.
 TEST(FaultInjection, EveryAllocationOfATrainingStep) {
-  for (int warm_steps : {0, 1}) {
-    Trainer reference(7);
-    for (int i = 0; i < warm_steps; ++i) reference.step();
-    reference.opt->zero_grad();
-    const int64_t before = allocation_events();
-    reference.step();
-    const int64_t k = allocation_events() - before;
-    const Snapshot expected = reference.weights();
-    ASSERT_GT(k, 20);
+  for (int kind : {0, 1})
+    for (int warm_steps : {0, 1}) {
+      Trainer reference(7, kind);
+      for (int i = 0; i < warm_steps; ++i) reference.step();
+      reference.opt->zero_grad();
+      const int64_t before = allocation_events();
+      reference.step();
+      const int64_t k = allocation_events() - before;
+      const Snapshot expected = reference.weights();
+      ASSERT_GT(k, 10);
 
-    int64_t failed = 0;
-    for (int64_t n = 0; n < k; ++n) {
-      Trainer t(7);
-      for (int i = 0; i < warm_steps; ++i) t.step();
-      t.opt->zero_grad();
-      const Snapshot w0 = t.weights(), s0 = t.optimizer_state();
-      const int64_t baseline = memory_stats().allocated_bytes;
-      failed += fails_with_out_of_memory(n, [&] { t.step(); });
-      // A failed backward may have accumulated some .grad (as in torch): zero_grad() before retrying.
-      t.opt->zero_grad();
-      EXPECT_EQ(memory_stats().allocated_bytes, baseline) << "allocation " << n << " of " << k << " leaked";
-      EXPECT_EQ(t.weights(), w0) << "allocation " << n << " of " << k << " changed the weights";
-      EXPECT_EQ(t.optimizer_state(), s0) << "allocation " << n << " of " << k << " changed the optimizer state";
-      t.step();
-      EXPECT_EQ(t.weights(), expected) << "the step retried after failing allocation " << n << " differs";
+      int64_t failed = 0;
+      for (int64_t n = 0; n < k; ++n) {
+        Trainer t(7, kind);
+        for (int i = 0; i < warm_steps; ++i) t.step();
+        t.opt->zero_grad();
+        const Snapshot w0 = t.weights(), s0 = t.optimizer_state();
+        const int64_t baseline = memory_stats().allocated_bytes;
+        failed += fails_with_out_of_memory(n, [&] { t.step(); });
+        // A failed backward may have accumulated some .grad (as in torch): zero_grad() before retrying.
+        t.opt->zero_grad();
+        EXPECT_EQ(memory_stats().allocated_bytes, baseline) << "allocation " << n << " of " << k << " leaked";
+        EXPECT_EQ(t.weights(), w0) << "allocation " << n << " of " << k << " changed the weights";
+        EXPECT_EQ(t.optimizer_state(), s0) << "allocation " << n << " of " << k << " changed the optimizer state";
+        t.step();
+        EXPECT_EQ(t.weights(), expected) << "the step retried after failing allocation " << n << " differs";
+      }
+      EXPECT_EQ(failed, k) << "model " << kind << ", warm steps " << warm_steps;
+      RecordProperty(
+          std::string(kind ? "cnn_" : "mlp_") + (warm_steps ? "later_step_allocations" : "first_step_allocations"),
+          static_cast<int>(k));
     }
-    EXPECT_EQ(failed, k) << "warm steps " << warm_steps;
-    RecordProperty(warm_steps ? "later_step_allocations" : "first_step_allocations", static_cast<int>(k));
-  }
 }
 
 // The composite fallback of the fused optimizer update (what a backend without the kernel runs): an allocation
@@ -311,6 +327,46 @@ TEST_F(FaultInjectionFiles, EveryAllocationOfACheckpointSaveAndLoad) {
   }
   RecordProperty("save_allocations", static_cast<int>(k_save));
   RecordProperty("load_allocations", static_cast<int>(k_load));
+}
+
+// nn::save / nn::load (documented all or nothing) and Optimizer::load_state_tensors (all or nothing) under
+// every allocation failure: OutOfMemory, no leak, the module / optimizer unchanged.
+TEST_F(FaultInjectionFiles, EveryAllocationOfModuleLoadAndOptimizerStateLoad) {
+  const std::string file = path("model.safetensors");
+  Trainer source(11);
+  source.step();
+  nn::save(*source.model, file);
+  const auto entries = source.opt->state_tensors();
+
+  Trainer probe(12);
+  probe.step();
+  int64_t before = allocation_events();
+  nn::load(*probe.model, file);
+  const int64_t k_load = allocation_events() - before;
+  before = allocation_events();
+  probe.opt->load_state_tensors(entries);
+  const int64_t k_state = allocation_events() - before;
+  ASSERT_GT(k_load, 0);
+  ASSERT_GT(k_state, 0);
+
+  Trainer target(12);
+  target.step();
+  target.opt->zero_grad();
+  const Snapshot w0 = target.weights(), s0 = target.optimizer_state();
+  for (int64_t n = 0; n < k_load; ++n) {
+    const int64_t baseline = memory_stats().allocated_bytes;
+    EXPECT_TRUE(fails_with_out_of_memory(n, [&] { nn::load(*target.model, file); }));
+    EXPECT_EQ(memory_stats().allocated_bytes, baseline) << "nn::load: allocation " << n << " leaked";
+    EXPECT_EQ(target.weights(), w0) << "nn::load: allocation " << n << " changed the model";
+  }
+  for (int64_t n = 0; n < k_state; ++n) {
+    const int64_t baseline = memory_stats().allocated_bytes;
+    EXPECT_TRUE(fails_with_out_of_memory(n, [&] { target.opt->load_state_tensors(entries); }));
+    EXPECT_EQ(memory_stats().allocated_bytes, baseline) << "load_state_tensors: allocation " << n << " leaked";
+    EXPECT_EQ(target.optimizer_state(), s0) << "load_state_tensors: allocation " << n << " changed the state";
+  }
+  RecordProperty("module_load_allocations", static_cast<int>(k_load));
+  RecordProperty("optimizer_state_load_allocations", static_cast<int>(k_state));
 }
 
 // Every file operation of an atomic save (create, writes, fsync, close, rename, directory fsync) failing with
