@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "core/fault_injection.hpp"
 #include "oxmera/autograd.hpp"
 
 namespace oxmera::io_detail {
@@ -210,6 +211,14 @@ std::unique_ptr<ByteSource> verified_data(std::unique_ptr<ByteSource> src, const
 
 // ------------------------------------------------------------------------------------------------ sinks
 namespace {
+// An injected failure of the next file operation (core/fault_injection.hpp): sets errno and returns true.
+bool injected_fault() noexcept {
+  const int err = fault_detail::file_fault_due();
+  if (err == 0) return false;
+  errno = err;
+  return true;
+}
+
 std::string temp_path_for(const std::filesystem::path& target) {
   static std::atomic<uint64_t> counter{0};
   const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -227,7 +236,7 @@ std::string temp_path_for(const std::filesystem::path& target) {
 AtomicFile::AtomicFile(const std::string& path, const char* fn) : path_(path), fn_(fn) {
   OXM_CHECK(!path.empty(), InvalidArgument, fn, ": empty path");
   tmp_ = temp_path_for(std::filesystem::path(path));
-  fd_ = Fd(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+  fd_ = Fd(injected_fault() ? -1 : ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
   OXM_CHECK(fd_.get() >= 0, Io, fn, ": ", path, ": cannot create the temporary file ", tmp_, ": ", sys_error(errno));
 }
 
@@ -238,7 +247,7 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* src, size_t n) {
   const auto* p = static_cast<const char*>(src);
   while (n > 0) {
-    const ssize_t put = ::write(fd_.get(), p, std::min<size_t>(n, size_t{1} << 30));
+    const ssize_t put = injected_fault() ? -1 : ::write(fd_.get(), p, std::min<size_t>(n, size_t{1} << 30));
     if (put < 0) {
       if (errno == EINTR) continue;
       OXM_FAIL(Io, fn_, ": ", path_, ": write failed: ", sys_error(errno));
@@ -250,21 +259,29 @@ void AtomicFile::write(const void* src, size_t n) {
 }
 
 void AtomicFile::patch(uint64_t offset, const void* p, size_t n) {
-  const ssize_t put = ::pwrite(fd_.get(), p, n, static_cast<off_t>(offset));
-  OXM_CHECK(put == static_cast<ssize_t>(n), Io, fn_, ": ", path_, ": write failed: ", sys_error(errno));
+  const ssize_t put = injected_fault() ? -1 : ::pwrite(fd_.get(), p, n, static_cast<off_t>(offset));
+  OXM_CHECK(put >= 0, Io, fn_, ": ", path_, ": write failed: ", sys_error(errno));
+  OXM_CHECK(put == static_cast<ssize_t>(n), Io, fn_, ": ", path_, ": short write (", put, " of ", n,
+            " bytes at byte offset ", offset, "); the disk may be full");
 }
 
 void AtomicFile::commit() {
-  OXM_CHECK(::fsync(fd_.get()) == 0, Io, fn_, ": ", path_, ": fsync failed: ", sys_error(errno));
-  OXM_CHECK(::close(fd_.release()) == 0, Io, fn_, ": ", path_, ": close failed: ", sys_error(errno));
-  OXM_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, Io, fn_, ": cannot rename ", tmp_, " to ", path_, ": ",
-            sys_error(errno));
+  OXM_CHECK(!injected_fault() && ::fsync(fd_.get()) == 0, Io, fn_, ": ", path_, ": fsync failed: ", sys_error(errno));
+  {
+    // The descriptor is closed whatever happens (an injected failure must not leak it either).
+    const int close_fault = fault_detail::file_fault_due();
+    const int rc = ::close(fd_.release());
+    if (close_fault) errno = close_fault;
+    OXM_CHECK(rc == 0 && !close_fault, Io, fn_, ": ", path_, ": close failed: ", sys_error(errno));
+  }
+  OXM_CHECK(!injected_fault() && ::rename(tmp_.c_str(), path_.c_str()) == 0, Io, fn_, ": cannot rename ", tmp_, " to ",
+            path_, ": ", sys_error(errno));
   committed_ = true;
   // Make the rename durable (the data is already in place; a failure here is still reported).
   const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-  Fd dfd(::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  Fd dfd(injected_fault() ? -1 : ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   OXM_CHECK(dfd.get() >= 0, Io, fn_, ": ", path_, ": cannot open the directory to fsync it: ", sys_error(errno));
-  OXM_CHECK(::fsync(dfd.get()) == 0 || errno == EINVAL, Io, fn_, ": ", path_,
+  OXM_CHECK((!injected_fault() && ::fsync(dfd.get()) == 0) || errno == EINVAL, Io, fn_, ": ", path_,
             ": fsync of the directory failed: ", sys_error(errno));
 }
 

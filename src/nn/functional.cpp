@@ -319,7 +319,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const int64_t C = x.shape()[1];
   Dims dims = x.dim() == 4 ? Dims{0, 2, 3} : Dims{0};
   Shape bshape = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
-  Tensor mean, var;
+  Tensor mean, var, new_running_mean, new_running_var;
   if (training) {
     const int64_t count = x.numel() / std::max<int64_t>(C, 1);
     OXM_CHECK(count > 1, InvalidArgument, op, ": training needs more than one value per channel, got input ",
@@ -328,10 +328,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     var = (x - mean).square().mean(dims, true);
     if (running_mean.defined() && running_var.defined()) {
       NoGradGuard ng;
-      Tensor m = mean.detach().reshape({C}), v = var.detach().reshape({C}) * (double(count) / double(count - 1));
-      Tensor rm = running_mean, rv = running_var;
-      rm.mul_(1.0 - momentum).add_(m, momentum);
-      rv.mul_(1.0 - momentum).add_(v, momentum);
+      const Tensor m = mean.detach().reshape({C});
+      const Tensor v = var.detach().reshape({C}) * (double(count) / double(count - 1));
+      new_running_mean = running_mean * (1.0 - momentum) + m * momentum;
+      new_running_var = running_var * (1.0 - momentum) + v * momentum;
     }
   } else {
     OXM_CHECK(running_mean.defined() && running_var.defined(), InvalidArgument, op,
@@ -342,6 +342,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   Tensor y = (x - mean) * (var + eps).rsqrt();
   if (weight.defined()) y = y * weight.reshape(bshape);
   if (bias.defined()) y = y + bias.reshape(bshape);
+  // The running statistics are written last, by copies that allocate nothing: a failure (out of memory) anywhere
+  // above leaves them as they were instead of, say, scaled by (1 - momentum) without the new batch's share.
+  if (new_running_mean.defined()) {
+    NoGradGuard ng;
+    Tensor rm = running_mean, rv = running_var;
+    rm.copy_(new_running_mean);
+    rv.copy_(new_running_var);
+  }
   return y;
 }
 

@@ -173,8 +173,10 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const int64_t c = running_mean.defined() ? running_mean.numel() : (weight.defined() ? weight.numel() : x.shape()[1]);
   OXM_CHECK(x.shape()[1] == c, ShapeMismatch, "BatchNorm2d: input has ", x.shape()[1], " channels, the layer ", c);
   const bool use_batch = is_training() || !running_mean.defined();
+  Tensor y = F::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps);
+  // Counted once the statistics are updated (a failed forward changes no buffer).
   if (is_training() && num_batches_tracked.defined()) num_batches_tracked.add_(1.0);
-  return F::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps);
+  return y;
 }
 
 Dropout::Dropout(double prob, uint64_t seed) : p(prob), generator(seed) {

@@ -81,11 +81,14 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
   OXM_CHECK(x.shape()[1] == num_features, ShapeMismatch, "BatchNorm1d: input has ", x.shape()[1],
             " channels, the layer ", num_features);
   const bool use_batch = is_training() || !running_mean.defined();
-  if (is_training() && num_batches_tracked.defined()) num_batches_tracked.add_(1.0);
   // [N, C, L] as [N, C, L, 1]: batch_norm's 4-d form reduces over N and L.
-  if (x.dim() == 3)
-    return F::batch_norm(x.unsqueeze(3), running_mean, running_var, weight, bias, use_batch, momentum, eps).squeeze(3);
-  return F::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps);
+  Tensor y =
+      x.dim() == 3
+          ? F::batch_norm(x.unsqueeze(3), running_mean, running_var, weight, bias, use_batch, momentum, eps).squeeze(3)
+          : F::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps);
+  // Counted once the statistics are updated (a failed forward changes no buffer).
+  if (is_training() && num_batches_tracked.defined()) num_batches_tracked.add_(1.0);
+  return y;
 }
 
 GroupNorm::GroupNorm(int64_t groups, int64_t channels, double e, bool affine)

@@ -103,22 +103,26 @@ void check_update(const OptimizerUpdate& u) {
   }
 }
 
-// torch 1.13's single-tensor updates (torch/optim/{sgd,adam,adamw,rmsprop}.py), one op per term.
-void apply_update(const OptimizerUpdate& u) {
+// The new values of one update's tensors: param and state buffers, each with the tensor it replaces.
+using NewValues = std::vector<std::pair<TensorImpl*, Tensor>>;
+
+// torch 1.13's single-tensor updates (torch/optim/{sgd,adam,adamw,rmsprop}.py), one op per term. Only computes
+// (every op allocates its result, and any allocation may fail): nothing is written here.
+void compute_update(const OptimizerUpdate& u, NewValues& out) {
   const OptimizerStep& s = u.step;
-  Tensor p = borrow(u.param);
+  const Tensor p = borrow(u.param);
   const Tensor g = borrow(u.grad);
   switch (s.kind) {
     case OptimizerStep::Kind::SGD: {
       Tensor d = s.maximize ? -g : g;
       if (s.weight_decay != 0) d = d + p * s.weight_decay;
       if (s.momentum != 0) {
-        Tensor buf = borrow(u.state[0]);
+        const Tensor buf = borrow(u.state[0]);
         const Tensor m = s.first_step ? d : buf * s.momentum + d * (1.0 - s.dampening);
-        buf.copy_(m);
+        out.emplace_back(u.state[0], m);
         d = s.nesterov ? d + m * s.momentum : m;
       }
-      p.copy_(p - d * s.lr);
+      out.emplace_back(u.param, p - d * s.lr);
       return;
     }
     case OptimizerStep::Kind::Adam:
@@ -127,53 +131,63 @@ void apply_update(const OptimizerUpdate& u) {
       Tensor grad = s.maximize ? -g : g;
       const Tensor pi = decoupled && s.weight_decay != 0 ? p * (1.0 - s.lr * s.weight_decay) : p;
       if (!decoupled && s.weight_decay != 0) grad = grad + pi * s.weight_decay;
-      Tensor m = borrow(u.state[0]), v = borrow(u.state[1]);
-      m.copy_(m * s.beta1 + grad * (1.0 - s.beta1));
-      v.copy_(v * s.beta2 + grad * grad * (1.0 - s.beta2));
+      const Tensor m = borrow(u.state[0]) * s.beta1 + grad * (1.0 - s.beta1);
+      const Tensor v = borrow(u.state[1]) * s.beta2 + grad * grad * (1.0 - s.beta2);
+      out.emplace_back(u.state[0], m);
+      out.emplace_back(u.state[1], v);
       Tensor denom_sq = v;
       if (s.amsgrad) {
-        Tensor vmax = borrow(u.state[2]);
-        vmax.copy_(maximum(vmax, v));
-        denom_sq = vmax;
+        denom_sq = maximum(borrow(u.state[2]), v);
+        out.emplace_back(u.state[2], denom_sq);
       }
       const double step = static_cast<double>(s.step);
       const double bc1 = 1.0 - std::pow(s.beta1, step), bc2 = 1.0 - std::pow(s.beta2, step);
       const Tensor denom = denom_sq.sqrt() / std::sqrt(bc2) + s.eps;
-      p.copy_(pi - m / denom * (s.lr / bc1));
+      out.emplace_back(u.param, pi - m / denom * (s.lr / bc1));
       return;
     }
     case OptimizerStep::Kind::RMSprop: {
       Tensor grad = s.maximize ? -g : g;
       if (s.weight_decay != 0) grad = grad + p * s.weight_decay;
-      Tensor sq = borrow(u.state[0]);
-      sq.copy_(sq * s.alpha + grad * grad * (1.0 - s.alpha));
+      const Tensor sq = borrow(u.state[0]) * s.alpha + grad * grad * (1.0 - s.alpha);
+      out.emplace_back(u.state[0], sq);
       Tensor avg;
       if (s.centered) {
-        Tensor ga = borrow(u.state[2]);
-        ga.copy_(ga * s.alpha + grad * (1.0 - s.alpha));
+        const Tensor ga = borrow(u.state[2]) * s.alpha + grad * (1.0 - s.alpha);
+        out.emplace_back(u.state[2], ga);
         avg = (sq - ga * ga).sqrt();
       } else {
         avg = sq.sqrt();
       }
       avg = avg + s.eps;
       if (s.momentum > 0) {
-        Tensor buf = borrow(u.state[1]);
-        buf.copy_(buf * s.momentum + grad / avg);
-        p.copy_(p - buf * s.lr);
+        const Tensor buf = borrow(u.state[1]) * s.momentum + grad / avg;
+        out.emplace_back(u.state[1], buf);
+        out.emplace_back(u.param, p - buf * s.lr);
       } else {
-        p.copy_(p - grad / avg * s.lr);
+        out.emplace_back(u.param, p - grad / avg * s.lr);
       }
       return;
     }
   }
 }
 
-void optimizer_steps_fallback(FusedCall& call, Device) {
+// All or nothing, like the kernels: every new value of the list is computed first (where an out-of-memory can
+// happen; it holds one new copy of the parameters and state at once), then written by device copies that
+// allocate nothing. Writing as it went, an allocation failing in
+// parameter i's update would leave parameters 0..i-1 (and part of i's state) updated while Optimizer::step rolls
+// their step counts back: silently corrupt training state.
+void optimizer_steps_fallback(FusedCall& call, Device device) {
   auto& c = std::get<OptimizerStepsCall>(call);
   for (size_t i = 0; i < c.count; ++i) check_update(c.updates[i]);
   NoGradGuard no_grad;
+  NewValues values;
+  values.reserve(4 * c.count);
   for (size_t i = 0; i < c.count; ++i)
-    if (c.updates[i].param->numel > 0) apply_update(c.updates[i]);
+    if (c.updates[i].param->numel > 0) compute_update(c.updates[i], values);
+  for (auto& v : values) v.second = v.second.contiguous();  // op results already are: no copy
+  detail::Backend& be = detail::backend_for(device, "optimizer_steps");
+  for (const auto& [dst, value] : values) be.copy(*value.impl(), *dst);
 }
 
 // ---------------------------------------------------------------- im2col / col2im

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/fault_injection.hpp"
 #include "oxmera/error.hpp"
 
 namespace oxmera::detail {
@@ -42,6 +43,12 @@ Cache& cache() {
 }  // namespace
 
 void* host_allocate(size_t nbytes) {
+  if (fault_detail::allocation_fault_due())
+    OXM_FAIL(OutOfMemory, "cpu allocator: cannot allocate ", nbytes,
+             " bytes (failure injected by oxmera::fault::fail_allocation_after)");
+  // Sizes past what int64 statistics count and the alignment rounding below can add without wrapping.
+  OXM_CHECK(nbytes <= static_cast<size_t>(INT64_MAX) - kAlign, OutOfMemory, "cpu allocator: cannot allocate ", nbytes,
+            " bytes (more than the address space); reduce the tensor sizes");
   size_t rounded;
   int b = bucket_of(nbytes, &rounded);
   Cache& c = cache();
