@@ -121,8 +121,9 @@ TrainTask char_lm_task(const TrainOptions& opt, const Device& device) {
   std::string text;
   if (in) text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   if (!in && !in.eof())  // also a directory: it opens, but reading it fails
-    throw Error(ErrorKind::InvalidArgument, what + ": cannot read the text file '" + path +
-                                                "' (--data FILE: any text file, e.g. /usr/share/common-licenses/GPL-3)");
+    throw Error(ErrorKind::InvalidArgument,
+                what + ": cannot read the text file '" + path +
+                    "' (--data FILE: any text file, e.g. /usr/share/common-licenses/GPL-3)");
   // 90 % training text with room for one window, 10 % held out with room for one.
   const int64_t min_bytes = 10 * (seq + 2);
   if (static_cast<int64_t>(text.size()) < min_bytes)
@@ -156,7 +157,8 @@ TrainTask char_lm_task(const TrainOptions& opt, const Device& device) {
     decay.options.weight_decay = 0.1;
     no_decay.options.weight_decay = 0;
     for (const Tensor& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
-    task.optimizer = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup<optim::AdamWOptions>>{decay, no_decay});
+    task.optimizer =
+        std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup<optim::AdamWOptions>>{decay, no_decay});
     task.model = model;
   } else {
     auto model = std::make_shared<CharLSTM>(vocab, opt.seed);

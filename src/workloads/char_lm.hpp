@@ -18,7 +18,7 @@ namespace oxmera::workloads {
 
 inline constexpr const char* kDefaultCharLmText = "/usr/share/common-licenses/GPL-3";  // an empty --data
 
-bool is_char_lm(const std::string& model);  // transformer or lstm
+bool is_char_lm(const std::string& model);          // transformer or lstm
 int64_t char_lm_context(const std::string& model);  // the window length: 64 (transformer), 32 (lstm)
 const char* char_lm_description(const std::string& model);
 // The task on `device`; InvalidArgument for an unreadable or too short --data file.

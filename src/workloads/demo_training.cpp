@@ -215,6 +215,12 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   double resumed_loss_sum = 0;
   if (!opt.resume.empty()) {  // every rank loads the same file: the replicas start identical
     auto check_identity = [&](const std::map<std::string, std::string>& md) {
+      // The model first (an mlp checkpoint has no train.model): it explains every other difference.
+      const auto file_model = md.find("train.model");
+      const std::string was = file_model == md.end() ? "mlp" : file_model->second;
+      if (was != opt.model)
+        throw std::runtime_error("--resume " + opt.resume + ": the checkpoint was written by a run with a different " +
+                                 "model (" + was + " vs " + opt.model + ")");
       for (const auto& [k, v] : identity) {
         auto it = md.find(k);
         if (it == md.end() || it->second != v)

@@ -16,11 +16,11 @@ namespace oxmera::workloads {
 using Forward = std::function<Tensor(const Tensor&)>;
 
 struct TrainTask {
-  nn::ModulePtr model;                        // already on the training device
+  nn::ModulePtr model;                          // already on the training device
   std::unique_ptr<optim::Optimizer> optimizer;  // over model->parameters()
-  double clip = 0;                            // clip_grad_norm_ max norm after each backward; 0: none
-  int64_t rows = 0;                           // training rows per epoch (points; LMs: windows)
-  int64_t tokens_per_row = 0;                 // LMs: the window length, for tokens/s; 0 otherwise
+  double clip = 0;                              // clip_grad_norm_ max norm after each backward; 0: none
+  int64_t rows = 0;                             // training rows per epoch (points; LMs: windows)
+  int64_t tokens_per_row = 0;                   // LMs: the window length, for tokens/s; 0 otherwise
   // The epoch's rows in batch order: what `loss` is given, a contiguous slice per batch (and per rank).
   std::function<std::vector<int64_t>(int epoch)> epoch_rows;
   // The mean loss over `rows`, computed through `forward` (the model, or its DDP wrapper).
