@@ -176,6 +176,49 @@ TEST(FakeDevice, DemoTrainingOnTheDeviceMatchesTheCpuAndResumes) {
   EXPECT_EQ(resumed.accuracy, gpu.accuracy);
 }
 
+// `oxmera train --model transformer|lstm --device cuda`: the character LMs' windows, embeddings, causal
+// attention / LSTM and clipping on the device follow the CPU run, and a device checkpoint resumes bit-identically.
+TEST(FakeDevice, CharLmTrainingOnTheDeviceMatchesTheCpuAndResumes) {
+  NEED_FAKE_DEVICE();
+  // One intra-op thread: on a loaded machine the CPU runs' waiting threads spin (>10x slower), and the
+  // comparison does not depend on it.
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{threads};
+  for (const char* model : {"transformer", "lstm"}) {
+    SCOPED_TRACE(model);
+    oxmera_cli::TrainOptions o;
+    o.model = model;
+    o.data = "/usr/share/common-licenses/GPL-3";
+    o.lr = 3e-3;
+    o.batch = 4;
+    o.steps_per_epoch = 3;
+    o.epochs = 3;
+    const auto none = [](int, int64_t, int64_t) {};
+    const auto quiet = [](const oxmera_cli::EpochStats&) {};
+    const oxmera_cli::EpochStats cpu = oxmera_cli::run_demo_training(o, none, quiet);
+    o.device = "cuda";
+    const oxmera_cli::EpochStats gpu = oxmera_cli::run_demo_training(o, none, quiet);
+    EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * cpu.loss);
+    EXPECT_NEAR(gpu.accuracy, cpu.accuracy, 0.01);
+    EXPECT_GT(gpu.tokens_per_s, 0);
+    const std::string ckpt = "fake_device_lm_ckpt_" + std::to_string(::getpid()) + ".safetensors";
+    o.epochs = 2;
+    o.checkpoint = ckpt;
+    (void)oxmera_cli::run_demo_training(o, none, quiet);
+    o.epochs = 3;
+    o.checkpoint.clear();
+    o.resume = ckpt;
+    const oxmera_cli::EpochStats resumed = oxmera_cli::run_demo_training(o, none, quiet);
+    std::remove(ckpt.c_str());
+    EXPECT_EQ(resumed.loss, gpu.loss);
+    EXPECT_EQ(resumed.accuracy, gpu.accuracy);
+  }
+}
+
 // `oxmera bench research --device cuda` takes the device linalg path for its DPP fits (its results against
 // the CPU: Cuda.ResearchShortRunMatchesCpuF32, run on this device by cuda_suite_on_test_device).
 TEST(FakeDevice, ResearchWorkloadTakesTheDeviceLinalgPath) {

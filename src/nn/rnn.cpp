@@ -255,7 +255,7 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
   const int64_t L = options.num_layers;
   const Shape state_shape = unbatched ? Shape{L * D, H} : Shape{L * D, B, H};
   auto prep_state = [&](const Tensor& s, const char* what) {
-    if (!s.defined()) return zeros({L * D, B, H}, options.dtype);
+    if (!s.defined()) return zeros({L * D, B, H}, options.dtype, x.device());  // on the input's device
     OXM_CHECK(s.dtype() == options.dtype, DTypeMismatch, nm, ": ", what, " has dtype ", s.dtype(),
               " but the parameters are ", options.dtype);
     OXM_CHECK(s.shape() == state_shape, ShapeMismatch, nm, ": ", what, " must be ", shape_str(state_shape),

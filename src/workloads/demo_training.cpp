@@ -16,6 +16,8 @@
 #include <oxmera/oxmera.hpp>
 
 #include "batch_order.hpp"
+#include "char_lm.hpp"
+#include "train_task.hpp"
 
 namespace oxmera::workloads {
 namespace {
@@ -41,25 +43,59 @@ Spirals make_spirals(int64_t n, double noise, uint64_t seed) {
   return {from_vector(xs, {n, 2}), from_vector(ys, {n})};
 }
 
-// A task: the model, its training rows and the rows its accuracy is measured on.
-struct Task {
-  std::shared_ptr<nn::Sequential> model;
-  Tensor x, labels;            // training rows (labels i64)
-  Tensor eval_x, eval_labels;  // accuracy rows
-};
+// The spirals and digits tasks: a classifier, its training rows x/labels and its accuracy rows, trained with
+// Adam in a shuffled order per epoch.
+TrainTask classifier_task(std::shared_ptr<nn::Sequential> model, const Tensor& train_x, const Tensor& train_labels,
+                          const Tensor& eval_x_cpu, const Tensor& eval_labels, const TrainOptions& opt,
+                          const Device& device) {
+  model->to(device);
+  TrainTask task;
+  task.model = model;
+  optim::AdamOptions ao;
+  ao.lr = opt.lr;
+  task.optimizer = std::make_unique<optim::Adam>(model->parameters(), ao);
+  task.rows = train_x.size(0);
+  const uint64_t seed = opt.seed;
+  const int64_t n = task.rows;
+  task.epoch_rows = [seed, n](int epoch) { return shuffled_order(n, seed + static_cast<uint64_t>(epoch)); };
+  // Class labels and batch indices stay on the CPU whatever the device: they are validated there and copied
+  // over asynchronously (on a GPU, a device index would be read back to be validated).
+  const Tensor x = train_x.to(device), labels = train_labels;
+  task.loss = [x, labels](const std::vector<int64_t>& rows, const Forward& forward) {
+    const Tensor idx = from_vector(rows, {static_cast<int64_t>(rows.size())});
+    return nn::cross_entropy(forward(x.index_select(0, idx)), labels.index_select(0, idx));
+  };
+  const Tensor eval_x = eval_x_cpu.to(device);
+  task.eval_items = eval_x.size(0);
+  nn::Sequential* m = model.get();
+  task.correct = [m, eval_x, eval_labels](int64_t lo, int64_t hi) {
+    const int64_t n_eval = eval_x.size(0);
+    const auto p = (*m)(lo == 0 && hi == n_eval ? eval_x : eval_x.slice(0, lo, hi))
+                       .argmax(1)
+                       .to(Device::cpu())
+                       .to_vector<int64_t>();
+    const auto y = eval_labels.to_vector<int64_t>();
+    int64_t correct = 0;
+    for (int64_t i = lo; i < hi; ++i) correct += p[static_cast<size_t>(i - lo)] == y[static_cast<size_t>(i)];
+    return correct;
+  };
+  return task;
+}
 
-Task spirals_task(uint64_t seed) {
-  Spirals data = make_spirals(256, 0.08, seed);
-  Generator gen(seed);
+TrainTask spirals_task(const TrainOptions& opt, const Device& device) {
+  Spirals data = make_spirals(256, 0.08, opt.seed);
+  Generator gen(opt.seed);
   auto model = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
       std::make_shared<nn::Linear>(2, 32, true, gen), std::make_shared<nn::Tanh>(),
       std::make_shared<nn::Linear>(32, 32, true, gen), std::make_shared<nn::Tanh>(),
       std::make_shared<nn::Linear>(32, 2, true, gen)});
-  return {model, data.x, data.labels, data.x, data.labels};
+  return classifier_task(model, data.x, data.labels, data.x, data.labels, opt, device);
 }
 
 // The digits of examples/digits_cnn.cpp: pixels / 16 as [N, 1, 8, 8], a random 80/20 split seeded by `seed`.
-Task digits_task(const std::string& dir, uint64_t seed) {
+TrainTask digits_task(const TrainOptions& opt, const Device& device) {
+  const std::string& dir = opt.data;
+  const uint64_t seed = opt.seed;
   const std::string images_path = dir + "/digits-images-idx3-ubyte", labels_path = dir + "/digits-labels-idx1-ubyte";
   const Tensor images = load_idx(images_path), labels = load_idx(labels_path);
   if (images.dim() != 3 || images.size(1) != 8 || images.size(2) != 8 || labels.dim() != 1 ||
@@ -83,8 +119,8 @@ Task digits_task(const std::string& dir, uint64_t seed) {
       std::make_shared<nn::MaxPool2d>(nn::Pair{2, 2}), std::make_shared<nn::Conv2d>(16, 32, nn::Pair{3, 3}, pad1, gen),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(nn::Pair{2, 2}), std::make_shared<nn::Flatten>(),
       std::make_shared<nn::Linear>(32 * 2 * 2, 10, true, gen)});
-  return {model, x.index_select(0, train_idx), y.index_select(0, train_idx), x.index_select(0, test_idx),
-          y.index_select(0, test_idx)};
+  return classifier_task(model, x.index_select(0, train_idx), y.index_select(0, train_idx), x.index_select(0, test_idx),
+                         y.index_select(0, test_idx), opt, device);
 }
 
 // DDP makes the replicas' parameters equal, but the batch order, schedule and data come from each rank's own
@@ -109,7 +145,22 @@ void check_ranks_agree(const std::map<std::string, std::string>& identity, int e
 }  // namespace
 
 const char* model_description(const TrainOptions& opt) {
+  if (is_char_lm(opt.model)) return char_lm_description(opt.model);
   return opt.model == "cnn" ? "CNN 16-32 (digits 8x8)" : "MLP 2-32-32-2 (tanh)";
+}
+
+std::string run_description(const TrainOptions& opt) {
+  char buf[512];
+  if (is_char_lm(opt.model))
+    std::snprintf(buf, sizeof buf, "%s, %s lr %g%s, clip 1, batch %lld x %lld chars, %lld steps/epoch",
+                  opt.data.empty() ? kDefaultCharLmText : opt.data.c_str(),
+                  opt.model == "transformer" ? "AdamW" : "Adam", opt.lr,
+                  opt.model == "transformer" ? " (weight decay 0.1)" : "", static_cast<long long>(opt.batch),
+                  static_cast<long long>(char_lm_context(opt.model)), static_cast<long long>(opt.steps_per_epoch));
+  else
+    std::snprintf(buf, sizeof buf, "%s, Adam lr %g, batch %lld", opt.model == "cnn" ? opt.data.c_str() : "two spirals",
+                  opt.lr, static_cast<long long>(opt.batch));
+  return buf;
 }
 
 int init_distributed_training() {
@@ -127,8 +178,9 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   if (opt.batch < 1) throw std::invalid_argument("--batch must be >= 1");
   if (!(opt.lr > 0)) throw std::invalid_argument("--lr must be > 0");
   const Device device = Device::parse(opt.device);
-  if (opt.model != "mlp" && opt.model != "cnn")
-    throw std::invalid_argument("--model must be mlp or cnn, not '" + opt.model + "'");
+  if (opt.model != "mlp" && opt.model != "cnn" && !is_char_lm(opt.model))
+    throw std::invalid_argument("--model must be mlp, cnn, transformer or lstm, not '" + opt.model + "'");
+  if (opt.steps_per_epoch < 1) throw std::invalid_argument("--steps-per-epoch must be >= 1");
   if (opt.model == "cnn" && opt.data.empty())
     throw std::invalid_argument(
         "--model cnn needs --data DIR (the digits IDX files: tests/digits/export_digits.py DIR)");
@@ -143,16 +195,13 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
                                                 "; choose a multiple of the world size (e.g. --batch " +
                                                 std::to_string((opt.batch / world + 1) * world) + ")");
   init();
-  Task task = opt.model == "cnn" ? digits_task(opt.data, opt.seed) : spirals_task(opt.seed);
-  nn::Sequential& model = *task.model;
-  const int64_t n = task.x.size(0);
-  model.to(device);
-  // Class labels and batch indices stay on the CPU whatever the device: they are validated there and copied
-  // over asynchronously (on a GPU, a device index would be read back to be validated).
-  Tensor x = task.x.to(device), labels = task.labels, eval_x = task.eval_x.to(device);
-  optim::AdamOptions ao;
-  ao.lr = opt.lr;
-  optim::Adam adam(model.parameters(), ao);
+  TrainTask task = is_char_lm(opt.model) ? char_lm_task(opt, device)
+                   : opt.model == "cnn"  ? digits_task(opt, device)
+                                         : spirals_task(opt, device);
+  nn::Module& model = *task.model;
+  optim::Optimizer& adam = *task.optimizer;
+  const std::vector<Tensor> params = model.parameters();
+  const int64_t n = task.rows;
   const int64_t batches_per_epoch = (n + opt.batch - 1) / opt.batch;
   // The run's identity: a checkpoint only resumes a run with the same data, model and schedule. The world size
   // is not part of it: a checkpoint holds what one process training on the global batch would hold.
@@ -161,18 +210,41 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   std::map<std::string, std::string> identity = {
       {"train.seed", std::to_string(opt.seed)}, {"train.batch", std::to_string(opt.batch)}, {"train.lr", lr_hex}};
   if (opt.model != "mlp") identity["train.model"] = opt.model;  // absent for mlp: older checkpoints still resume
+  identity.insert(task.identity.begin(), task.identity.end());
   int64_t step = 0;
   double resumed_loss_sum = 0;
   if (!opt.resume.empty()) {  // every rank loads the same file: the replicas start identical
-    std::map<std::string, std::string> md;
-    step = load_checkpoint(opt.resume, model, adam, {}, &md);
-    for (const auto& [k, v] : identity) {
-      auto it = md.find(k);
-      if (it == md.end() || it->second != v)
+    auto check_identity = [&](const std::map<std::string, std::string>& md) {
+      // The model first (an mlp checkpoint has no train.model): it explains every other difference.
+      const auto file_model = md.find("train.model");
+      const std::string was = file_model == md.end() ? "mlp" : file_model->second;
+      if (was != opt.model)
         throw std::runtime_error("--resume " + opt.resume + ": the checkpoint was written by a run with a different " +
-                                 k.substr(6) + " (" + (it == md.end() ? std::string("none") : it->second) + " vs " + v +
-                                 ")");
+                                 "model (" + was + " vs " + opt.model + ")");
+      for (const auto& [k, v] : identity) {
+        auto it = md.find(k);
+        if (it == md.end() || it->second != v)
+          throw std::runtime_error("--resume " + opt.resume +
+                                   ": the checkpoint was written by a run with a different " + k.substr(6) + " (" +
+                                   (it == md.end() ? std::string("none") : it->second) + " vs " + v + ")");
+      }
+    };
+    std::map<std::string, std::string> md;
+    try {
+      step = load_checkpoint(opt.resume, model, adam, {}, &md);
+    } catch (const Error& e) {
+      // Another model or text (another vocabulary) fails the load on a shape: name the run option instead,
+      // when the file's metadata tells it.
+      std::map<std::string, std::string> file_md;
+      try {
+        file_md = load_safetensors_with_metadata(opt.resume).metadata;
+      } catch (const Error&) {
+        throw e;
+      }
+      check_identity(file_md);
+      throw;
     }
+    check_identity(md);
     auto ls = md.find("train.epoch_loss_sum");
     if (ls != md.end()) resumed_loss_sum = std::strtod(ls->second.c_str(), nullptr);
   }
@@ -220,7 +292,7 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   const int first_epoch = static_cast<int>(step / batches) + 1;
   for (int epoch = first_epoch; epoch <= opt.epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
-    auto order = shuffled_order(n, opt.seed + static_cast<uint64_t>(epoch));
+    const std::vector<int64_t> order = task.epoch_rows(epoch);
     const int64_t first_batch = epoch == first_epoch ? step % batches : 0;
     // This rank's part of the global sum; the resumed part of the epoch is counted once, by rank 0 (which is
     // also the whole sum's first term, so a single process adds in the order of an uninterrupted run).
@@ -246,13 +318,13 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
       const int64_t share_lo = lo + rows * rank / world, share_hi = lo + rows * (rank + 1) / world;
       const int64_t share = share_hi - share_lo;
       const int64_t run_lo = share > 0 ? share_lo : lo, run_hi = share > 0 ? share_hi : lo + 1;
-      Tensor idx = from_vector(std::vector<int64_t>(order.begin() + run_lo, order.begin() + run_hi), {run_hi - run_lo});
-      const Tensor xb = x.index_select(0, idx);
-      Tensor loss = nn::cross_entropy(ddp ? (*ddp)(xb) : model(xb), labels.index_select(0, idx));
+      Tensor loss = task.loss(std::vector<int64_t>(order.begin() + run_lo, order.begin() + run_hi),
+                              [&](const Tensor& xb) { return ddp ? (*ddp)(xb) : model(xb); });
       const double weight = static_cast<double>(share * world) / static_cast<double>(rows);
       Tensor objective = weight == 1.0 ? loss : loss * weight;
       adam.zero_grad();
       objective.backward();
+      if (task.clip > 0) optim::clip_grad_norm_(params, task.clip);  // of the averaged gradients, under DDP
       adam.step();
       pending.push_back(loss.detach());
       pending_rows.push_back(share);
@@ -271,30 +343,25 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
     const double epoch_loss_sum = global_sum(loss_sum);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // Accuracy: each rank predicts its contiguous share of the evaluation rows.
-    const int64_t n_eval = eval_x.size(0);
+    const int64_t n_eval = task.eval_items;
     const int64_t eval_lo = n_eval * rank / world, eval_hi = n_eval * (rank + 1) / world;
     int64_t correct = 0;
     if (eval_hi > eval_lo) {
-      Tensor pred;
-      {
-        NoGradGuard ng;
-        model.eval();
-        pred = model(eval_lo == 0 && eval_hi == n_eval ? eval_x : eval_x.slice(0, eval_lo, eval_hi))
-                   .argmax(1)
-                   .to(Device::cpu());
-        model.train();
-      }
-      auto p = pred.to_vector<int64_t>();
-      auto y = task.eval_labels.to_vector<int64_t>();
-      for (int64_t i = eval_lo; i < eval_hi; ++i)
-        correct += p[static_cast<size_t>(i - eval_lo)] == y[static_cast<size_t>(i)];
+      NoGradGuard ng;
+      model.eval();
+      correct = task.correct(eval_lo, eval_hi);
+      model.train();
     }
     const double correct_total = global_sum(static_cast<double>(correct));
-    stats = {epoch, epoch_loss_sum / static_cast<double>(n), correct_total / static_cast<double>(n_eval),
+    stats = {epoch, epoch_loss_sum / static_cast<double>(n),
+             correct_total / static_cast<double>(n_eval * task.predictions_per_item),
              static_cast<double>(n) / std::max(secs, 1e-9)};
+    stats.tokens_per_s = stats.samples_per_s * static_cast<double>(task.tokens_per_row);
     if (metrics) {
       metrics << "{\"epoch\": " << stats.epoch << ", \"loss\": " << stats.loss << ", \"accuracy\": " << stats.accuracy
-              << ", \"samples_per_s\": " << stats.samples_per_s << "}\n";
+              << ", \"samples_per_s\": " << stats.samples_per_s;
+      if (task.tokens_per_row > 0) metrics << ", \"tokens_per_s\": " << stats.tokens_per_s;
+      metrics << "}\n";
       metrics.flush();
     }
     if (on_epoch) on_epoch(stats);

@@ -4,6 +4,8 @@
 //   cnn: scikit-learn's 8x8 digits read from IDX files in `data` (digits-images-idx3-ubyte, digits-labels-idx1-ubyte,
 //        as tests/digits/export_digits.py writes them), the CNN of examples/digits_cnn.cpp, a seeded 80/20 split;
 //        accuracy on the held-out 20 %
+//   transformer, lstm: character language models on a text file (char_lm.hpp); next-character accuracy on the
+//        held-out last 10 %
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -11,16 +13,18 @@
 namespace oxmera::workloads {
 
 struct TrainOptions {
-  std::string model = "mlp";   // mlp or cnn
-  std::string data;            // cnn: the folder of the digits IDX files
+  std::string model = "mlp";   // mlp, cnn, transformer or lstm (char_lm.hpp)
+  std::string data;            // cnn: the folder of the digits IDX files; transformer, lstm: a text file
+                               // (empty: /usr/share/common-licenses/GPL-3)
   std::string device = "cpu";  // a Device::parse name: cpu, cuda, cuda:N
   int epochs = 30;
   uint64_t seed = 7;
   int64_t batch = 32;
   double lr = 0.03;
-  std::string metrics;     // JSON lines, one object per epoch
-  std::string checkpoint;  // saved atomically at each epoch end, and after the current step on a stop request
-  std::string resume;      // continue bit-identically from this checkpoint
+  int64_t steps_per_epoch = 50;  // transformer, lstm: an epoch is this many steps of `batch` windows
+  std::string metrics;           // JSON lines, one object per epoch
+  std::string checkpoint;        // saved atomically at each epoch end, and after the current step on a stop request
+  std::string resume;            // continue bit-identically from this checkpoint
   // One of the processes of an `mpirun -np N` job: the model is wrapped in nn::DistributedDataParallel and every
   // global batch of `batch` rows (divisible by N) is split into N contiguous shares, so N processes follow the
   // trajectory of one process (up to the order of float reductions). Losses and accuracies are the global ones;
@@ -34,12 +38,15 @@ struct TrainOptions {
 
 struct EpochStats {
   int epoch = 0;
-  double loss = 0, accuracy = 0, samples_per_s = 0;
-  int stopped_by = 0;  // the stop value when interrupted, else 0
+  double loss = 0, accuracy = 0, samples_per_s = 0;  // language models: nats/char, next-char accuracy, windows/s
+  double tokens_per_s = 0;                           // language models: characters/s; 0 for the classifiers
+  int stopped_by = 0;                                // the stop value when interrupted, else 0
 };
 
-// What the front ends print as the model: "MLP 2-32-32-2 (tanh)", "CNN 16-32 (digits 8x8)".
+// What the front ends print as the model: "MLP 2-32-32-2 (tanh)", "CNN 16-32 (digits 8x8)", ...
 const char* model_description(const TrainOptions& opt);
+// The rest of the header line: the data, optimizer and batch ("two spirals, Adam lr 0.03, batch 32").
+std::string run_description(const TrainOptions& opt);
 
 // `oxmera train --distributed`: starts oxmera::distributed (idempotent) and returns the world size. The typed
 // errors of distributed::init() (BackendUnavailable without MPI, InvalidArgument when not started by a
@@ -59,5 +66,6 @@ using oxmera::workloads::EpochStats;
 using oxmera::workloads::init_distributed_training;
 using oxmera::workloads::model_description;
 using oxmera::workloads::run_demo_training;
+using oxmera::workloads::run_description;
 using oxmera::workloads::TrainOptions;
 }  // namespace oxmera_cli

@@ -14,6 +14,9 @@
              which resumes at np 2 and np 1 on the same curve.
   cnn        the digits CNN at np 2 logs one process's losses and its checkpoint resumes in one process
              (skipped without numpy and scikit-learn: run it with /usr/bin/python3).
+  lm         the character language models (--model transformer, lstm; 3 epochs of 5 steps, batch 8 windows):
+             np 2 logs one process's losses and held-out accuracies, and an np 2 checkpoint after 2 epochs
+             resumes in one process on the same curve.
   no-launcher  --distributed outside mpirun: exit 1 and the typed error (InvalidArgument naming the launcher
              variables, or BackendUnavailable in a build without MPI).
 
@@ -260,6 +263,27 @@ def cnn(oxmera, mpiexec, p):
             same_epochs("cnn resumed vs one process", metrics(p("cnn-resumed.jsonl")), single[2:])
 
 
+def lm(oxmera, mpiexec, p):
+    for model in ("transformer", "lstm"):
+        args = ["--model", model, "--steps-per-epoch", "5", "--batch", "8"]
+        single = p(f"{model}-single.jsonl")
+        if not ok_run(f"{model}: one process", train(oxmera, "--epochs", "3", "--metrics", single, *args)):
+            continue
+        r = mpi_train(mpiexec, 2, oxmera, "--epochs", "3", "--metrics", p(f"{model}-np2.jsonl"), *args)
+        if not ok_run(f"{model}: np 2", r):
+            continue
+        check(f"{model} np 2: one line per epoch", len(EPOCH_LINE.findall(r.stdout)) == 3, r.stdout)
+        same_epochs(f"{model} np 2 vs one process", metrics(p(f"{model}-np2.jsonl")), metrics(single))
+        ckpt = p(f"{model}.safetensors")
+        r = mpi_train(mpiexec, 2, oxmera, "--epochs", "2", "--checkpoint", ckpt, *args)
+        if not ok_run(f"{model}: np 2 checkpoint", r):
+            continue
+        r = train(oxmera, "--epochs", "3", "--resume", ckpt, "--metrics", p(f"{model}-resumed.jsonl"), *args)
+        if ok_run(f"{model}: np 2 checkpoint resumed in one process", r):
+            same_epochs(f"{model} resumed vs one process", metrics(p(f"{model}-resumed.jsonl")),
+                        metrics(single)[2:])
+
+
 def no_launcher(oxmera, mpi_built):
     r = train(oxmera, "--distributed", "--epochs", "1")
     check("--distributed outside mpirun: exit 1", r.returncode == 1, r)
@@ -291,6 +315,8 @@ def main():
         interrupted(oxmera, mpiexec, p)
     elif mode == "cnn":
         cnn(oxmera, mpiexec, p)
+    elif mode == "lm":
+        lm(oxmera, mpiexec, p)
     else:
         print(f"unknown mode {mode}")
         return 2

@@ -17,8 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 passed = failed = 0
 
 
-def run(args, timeout=120):
-    return subprocess.run([OXMERA] + args, capture_output=True, text=True, timeout=timeout)
+def run(args, timeout=120, env=None):
+    return subprocess.run([OXMERA] + args, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def check(name, cond, detail=""):
@@ -150,6 +150,70 @@ def main():
             p.wait()
             r = run(["train", "--epochs", "1", "--resume", c])
             check(f"kill -9 round {i}: previous checkpoint loads", r.returncode == 0 and "error" not in r.stderr, r)
+
+    # The character language models (transformer, lstm) on the default text, at a few small epochs.
+    # One thread: on a loaded 2-core machine two threads per run make these runs >10x slower.
+    LM_ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    lm = ["--steps-per-epoch", "6", "--batch", "8"]
+    lm_losses = lambda out: [float(l.split()[3]) for l in out.splitlines() if l.startswith("epoch")]
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in ("transformer", "lstm"):
+            metrics = os.path.join(tmp, model + ".jsonl")
+            r = run(["train", "--model", model, "--epochs", "3", "--metrics", metrics] + lm, env=LM_ENV)
+            losses = lm_losses(r.stdout)
+            check(f"{model} trains", r.returncode == 0 and "nats/char" in r.stdout and "tokens/s" in r.stdout
+                  and len(losses) == 3, r)
+            check(f"{model} loss falls", len(losses) == 3 and losses[2] < losses[0] - 0.3, losses)
+            rows = [json.loads(l) for l in open(metrics)] if os.path.exists(metrics) else []
+            check(f"{model} metrics", len(rows) == 3 and all(x["tokens_per_s"] > 0 and 0 <= x["accuracy"] <= 1
+                                                             for x in rows), rows)
+            a, b = os.path.join(tmp, model + "-a.st"), os.path.join(tmp, model + "-b.st")
+            r1 = run(["train", "--model", model, "--epochs", "3", "--checkpoint", a] + lm, env=LM_ENV)
+            r2 = run(["train", "--model", model, "--epochs", "1", "--checkpoint", b] + lm, env=LM_ENV)
+            r3 = run(["train", "--model", model, "--epochs", "3", "--resume", b, "--checkpoint", b] + lm, env=LM_ENV)
+            check(f"{model} resume runs", r1.returncode == r2.returncode == r3.returncode == 0, (r1, r2, r3))
+            check(f"{model} resume is bit-identical (checkpoint bytes)",
+                  os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read(), "")
+            check(f"{model} resumed epochs print the same losses", lm_losses(r1.stdout)[1:] == lm_losses(r3.stdout),
+                  (r1.stdout, r3.stdout))
+        other = os.path.join(tmp, "other.txt")
+        with open(other, "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog. " * 40)
+        r = run(["train", "--model", "transformer", "--epochs", "3", "--data", other, "--resume",
+                 os.path.join(tmp, "transformer-b.st")] + lm, env=LM_ENV)
+        check("LM resume on other data is refused", r.returncode == 1 and "different data" in r.stderr, r)
+        r = run(["train", "--model", "lstm", "--epochs", "3", "--steps-per-epoch", "7", "--batch", "8", "--resume",
+                 os.path.join(tmp, "lstm-b.st")], env=LM_ENV)
+        check("LM resume with other --steps-per-epoch is refused",
+              r.returncode == 1 and "different steps_per_epoch" in r.stderr, r)
+        r = run(["train", "--model", "lstm", "--epochs", "2", "--data", other] + lm, env=LM_ENV)
+        check("LM trains on a given --data file", r.returncode == 0 and other in r.stdout, r)
+        # A bad --data: a clear typed error, no crash.
+        tiny = os.path.join(tmp, "tiny.txt")
+        with open(tiny, "w") as f:
+            f.write("too short")
+        for model in ("transformer", "lstm"):
+            for data, needle in ((os.path.join(tmp, "missing.txt"), "cannot read the text file"),
+                                 (tmp, "is a folder"), (tiny, "need at least")):
+                r = run(["train", "--model", model, "--data", data] + lm, env=LM_ENV)
+                check(f"{model} bad --data {os.path.basename(data)}",
+                      r.returncode == 1 and needle in r.stderr and "oxmera: error" in r.stderr
+                      and "\nepoch" not in r.stdout, r)
+        # Ctrl-C mid-run: the step finishes, the checkpoint is saved, the process dies by SIGINT, and it resumes.
+        c = os.path.join(tmp, "stop.st")
+        p = subprocess.Popen([OXMERA, "train", "--model", "lstm", "--epochs", "100000", "--checkpoint", c] + lm,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=LM_ENV)
+        deadline = time.time() + 60
+        while not os.path.exists(c) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        check("LM dies by SIGINT with a checkpoint", p.returncode == -signal.SIGINT and "checkpoint saved" in out,
+              (p.returncode, out[-300:], err))
+        done = len(lm_losses(out))
+        r = run(["train", "--model", "lstm", "--epochs", str(done + 1), "--resume", c] + lm, env=LM_ENV)
+        check("LM SIGINT checkpoint resumes", r.returncode == 0 and len(lm_losses(r.stdout)) >= 1, r)
 
     r = run(["train", "--epochs", "1", "--device", "cuda"])
     check("cuda unavailable is a clear error", r.returncode in (0, 1) and ("BackendUnavailable" in r.stderr or r.returncode == 0), r)

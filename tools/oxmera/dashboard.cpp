@@ -44,6 +44,7 @@ struct Model {
   int epochs_done = 0;
   int64_t batches = 1, batch = 0;
   double throughput = 0;
+  const char* throughput_unit = "samples/s";  // language models: tokens/s
   std::vector<double> loss, accuracy;
   std::vector<double> throughputs;  // replay: per epoch
 };
@@ -355,7 +356,7 @@ void Terminal::draw(const Model& m) {
   std::snprintf(buf, sizeof buf, "%lld/%lld", static_cast<long long>(m.batch), static_cast<long long>(m.batches));
   put(py + 2, 1 + label + gw + 1, pad_left(buf, count - 1), count);
   put(py + 3, 2, "throughput", label, A_BOLD);
-  const std::string tp = m.epochs_done > 0 ? fmt("%.0f samples/s", m.throughput) : "-";
+  const std::string tp = m.epochs_done > 0 ? fmt("%.0f ", m.throughput) + m.throughput_unit : "-";
   put(py + 3, 1 + label, tp, iw - label);
   const int mx = 1 + label + std::max(24, width_of(tp) + 4);
   put(py + 3, mx, "memory", 8, A_BOLD);
@@ -502,7 +503,8 @@ int run_tui_training(const TrainOptions& opt) {
   auto on_epoch = [&](const EpochStats& s) {
     m.loss.push_back(s.loss);
     m.accuracy.push_back(s.accuracy);
-    m.throughput = s.samples_per_s;
+    m.throughput = s.tokens_per_s > 0 ? s.tokens_per_s : s.samples_per_s;
+    if (s.tokens_per_s > 0) m.throughput_unit = "tokens/s";
     m.epochs_done = s.epoch;
     term.draw(m);
   };

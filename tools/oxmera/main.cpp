@@ -79,9 +79,8 @@ int cmd_train(oxmera_cli::TrainOptions opt) {
   // rank cannot tell a terminal from a log file.
   const bool tty = launched_world_size() == 0 && isatty(STDOUT_FILENO) != 0;
   if (root) {
-    std::printf("oxmera train: %s on %s, Adam lr %g, batch %lld, %d epochs, seed %llu, %s",
-                oxmera_cli::model_description(opt), opt.model == "cnn" ? opt.data.c_str() : "two spirals", opt.lr,
-                static_cast<long long>(opt.batch), opt.epochs, static_cast<unsigned long long>(opt.seed),
+    std::printf("oxmera train: %s on %s, %d epochs, seed %llu, %s", oxmera_cli::model_description(opt),
+                oxmera_cli::run_description(opt).c_str(), opt.epochs, static_cast<unsigned long long>(opt.seed),
                 opt.device.c_str());
     if (opt.distributed) std::printf(", distributed over %d rank%s (MPI)", world, world == 1 ? "" : "s");
     std::printf("\n");
@@ -98,8 +97,12 @@ int cmd_train(oxmera_cli::TrainOptions opt) {
   auto on_epoch = [&](const oxmera_cli::EpochStats& s) {
     if (!root) return;
     if (tty) std::printf("\r\033[K");
-    std::printf("epoch %3d/%d  loss %.4f  accuracy %5.1f%%  %9.0f samples/s\n", s.epoch, opt.epochs, s.loss,
-                100.0 * s.accuracy, s.samples_per_s);
+    if (s.tokens_per_s > 0)  // a language model
+      std::printf("epoch %3d/%d  loss %.4f nats/char  held-out next-char accuracy %5.1f%%  %9.0f tokens/s\n", s.epoch,
+                  opt.epochs, s.loss, 100.0 * s.accuracy, s.tokens_per_s);
+    else
+      std::printf("epoch %3d/%d  loss %.4f  accuracy %5.1f%%  %9.0f samples/s\n", s.epoch, opt.epochs, s.loss,
+                  100.0 * s.accuracy, s.samples_per_s);
     std::fflush(stdout);
   };
   auto result = oxmera_cli::run_demo_training(opt, on_batch, on_epoch);
@@ -132,16 +135,30 @@ int main(int argc, char** argv) {
   oxmera_cli::TrainOptions topt;
   bool tui = false;
   std::string replay, checkpoint, resume;
-  auto* train = app.add_subcommand("train", "Train the demo model (two spirals, MLP) or the digits CNN");
-  train->add_option("--model", topt.model, "mlp (two spirals, the default) or cnn (digits, needs --data)")
-      ->check(CLI::IsMember({"mlp", "cnn"}));
-  train->add_option("--data", topt.data, "cnn: folder of digits-images-idx3-ubyte and digits-labels-idx1-ubyte");
+  auto* train = app.add_subcommand(
+      "train", "Train the demo model (two spirals, MLP), the digits CNN or a character language model");
+  train
+      ->add_option("--model", topt.model,
+                   "mlp (two spirals, the default), cnn (digits, needs --data), transformer or lstm (character "
+                   "language models on the --data text file)")
+      ->check(CLI::IsMember({"mlp", "cnn", "transformer", "lstm"}));
+  train->add_option("--data", topt.data,
+                    "cnn: folder of digits-images-idx3-ubyte and digits-labels-idx1-ubyte; transformer, lstm: a "
+                    "text file (default /usr/share/common-licenses/GPL-3)");
+  train
+      ->add_option("--steps-per-epoch", topt.steps_per_epoch,
+                   "transformer, lstm: steps (of --batch random windows) per epoch (default 50)")
+      ->check(CLI::Range(1, 1 << 30));
   train->add_option("--device", topt.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  train->add_option("--epochs", topt.epochs, "Epochs (default 30; cnn 15)")->check(CLI::Range(1, 1000000));
+  train->add_option("--epochs", topt.epochs, "Epochs (default 30; cnn 15; transformer, lstm 6)")
+      ->check(CLI::Range(1, 1000000));
   train->add_option("--seed", topt.seed, "Seed (default 7)");
-  train->add_option("--batch,--batch-size", topt.batch, "Batch size (default 32; --distributed: the global batch)")
+  train
+      ->add_option("--batch,--batch-size", topt.batch,
+                   "Batch size (default 32; transformer, lstm: 16 windows; --distributed: the global batch)")
       ->check(CLI::Range(1, 1 << 20));
-  train->add_option("--lr", topt.lr, "Adam learning rate (default 0.03; cnn 0.003)")->check(CLI::PositiveNumber);
+  train->add_option("--lr", topt.lr, "Learning rate (default 0.03; cnn, transformer, lstm 0.003)")
+      ->check(CLI::PositiveNumber);
   train->add_option("--metrics", topt.metrics, "Write one JSON object per epoch to this file");
   train->add_flag("--tui", tui, "Live terminal dashboard");
   train->add_option("--replay", replay, "Drive the dashboard from a recorded fixture");
@@ -184,6 +201,12 @@ int main(int argc, char** argv) {
       if (topt.model == "cnn") {  // the digits CNN's own defaults for what was not given
         if (train->count("--epochs") == 0) topt.epochs = 15;
         if (train->count("--lr") == 0) topt.lr = 3e-3;
+      }
+      if (topt.model == "transformer" || topt.model == "lstm") {  // examples/{transformer,lstm}_lm.cpp's defaults
+        if (train->count("--epochs") == 0) topt.epochs = 6;       // 300 steps, as the examples
+        if (train->count("--lr") == 0) topt.lr = 3e-3;
+        if (train->count("--batch") == 0) topt.batch = 16;
+        if (topt.data.empty()) topt.data = "/usr/share/common-licenses/GPL-3";
       }
       if (!replay.empty()) return oxmera_cli::run_replay(replay);
       topt.checkpoint = checkpoint;
