@@ -1406,6 +1406,7 @@ TEST(Sweep, LossesRefuseMismatchedTargets) {
 }
 
 TEST(Sweep, OptimizersRefuseBadOptionsAndLeaveParametersOnAFailedStep) {
+  oxt_fake::register_host_memory_device();  // ctest runs each test in its own process
   auto leaf = [] { return ones({3}, DType::F32).requires_grad_(); };
   auto sgd = [=](optim::SGDOptions o) {
     Tensor p = leaf();
