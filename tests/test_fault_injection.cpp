@@ -481,6 +481,7 @@ TEST(ResourceLimits, RequestsBeyondMemoryAreOutOfMemory) {
 #define OXT_SANITIZED 1
 #endif
 #endif
+#ifndef OXT_SANITIZED
 int64_t virtual_memory_bytes() {
   FILE* f = std::fopen("/proc/self/status", "r");
   if (!f) return -1;
@@ -491,6 +492,7 @@ int64_t virtual_memory_bytes() {
   std::fclose(f);
   return kib < 0 ? -1 : kib * 1024;
 }
+#endif
 TEST(ResourceLimits, UnderAnAddressSpaceLimit) {
 #ifdef OXT_SANITIZED
   GTEST_SKIP() << "sanitizer runtimes cannot run under an address-space limit";
