@@ -5,6 +5,7 @@
 // assertions find (EXPECT, not ASSERT, before a collective), so a failure on one rank cannot leave the others
 // waiting. At the end the ranks all-reduce their failure flags: a failure anywhere fails every process.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,11 +13,13 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "demo_training.hpp"
 #include "fake_device.hpp"
 #include "oxmera/data.hpp"
 #include "oxmera/distributed.hpp"
@@ -170,6 +173,21 @@ TEST(DistributedEnv, DefaultTimeoutIsFiveMinutesAndSettable) {
   expect_error([] { dist::set_default_timeout(std::chrono::milliseconds(0)); }, ErrorKind::InvalidArgument,
                {"set_default_timeout", "positive"}, "zero timeout");
   dist::set_default_timeout(before);
+}
+
+// `oxmera train --distributed --device cuda`: each rank of a node on its own GPU, as torch users do by hand.
+TEST(DistributedEnv, RankDeviceSpreadsTheRanksOfANodeOverItsGpus) {
+  using workloads::rank_device;
+  EXPECT_EQ(rank_device("cuda", 0, 4), Device::cuda(0));
+  EXPECT_EQ(rank_device("cuda", 3, 4), Device::cuda(3));
+  EXPECT_EQ(rank_device("cuda", 5, 4), Device::cuda(1)) << "more ranks than GPUs: round robin";
+  EXPECT_EQ(rank_device("cuda", 7, 1), Device::cuda(0));
+  EXPECT_EQ(rank_device("cuda", 2, 0), Device::cuda(0)) << "no GPU visible: cuda:0, whose use says why";
+  EXPECT_EQ(rank_device("cuda", -1, 4), Device::cuda(0)) << "local rank unknown";
+  EXPECT_EQ(rank_device("cuda:2", 1, 4), Device::cuda(2)) << "an explicit index is taken as given";
+  EXPECT_EQ(rank_device("cuda:0", 3, 4), Device::cuda(0));
+  EXPECT_EQ(rank_device("cpu", 3, 4), Device::cpu());
+  expect_error([] { rank_device("gpu", 0, 1); }, ErrorKind::InvalidArgument, {"gpu"}, "bad name");
 }
 
 // Not launched: init() says why it cannot start; everything else says to call init() first (or, without MPI,
@@ -963,12 +981,15 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
 // `--fault=kill` / `throw` / `stall` (tests/distributed/expect_job_fails.sh): world rank 1 dies (SIGKILL), lets
 // an exception escape main, or stays alive without calling the collective, while the others wait in an
 // all_reduce. The job must end non-zero; a rank that returns from the collective says so, which fails the test;
-// with a stalled peer the others must report the typed timeout (2 s here) and exit non-zero.
+// with a stalled peer (or a dead one that mpirun does not clean up after) the others must report the typed
+// timeout (2 s here) and exit non-zero.
 int fault_scenario(const std::string& mode) {
   dist::init();
   dist::set_default_timeout(std::chrono::seconds(60));
   dist::barrier();
-  if (mode == "stall") dist::set_default_timeout(std::chrono::seconds(2));
+  // 2 s for every mode: mpirun usually ends the job sooner when rank 1 dies (then the others never print), but
+  // under orte_enable_recovery (the *-recover tests) it lets them live and the timeout must end them.
+  dist::set_default_timeout(std::chrono::seconds(2));
   if (dist::rank() == 1) {
     if (mode == "kill") std::raise(SIGKILL);
     if (mode == "stall") std::this_thread::sleep_for(std::chrono::minutes(10));  // alive, never calling
@@ -987,7 +1008,124 @@ int fault_scenario(const std::string& mode) {
   return 0;
 }
 
+// `--fault=ddp-kill` / `ddp-throw` / `ddp-stall`: the same faults in the middle of a DistributedDataParallel
+// backward. A first step completes on every rank; in the second, rank 1's post-accumulate-grad hook on the
+// parameter of bucket 3 of 6 (one bucket per parameter; the hook runs after DDP's own, so buckets 0-3 have
+// started their all-reduces) raises SIGKILL, throws out of backward (the exception escapes main), or throws
+// and is caught by a loop that then waits on something else without calling collectives. The other ranks'
+// backward is then waiting for bucket 4's all-reduce: a rank whose backward returns says so (FAULT-TEST, the
+// test fails); a typed error there is printed (TIMED-OUT) and ends the rank with status 3.
+int ddp_fault_scenario(const std::string& mode) {
+  dist::init();
+  dist::set_default_timeout(std::chrono::seconds(60));
+  const int r = dist::rank(), n = dist::world_size();
+  const int64_t per_rank = 4;
+  Tensor x = randn({per_rank * n, 2}, 51, DType::F64), y = randint(0, 2, {per_rank * n}, 52);
+  auto net = demo_mlp(3, DType::F64);
+  nn::DistributedDataParallel ddp(net, {}, {.bucket_cap_bytes = 1});
+  const auto buckets = ddp.buckets();
+  if (buckets.size() != 6) {
+    std::printf("FAULT-TEST setup: expected 6 buckets, got %zu\n", buckets.size());
+    return 4;
+  }
+  const std::string fault_param = buckets[3].front();  // "2.weight"
+  int step = 0;
+  HookHandle fault_hook;
+  for (auto& [name, t] : net->named_parameters())
+    if (name == fault_param) {
+      fault_hook = t.register_post_accumulate_grad_hook([&](Tensor&) {
+        if (r != 1 || step != 1) return;
+        std::printf("rank 1 faults (%s) in step 2's backward, after DDP started buckets 0-3 of 6 (%s done)\n",
+                    mode.c_str(), fault_param.c_str());
+        std::fflush(stdout);
+        if (mode == "ddp-kill") std::raise(SIGKILL);
+        throw std::runtime_error("fault test: rank 1 fails in the middle of a DDP backward");
+      });
+    }
+  optim::SGD opt(net->parameters(), {.lr = 0.1});
+  auto train_step = [&] {
+    opt.zero_grad();
+    nn::cross_entropy(ddp(x.narrow(0, r * per_rank, per_rank)), y.narrow(0, r * per_rank, per_rank)).backward();
+    opt.step();
+  };
+  train_step();  // every rank, no fault: DDP works in this job
+  dist::barrier();
+  dist::set_default_timeout(std::chrono::seconds(2));
+  step = 1;
+  try {
+    try {
+      train_step();
+    } catch (const std::runtime_error& e) {
+      if (mode != "ddp-stall" || r != 1) throw;
+      // Caught and ignored (a loop that logs and carries on): this rank stays alive but calls no collective.
+      std::printf("rank 1 caught: %s; it now stalls\n", e.what());
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::minutes(10));
+      return 0;
+    }
+    std::printf("FAULT-TEST rank %d: the DDP backward completed without rank 1\n", r);
+  } catch (const Error& e) {
+    std::printf("TIMED-OUT rank %d: %s\n", r, e.what());
+    std::fflush(stdout);
+    return 3;
+  }
+  return 0;
+}
+
+// `--determinism=PREFIX` (tests/distributed/expect_deterministic.sh): an f64 DDP training job whose result
+// must not depend on timing. A 4-128-256-3 tanh MLP, 64 KiB buckets (3 of them: the output layer with the
+// hidden bias, the 256 KiB weight alone, the first layer), async all-reduces overlapping backward, SGD with
+// momentum, 6 steps on each rank's share of a global batch of 24; every gradient hook sleeps a random 0-1.5 ms
+// drawn from the process id and the clock, so the buckets start and complete at different moments in every
+// run and on every rank. Each rank saves its parameters to PREFIX.rank<R>.safetensors; the script compares the
+// files byte for byte across the ranks of a run and across two runs.
+int determinism_job(const std::string& prefix) {
+  dist::init();
+  dist::set_default_timeout(std::chrono::seconds(120));
+  const int r = dist::rank(), n = dist::world_size();
+  const int64_t global = 24;
+  if (global % n != 0) {
+    std::fprintf(stderr, "determinism job: the world size must divide %lld\n", static_cast<long long>(global));
+    return 2;
+  }
+  const int64_t per_rank = global / n;
+  Generator gen(17);
+  auto net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Linear>(4, 128, true, gen), std::make_shared<nn::Tanh>(),
+      std::make_shared<nn::Linear>(128, 256, true, gen), std::make_shared<nn::Tanh>(),
+      std::make_shared<nn::Linear>(256, 3, true, gen)});
+  net->to(DType::F64);
+  nn::DistributedDataParallel ddp(net, {}, {.bucket_cap_bytes = 64 << 10});
+  const size_t nb = ddp.buckets().size();
+  std::mt19937_64 jitter(static_cast<uint64_t>(getpid()) * 1000003u ^
+                         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::vector<HookHandle> hooks;
+  for (auto& p : net->parameters())
+    hooks.push_back(p.register_post_accumulate_grad_hook(
+        [&](Tensor&) { std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 1500)); }));
+  Tensor x = randn({global, 4}, 61, DType::F64), y = randint(0, 3, {global}, 62);
+  optim::SGD opt(net->parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int step = 0; step < 6; ++step) {
+    Tensor xs = (x * (1.0 + 0.1 * step)).narrow(0, r * per_rank, per_rank);
+    opt.zero_grad();
+    nn::cross_entropy(ddp(xs), y.narrow(0, r * per_rank, per_rank)).backward();
+    opt.step();
+  }
+  const std::string path = prefix + ".rank" + std::to_string(r) + ".safetensors";
+  save_safetensors(path, net->named_parameters());
+  if (r == 0)
+    std::printf("determinism job: %d ranks, %zu buckets, 6 steps; rank files %s.rank*.safetensors\n", n, nb,
+                prefix.c_str());
+  dist::barrier();
+  dist::finalize();
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]).rfind("--determinism=", 0) == 0)
+    return determinism_job(std::string(argv[1]).substr(14));
+  if (argc == 2 && std::string(argv[1]).rfind("--fault=ddp-", 0) == 0)
+    return ddp_fault_scenario(std::string(argv[1]).substr(8));
   if (argc == 2 && std::string(argv[1]).rfind("--fault=", 0) == 0)
     return fault_scenario(std::string(argv[1]).substr(8));
   testing::InitGoogleTest(&argc, argv);

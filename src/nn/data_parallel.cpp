@@ -38,12 +38,19 @@ struct State {
   int next_done = 0;    // the buckets before it have completed (progress())
   bool in_round = false;
   bool no_sync = false;
+  // A wait for this round's reductions threw (a Timeout: a peer stopped or died; a Backend error): the group is
+  // broken, so the destructor does not wait again (one more timeout per bucket while an error unwinds).
+  bool failed = false;
   // find_unused_parameters: which parameters the last forward's graph reaches (all of them until a forward has
   // been walked), and the all-reduced (Max) flags saying which some rank reached.
   bool find_unused = false;
   bool walked = false;  // a forward since the last round set `used`
   std::vector<uint8_t> used;
   std::unordered_map<const oxmera::detail::TensorImpl*, int> index_of;
+  // The walk's work list and visited set, kept between forwards: cleared, not freed, so that after the first
+  // forward a walk allocates nothing (the set keeps its buckets, the stack its capacity).
+  std::vector<const oxmera::detail::Node*> walk_stack;
+  std::unordered_set<const oxmera::detail::Node*> walk_seen;
   Tensor used_flags;
   distributed::Work used_work;
 
@@ -60,8 +67,10 @@ struct State {
     // No graph (no backward through this output), or a no_sync() micro-batch: torch skips these too.
     if (!grad_enabled() || no_sync) return;
     used.assign(params.size(), 0);
-    std::vector<oxmera::detail::Node*> stack;
-    std::unordered_set<const oxmera::detail::Node*> seen;
+    auto& stack = walk_stack;
+    auto& seen = walk_seen;
+    stack.clear();
+    seen.clear();
     auto visit = [&](const oxmera::detail::Edge& e) {
       if (e.node) {
         if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
@@ -76,6 +85,9 @@ struct State {
       stack.pop_back();
       for (size_t k = 0; k < n->next.size(); ++k) visit(n->next[k]);
     }
+    // The set holds raw pointers into this forward's graph: drop them (keeping the buckets) so that no stale
+    // address outlives the graph, and a later graph's node at a reused address is still visited.
+    seen.clear();
     walked = true;
     // No parameter reached: no hook will fire in this backward, so the round runs now (every rank still issues
     // its collectives in the same order; this rank contributes its .grad, or zeros).
@@ -131,16 +143,25 @@ struct State {
     bk.work = distributed::all_reduce_async(bk.flat, distributed::ReduceOp::Avg, group);
   }
 
+  void wait_for(distributed::Work& w) {
+    try {
+      w.wait();
+    } catch (const Error&) {
+      failed = true;
+      throw;
+    }
+  }
+
   // Every bucket has started: wait for them in order and write the averages back into the gradients.
   void complete() {
     NoGradGuard no_grad;
     std::vector<uint8_t> used_somewhere;
     if (find_unused) {
-      used_work.wait();
+      wait_for(used_work);
       used_somewhere = used_flags.to_vector<uint8_t>();
     }
     for (Bucket& bk : buckets) {
-      bk.work.wait();
+      wait_for(bk.work);
       for (int i : bk.params) {
         Param& p = params[static_cast<size_t>(i)];
         // A parameter no rank used keeps its .grad untouched (undefined stays undefined), as torch.
@@ -166,6 +187,7 @@ struct State {
     next_launch = 0;
     next_done = 0;
     in_round = false;
+    failed = false;
     walked = false;
     used.assign(params.size(), 1);
     used_flags = Tensor();
@@ -182,16 +204,16 @@ struct State {
     std::string wait_error;
     if (find_unused && next_launch > 0) {
       try {
-        used_work.wait();
+        wait_for(used_work);
       } catch (const Error& e) {
         wait_error = std::string("; finishing its started reductions failed too: ") + e.what();
       }
     }
-    for (int b = 0; b < next_launch; ++b) {
+    for (int b = 0; b < next_launch && wait_error.empty(); ++b) {  // after one failure the others would too
       try {
-        buckets[static_cast<size_t>(b)].work.wait();
+        wait_for(buckets[static_cast<size_t>(b)].work);
       } catch (const Error& e) {
-        if (wait_error.empty()) wait_error = std::string("; finishing its started reductions failed too: ") + e.what();
+        wait_error = std::string("; finishing its started reductions failed too: ") + e.what();
       }
     }
     reset();
@@ -272,10 +294,13 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, distributed::
 
 DistributedDataParallel::~DistributedDataParallel() {
   for (auto& h : state_->hooks) h.remove();
-  for (int b = 0; b < state_->next_launch; ++b) {
+  // The started reductions write into buffers the group's queue keeps alive, so not waiting is safe; waiting
+  // after a failure would only add a timeout per bucket to the unwinding of that error.
+  for (int b = 0; b < state_->next_launch && !state_->failed; ++b) {
     try {
       state_->buckets[static_cast<size_t>(b)].work.wait();
     } catch (...) {  // a destructor must not throw; the group's next wait reports a broken job
+      break;         // one failure: the others would time out too
     }
   }
   // (The used flags' all-reduce, when started, precedes bucket 0 on the group: waiting for the buckets covers it.)

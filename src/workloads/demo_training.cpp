@@ -163,6 +163,21 @@ std::string run_description(const TrainOptions& opt) {
   return buf;
 }
 
+Device rank_device(const std::string& requested, int local_rank, int device_count) {
+  const Device d = Device::parse(requested);
+  if (!d.is_cuda() || requested.find(':') != std::string::npos || device_count <= 0 || local_rank < 0) return d;
+  return Device::cuda(local_rank % device_count);
+}
+
+namespace {
+// The CUDA devices this process can use (today's backend drives cuda:0 only: 0 or 1).
+int cuda_device_count() {
+  int n = 0;
+  while (n < 64 && device_available(Device::cuda(n))) ++n;
+  return n;
+}
+}  // namespace
+
 int init_distributed_training() {
   try {
     distributed::init();
@@ -177,7 +192,7 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   if (opt.epochs < 1) throw std::invalid_argument("--epochs must be >= 1");
   if (opt.batch < 1) throw std::invalid_argument("--batch must be >= 1");
   if (!(opt.lr > 0)) throw std::invalid_argument("--lr must be > 0");
-  const Device device = Device::parse(opt.device);
+  Device::parse(opt.device);  // a typed error for a bad name, before anything starts
   if (opt.model != "mlp" && opt.model != "cnn" && !is_char_lm(opt.model))
     throw std::invalid_argument("--model must be mlp, cnn, transformer or lstm, not '" + opt.model + "'");
   if (opt.steps_per_epoch < 1) throw std::invalid_argument("--steps-per-epoch must be >= 1");
@@ -187,6 +202,10 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   const bool dist = opt.distributed;
   const int world = dist ? init_distributed_training() : 1;
   const int rank = dist ? distributed::rank() : 0;
+  init();
+  // A bare --device cuda: each rank of a node on its own GPU (cuda:local_rank modulo the node's count).
+  const Device device =
+      dist ? rank_device(opt.device, distributed::local_rank(), cuda_device_count()) : Device::parse(opt.device);
   const bool root = rank == 0;
   if (opt.batch % world != 0)
     throw Error(ErrorKind::InvalidArgument, "oxmera train --distributed: --batch " + std::to_string(opt.batch) +
@@ -194,7 +213,6 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
                                                 " ranks, and is not divisible by " + std::to_string(world) +
                                                 "; choose a multiple of the world size (e.g. --batch " +
                                                 std::to_string((opt.batch / world + 1) * world) + ")");
-  init();
   TrainTask task = is_char_lm(opt.model) ? char_lm_task(opt, device)
                    : opt.model == "cnn"  ? digits_task(opt, device)
                                          : spirals_task(opt, device);

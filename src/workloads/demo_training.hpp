@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 
+#include "oxmera/device.hpp"
+
 namespace oxmera::workloads {
 
 struct TrainOptions {
@@ -53,6 +55,12 @@ std::string run_description(const TrainOptions& opt);
 // launcher), with the command and the way to start it prepended.
 int init_distributed_training();
 
+// The device one rank of `oxmera train --distributed` trains on, as torch users pick it by hand: a bare "cuda"
+// is cuda:(local_rank % device_count), so the ranks of a node spread over its GPUs; "cuda:N" and "cpu" are
+// taken as given. With device_count <= 0 (no GPU visible) or local_rank < 0 it is cuda:0, whose first use then
+// says why it is unavailable. InvalidArgument for a name Device::parse rejects.
+Device rank_device(const std::string& requested, int local_rank, int device_count);
+
 // Progress callbacks: on_batch(epoch, batch_index, batches_per_epoch) after each step; on_epoch after each
 // epoch. Returns the final stats.
 EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(int, int64_t, int64_t)>& on_batch,
@@ -65,6 +73,7 @@ namespace oxmera_cli {
 using oxmera::workloads::EpochStats;
 using oxmera::workloads::init_distributed_training;
 using oxmera::workloads::model_description;
+using oxmera::workloads::rank_device;
 using oxmera::workloads::run_demo_training;
 using oxmera::workloads::run_description;
 using oxmera::workloads::TrainOptions;

@@ -5,9 +5,9 @@
              (batch 252: its last 4 rows leave ranks 0 and 3 without rows) log the same per-epoch losses as one
              process on the same global batch, to 1e-5 relative, and the same accuracies; rank 0 alone prints
              (one header naming the world size, one line per epoch, no progress bar); a batch that the world
-             size does not divide is a typed error saying so, as are ranks started with different seeds and
-             --tui under mpirun; launched without --distributed, the processes train alone and rank 0 warns
-             once.
+             size does not divide is a typed error saying so, as are ranks started with different seeds;
+             --tui: rank 0 alone draws the dashboard (and a rank 0 that cannot is an error on every rank);
+             launched without --distributed, the processes train alone and rank 0 warns once.
   resume     a checkpoint written at np 2 after 2 epochs resumes at np 1, np 2, np 4 and without mpirun, and a
              single-process checkpoint resumes at np 2: the third epoch matches the uninterrupted np 2 run's;
              SIGINT to rank 1 mid-run stops every rank after the same step and rank 0 saves one checkpoint,
@@ -126,16 +126,40 @@ def parity(oxmera, mpiexec, p):
           r.stderr.count("[InvalidArgument] oxmera train --distributed: the ranks were started with different") == 2
           and "train.seed=7" in r.stderr and "train.seed=8" in r.stderr, r.stderr)
     check("a different --seed per rank: nothing trained", EPOCH_LINE.search(r.stdout) is None, r.stdout)
-    r = mpi_train(mpiexec, 2, oxmera, "--epochs", "1", "--tui")
-    check("--tui under mpirun: exit non-zero", r.returncode != 0, r)
-    check("--tui under mpirun: typed message",
-          "[NotImplemented] oxmera train --tui --distributed" in r.stderr, r.stderr)
+    tui(oxmera, mpiexec)
     # Launched without --distributed: independent copies, and a warning saying so (once, from rank 0).
     r = run(["sh", RUN_MPI, mpiexec, "2", oxmera, "train", "--epochs", "1"])
     if ok_run("np 2 without --distributed", r):
         check("np 2 without --distributed: one warning", r.stderr.count("but without --distributed") == 1,
               r.stderr)
         check("np 2 without --distributed: both processes train", len(EPOCH_LINE.findall(r.stdout)) == 2, r.stdout)
+
+
+def tui(oxmera, mpiexec):
+    """--tui --distributed with no keyboard (stdin /dev/null) and mpirun's output in a pipe: rank 0 draws the
+    dashboard (Open MPI gives it a pty), the other ranks print nothing, the done frame ends the run with exit 0
+    since nobody can press q. (tests/tui's ctest tui_distributed drives it in a terminal, with keys.)"""
+    env = dict(ENV, TERM="xterm-256color", COLUMNS="100", LINES="45")
+    cmd = ["sh", RUN_MPI, mpiexec, "2", oxmera, "train", "--distributed", "--tui", "--epochs", "2"]
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=env, timeout=120)
+    if ok_run("--tui --distributed, no keyboard", r):
+        check("--tui --distributed: rank 0's dashboard", "ranks 2 (MPI)" in r.stdout and "done" in r.stdout,
+              r.stdout[-2000:])
+        check("--tui --distributed: no plain lines from any rank",
+              EPOCH_LINE.search(r.stdout) is None and "oxmera train:" not in r.stdout, r.stdout[-2000:])
+        check("--tui --distributed: one dashboard", r.stdout.count("ranks 2 (MPI)") >= 1 and
+              r.stdout.count("\x1b[?1049h") == 1, r.stdout.count("\x1b[?1049h"))
+        check("--tui --distributed: nothing on stderr", r.stderr.strip() == "", r.stderr)
+    # A rank 0 that cannot draw: every rank fails, with rank 0's reason, before any training.
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=dict(env, TERM="dumb"), timeout=120)
+    check("--tui --distributed, TERM=dumb: exit non-zero", r.returncode != 0, r)
+    check("--tui --distributed, TERM=dumb: rank 0's reason and the others' pointer to it",
+          "oxmera: error (rank 0): train: --tui needs a capable terminal" in r.stderr
+          and "oxmera: error (rank 1): train --tui --distributed: rank 0 could not open the dashboard" in r.stderr,
+          r.stderr)
+    check("--tui --distributed, TERM=dumb: nothing trained", "epoch" not in r.stdout, r.stdout)
 
 
 def resume(oxmera, mpiexec, p):
@@ -295,6 +319,10 @@ def no_launcher(oxmera, mpi_built):
                 "this oxmera was built without MPI"]
     check("--distributed outside mpirun: typed message", all(w in r.stderr for w in want), r.stderr)
     check("--distributed outside mpirun: nothing trained", "epoch" not in r.stdout, r.stdout)
+    r = train(oxmera, "--distributed", "--tui", "--epochs", "1")
+    check("--tui --distributed outside mpirun: exit 1", r.returncode == 1, r)
+    check("--tui --distributed outside mpirun: the same typed message", all(w in r.stderr for w in want), r.stderr)
+    check("--tui --distributed outside mpirun: the terminal untouched", r.stdout == "", r.stdout)
 
 
 def main():

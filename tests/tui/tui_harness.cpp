@@ -2,9 +2,11 @@
 // pseudo-terminal (forkpty) whose output is fed to libvterm, an in-process terminal emulator; screens are
 // compared cell by cell (character, colours, attributes) with golden files.
 //
-// Usage: oxmera_tui_harness PATH/TO/oxmera PATH/TO/tests [--bless] [--runs N]
+// Usage: oxmera_tui_harness PATH/TO/oxmera PATH/TO/tests [--bless] [--runs N] [--distributed MPIEXEC]
 //   --bless   rewrites tests/tui/golden/*.txt from this run
 //   --runs N  iterations of the replay stress (default 100)
+//   --distributed MPIEXEC  only the dashboard of `MPIEXEC -np 2 oxmera train --tui --distributed` (ctest
+//             tui_distributed; exits 77, skipped, when the launcher is absent)
 #include <fcntl.h>
 #include <poll.h>
 #include <pty.h>
@@ -388,6 +390,60 @@ void check_restored(const std::string& name, const Pty& p) {
 
 const std::string kDone = "press q to quit";
 
+// `mpirun -np 2 oxmera train --tui --distributed` in a terminal (tests/distributed/run_mpi.sh launches): rank 0
+// draws the dashboard, the other rank writes nothing; mpirun's terminal stays in line mode, so a key reaches
+// rank 0 (through mpirun's stdin) with Enter. Rank 0's pty from Open MPI has no size: COLUMNS and LINES give it.
+int distributed_section(const std::string& mpiexec) {
+  const auto t_start = Clock::now();
+  auto launch = [&](std::initializer_list<std::string> train_args) {
+    std::vector<std::string> v{"/usr/bin/env", "COLUMNS=100",
+                               "LINES=45",     "OMP_NUM_THREADS=1",
+                               "/bin/sh",      g_tests + "/distributed/run_mpi.sh",
+                               mpiexec,        "2",
+                               g_oxmera,       "train",
+                               "--tui",        "--distributed"};
+    v.insert(v.end(), train_args);
+    return v;
+  };
+  {
+    Pty p(launch({"--epochs", "3"}), 45, 100);
+    const bool ok = p.settle_text(kDone, 150, 120000);
+    const std::string t = p.text();
+    if (!ok && t.find("skipped:") != std::string::npos) {
+      std::printf("%s", t.c_str());
+      return 77;
+    }
+    check("distributed --tui: done frame", ok, t);
+    for (const char* needle : {"ranks 2 (MPI)", "loss 0.", "accuracy ", "3/3", "8/8", "samples/s", "RSS ", "device cpu",
+                               "MLP 2-32-32-2 (tanh)", "done "})
+      check(std::string("distributed --tui shows '") + needle + "'", t.find(needle) != std::string::npos, t);
+    check("distributed --tui: one dashboard (rank 1 draws nothing)",
+          t.find("oxmera train") == t.rfind("oxmera train") && t.find("epoch   1/") == std::string::npos, t);
+    check("distributed --tui uses the alternate screen", p.altscreen());
+    p.send("q\r");
+    check("distributed --tui: q Enter exits", p.wait_exit(30000), "no exit");
+    check("distributed --tui: q Enter exits 0", exited_with(p, 0), describe_status(p.status()) + "\n" + p.text());
+    check_restored("distributed --tui done", p);
+    const std::string after = p.text();
+    check("distributed --tui: nothing printed besides the dashboard",
+          after.find("epoch") == std::string::npos && after.find("oxmera train") == std::string::npos &&
+              after.find("error") == std::string::npos,
+          after);
+  }
+  {  // q in the middle of training: every rank stops after the same step and the job exits 0
+    Pty p(launch({"--epochs", "100000"}), 45, 100);
+    check("distributed --tui mid-run: training", p.settle_text("training", 0, 120000), p.text());
+    p.settle_text("epoch 2/", 0, 120000);  // a step or more done
+    p.send("q\r");
+    check("distributed --tui mid-run: q Enter exits", p.wait_exit(60000), "no exit");
+    check("distributed --tui mid-run: exits 0", exited_with(p, 0), describe_status(p.status()) + "\n" + p.text());
+    check_restored("distributed --tui mid-run", p);
+  }
+  std::printf("tui_distributed: %d passed, %d failed (%.1f s)\n", g_passed, g_failed,
+              static_cast<double>(ms_since(t_start)) / 1000.0);
+  return g_failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -401,6 +457,10 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--bless") == 0) g_bless = true;
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--distributed") == 0 && i + 1 < argc) {
+      ::signal(SIGPIPE, SIG_IGN);
+      return distributed_section(argv[i + 1]);
+    }
   }
   ::signal(SIGPIPE, SIG_IGN);
   const auto t_start = Clock::now();

@@ -8,6 +8,7 @@
 // the default disposition so the process dies by that signal (128+N to a shell).
 #include "dashboard.hpp"
 
+#include <poll.h>
 #include <signal.h>
 #include <termios.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,6 +50,7 @@ struct Model {
   const char* throughput_unit = "samples/s";  // language models: tokens/s
   std::vector<double> loss, accuracy;
   std::vector<double> throughputs;  // replay: per epoch
+  int ranks = 0;                    // --distributed: the world size (0: not distributed)
 };
 
 // ---------------------------------------------------------------- signal-safe terminal restore
@@ -94,9 +98,15 @@ enum Pair : short { kHeader = 1, kLoss, kAcc, kBorder, kEpoch, kBatch, kKey, kFo
 
 struct Quit {};  // thrown from the training callback to unwind out of run_demo_training
 
+// Where the dashboard reads its keys. A plain run: stdin when it is a terminal, else /dev/tty. Rank 0 of
+// `mpirun -np N oxmera train --tui --distributed`: stdin whatever it is, since mpirun forwards its own stdin to
+// rank 0 through a pipe (rank 0's /dev/tty, when it has one, is the pty Open MPI reads its output from: no key
+// ever arrives there). mpirun's terminal stays in line mode, so there a key counts once Enter is pressed.
+enum class Keys { Terminal, LauncherStdin };
+
 class Terminal {
  public:
-  Terminal() {
+  explicit Terminal(Keys keys = Keys::Terminal) {
     if (isatty(STDOUT_FILENO) == 0)
       throw std::runtime_error(
           "train: --tui and --replay need a terminal on stdout (stdout is not a tty); "
@@ -105,7 +115,8 @@ class Terminal {
     if (term == nullptr || *term == '\0' || std::strcmp(term, "dumb") == 0)
       throw std::runtime_error("train: --tui needs a capable terminal, but TERM is unset or 'dumb'");
     in_ = stdin;
-    if (isatty(STDIN_FILENO) == 0) {
+    launcher_keys_ = keys == Keys::LauncherStdin;
+    if (keys == Keys::Terminal && isatty(STDIN_FILENO) == 0) {
       in_ = std::fopen("/dev/tty", "r");
       if (in_ == nullptr) throw std::runtime_error("train: --tui cannot read the keyboard (no /dev/tty)");
       own_in_ = true;
@@ -177,6 +188,20 @@ class Terminal {
     }
   }
   void draw(const Model& m);
+  // Whether the keys' input has reached its end (mpirun's stdin was /dev/null, a file, or closed): nobody can
+  // press q any more. Only for Keys::LauncherStdin, where the done frame then ends by itself; call right after
+  // poll() found no key (a read that would not block now finds end-of-file: poll() just read all there was).
+  bool keyboard_closed() {
+    if (!launcher_keys_) return false;
+    struct pollfd p {
+      g_in_fd, POLLIN, 0
+    };
+    if (::poll(&p, 1, 0) <= 0 || (p.revents & (POLLIN | POLLHUP)) == 0) return false;
+    // Something may have arrived since: read it as keys first; still readable with nothing read means EOF.
+    wtimeout(stdscr, 0);
+    if (wgetch(stdscr) != ERR) return false;
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)) != 0;
+  }
 
  private:
   void put(int y, int x, const std::string& s, int maxw, attr_t a = A_NORMAL, short pair = 0);
@@ -188,7 +213,7 @@ class Terminal {
 
   SCREEN* screen_ = nullptr;
   FILE* in_ = nullptr;
-  bool own_in_ = false, color_ = false, resized_ = false;
+  bool own_in_ = false, color_ = false, resized_ = false, launcher_keys_ = false;
   struct sigaction old_[3]{};
 };
 
@@ -324,7 +349,8 @@ void Terminal::draw(const Model& m) {
   put(0, 0, std::string(static_cast<size_t>(W), ' '), W, A_NORMAL, kHeader);
   std::string left = m.replay ? " oxmera train (replay)" : " oxmera train";
   put(0, 0, left, W, A_BOLD, kHeader);
-  const std::string info = "   model " + m.model + "   device " + m.device;
+  std::string info = "   model " + m.model + "   device " + m.device;
+  if (m.ranks > 0) info += "   ranks " + std::to_string(m.ranks) + " (MPI)";
   put(0, width_of(left), info, W - width_of(left), A_NORMAL, kHeader);
   const int current = std::min(m.total_epochs, m.epochs_done + (m.done ? 0 : 1));
   const std::string status =
@@ -484,16 +510,74 @@ int run_replay(const std::string& path) {
   return 0;
 }
 
-int run_tui_training(const TrainOptions& opt) {
-  Terminal term;
+namespace {
+
+// A quit key on rank 0 of a distributed run: not an exception (the other ranks would wait for rank 0's
+// collectives until their timeout) but a stop request, all-reduced after every step like a signal's, so that
+// every rank stops after the same step, saves, and exits 0. Larger than any signal number: a signal that
+// arrives as well wins the Max.
+constexpr int kQuitRequest = 1000;
+
+// The other ranks of a distributed run: no terminal, no output (rank 0 draws); a signal is deferred to the end
+// of the step like rank 0's, a second one acts at once.
+class QuietSignals {
+ public:
+  QuietSignals() {
+    g_restore_len = 0;
+    g_have_cooked = false;
+    struct sigaction sa {};
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_NODEFER | SA_RESETHAND;
+    for (size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~QuietSignals() {
+    for (size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  QuietSignals(const QuietSignals&) = delete;
+  QuietSignals& operator=(const QuietSignals&) = delete;
+
+ private:
+  struct sigaction old_[3]{};
+};
+
+// Runs the training with the stop flag the signal handler sets; false when the user quit (q / Esc / Ctrl-C).
+bool train_until_done_or_quit(const TrainOptions& opt, const std::function<void(int, int64_t, int64_t)>& on_batch,
+                              const std::function<void(const EpochStats&)>& on_epoch) {
+  TrainOptions topt = opt;
+  topt.stop = &g_deferred_signal;
+  g_deferred_signal = 0;
+  EpochStats result;
+  try {
+    g_training_active = true;
+    result = run_demo_training(topt, on_batch, on_epoch);
+    g_training_active = false;
+  } catch (const Quit&) {
+    g_training_active = false;
+    return false;
+  } catch (...) {
+    g_training_active = false;
+    throw;
+  }
+  if (result.stopped_by == kQuitRequest) return false;
+  if (result.stopped_by) on_fatal_signal(result.stopped_by);  // restores the terminal, dies by the signal
+  return true;
+}
+
+// The live dashboard over a training run (world > 0: rank 0 of a distributed run of `world` ranks).
+int run_dashboard(Terminal& term, const TrainOptions& opt, int world) {
   Model m;
   m.model = model_description(opt);
   m.device = opt.device;
   m.total_epochs = opt.epochs;
+  m.ranks = world;
   m.memory_label = rss_label();
   term.draw(m);
   auto on_batch = [&](int epoch, int64_t b, int64_t nb) {
-    if (term.poll(0)) throw Quit{};
+    if (term.poll(0)) {
+      if (world == 0) throw Quit{};
+      if (g_deferred_signal == 0) g_deferred_signal = kQuitRequest;  // every rank stops after this step
+    }
     m.epochs_done = epoch - 1;
     m.batch = b;
     m.batches = nb;
@@ -508,25 +592,48 @@ int run_tui_training(const TrainOptions& opt) {
     m.epochs_done = s.epoch;
     term.draw(m);
   };
-  TrainOptions topt = opt;
-  topt.stop = &g_deferred_signal;
-  EpochStats result;
-  try {
-    g_training_active = true;
-    result = run_demo_training(topt, on_batch, on_epoch);
-    g_training_active = false;
-  } catch (const Quit&) {
-    g_training_active = false;
-    return 0;
-  } catch (...) {
-    g_training_active = false;
-    throw;
-  }
-  if (result.stopped_by) on_fatal_signal(result.stopped_by);  // restores the terminal, dies by the signal
+  if (!train_until_done_or_quit(opt, on_batch, on_epoch)) return 0;
   m.done = true;
   term.draw(m);
-  while (!term.poll(100)) term.draw(m);
+  // Under mpirun with no keyboard (stdin at its end) the done frame is the last: nothing could quit it.
+  while (!term.poll(100) && !term.keyboard_closed()) term.draw(m);
   return 0;
+}
+
+}  // namespace
+
+int run_tui_training(const TrainOptions& opt) {
+  int world = 0;
+  if (opt.distributed) {
+    // Started (and checked) before the terminal is touched: outside a launcher this is the typed error alone.
+    world = init_distributed_training();
+    const int rank = oxmera::distributed::rank();
+    // Rank 0 opens the dashboard; every rank learns whether it could (one all-reduce) before any training, so
+    // that a rank 0 without a terminal ends the job with its reason instead of leaving the others waiting.
+    std::unique_ptr<Terminal> term;
+    std::string error;
+    if (rank == 0) {
+      try {
+        term = std::make_unique<Terminal>(Keys::LauncherStdin);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    oxmera::Tensor failed = oxmera::scalar(error.empty() ? 0.0 : 1.0, oxmera::DType::I64);
+    oxmera::distributed::all_reduce(failed, oxmera::distributed::ReduceOp::Max);
+    if (failed.item<int64_t>() != 0) {
+      if (rank == 0) throw std::runtime_error(error);
+      throw std::runtime_error("train --tui --distributed: rank 0 could not open the dashboard (its error says why)");
+    }
+    if (rank != 0) {
+      QuietSignals quiet;
+      train_until_done_or_quit(opt, nullptr, nullptr);
+      return 0;
+    }
+    return run_dashboard(*term, opt, world);
+  }
+  Terminal term;
+  return run_dashboard(term, opt, world);
 }
 
 }  // namespace oxmera_cli

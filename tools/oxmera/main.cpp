@@ -211,11 +211,6 @@ int main(int argc, char** argv) {
       if (!replay.empty()) return oxmera_cli::run_replay(replay);
       topt.checkpoint = checkpoint;
       topt.resume = resume;
-      if (tui && topt.distributed)
-        throw oxmera::Error(oxmera::ErrorKind::NotImplemented,
-                            "oxmera train --tui --distributed: the dashboard does not run under mpirun yet (its "
-                            "keyboard and terminal belong to mpirun, not to rank 0); drop --tui (rank 0 prints "
-                            "the progress) or follow --metrics FILE");
       if (!topt.distributed) warn_if_launched_without_distributed();
       const int rc = tui ? oxmera_cli::run_tui_training(topt) : cmd_train(topt);
       if (oxmera::distributed::is_initialized()) oxmera::distributed::finalize();
