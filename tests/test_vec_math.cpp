@@ -136,6 +136,14 @@ std::vector<Case<T>> cases() {
   const auto tanh_pts =
       concat(concat(uniform_points<T>(-25, 25, 20000, 9), log_points<T>(-140, 3, 5000, true, 10)), sp);
   const auto erf_pts = concat(concat(uniform_points<T>(-7, 7, 20000, 11), log_points<T>(-140, 2, 5000, true, 12)), sp);
+  // gelu = x Phi(x) keeps relative accuracy in its lower tail (no 1 + erf cancellation): f32 to a few ulp down to
+  // -13.2 (beyond, where |gelu| < 1e-38, the AVX kernels give 0); f64 to a few ulp down to -4.2 and to about 1e-12
+  // relative (the erfcx fit of erf's [3, 6] piece is tuned for erf's absolute error) down to -8; beyond, the result is
+  // 0 (|gelu| < 1e-15 there).
+  const auto gelu_pts =
+      concat(concat(uniform_points<T>(f32 ? -13.2 : -4.2, 8, 20000, 20), uniform_points<T>(-3, 3, 5000, 21)),
+             concat(log_points<T>(-140, 2, 5000, true, 22), sp));
+  const auto gelu_tail_pts = uniform_points<T>(f32 ? -13.2 : -8, -4.2, 5000, 23);
   const double tl = vm::trig_limit<T>;
   const auto trig_pts = concat(concat(uniform_points<T>(-10, 10, 20000, 13), uniform_points<T>(-tl, tl, 20000, 14)),
                                concat(log_points<T>(-140, 0, 2000, true, 15), sp));
@@ -157,6 +165,27 @@ std::vector<Case<T>> cases() {
        [](const Tensor& t) { return t.tanh(); }, tanh_pts, 3},
       {"erf", [](T x) { return vm::erf(x); }, [](long double x) { return std::erf(x); },
        [](const Tensor& t) { return t.erf(); }, erf_pts, 3},
+      {"gelu",
+       [](T x) {
+         T g;
+         return x * vm::normal_cdf(x, g);
+       },
+       [](long double x) { return 0.5L * x * std::erfc(-x * 0.70710678118654752440084436210485L); },
+       [](const Tensor& t) { return t.gelu(); }, gelu_pts, f32 ? 12 : 8},
+      {"gelu tail",
+       [](T x) {
+         T g;
+         return x * vm::normal_cdf(x, g);
+       },
+       [](long double x) { return 0.5L * x * std::erfc(-x * 0.70710678118654752440084436210485L); },
+       [](const Tensor& t) { return t.gelu(); }, gelu_tail_pts, f32 ? 12 : 6000},
+      {"e^(-x^2/2)",
+       [](T x) {
+         T g;
+         vm::normal_cdf(x, g);
+         return g;
+       },
+       [](long double x) { return std::exp(-0.5L * x * x); }, nullptr, gelu_pts, 2},
       {"sin", [](T x) { return vm::sin(x); }, [](long double x) { return std::sin(x); }, nullptr, trig_fn_pts, 2.5},
       {"cos", [](T x) { return vm::cos(x); }, [](long double x) { return std::cos(x); }, nullptr, trig_fn_pts, 2.5},
       {"sin (op)", nullptr, [](long double x) { return std::sin(x); }, [](const Tensor& t) { return t.sin(); },
