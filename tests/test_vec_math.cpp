@@ -124,6 +124,9 @@ std::vector<Case<T>> cases() {
   for (T b : {T(vm::ExpLimits<T>::hi), T(vm::ExpLimits<T>::lo), T(f32 ? 88.72283935546875 : 709.79),
               T(f32 ? -87.33654 : -708.39641853226408), T(f32 ? -103.97208 : -745.13321910194110)})
     for (T v : {b, std::nextafter(b, T(-INFINITY)), std::nextafter(b, T(INFINITY))}) exp_pts.push_back(v);
+  // exp_in_sum is exp where e^x is a normal float (below, any value up to 2^-126: SpecialValues checks that)
+  auto exp_in_sum_pts = exp_pts;
+  std::erase_if(exp_in_sum_pts, [&](T x) { return f32 && x < T(-86.6); });
   const auto log_pts = concat(
       concat(log_points<T>(f32 ? -149 : -1074, f32 ? 127 : 1023, 20000, false, 3), uniform_points<T>(0.5, 2, 5000, 4)),
       concat(sp, uniform_points<T>(-3, -0.001, 100, 5)));
@@ -153,6 +156,8 @@ std::vector<Case<T>> cases() {
   return {
       {"exp", [](T x) { return vm::exp(x); }, [](long double x) { return std::exp(x); },
        [](const Tensor& t) { return t.exp(); }, exp_pts, 2},
+      {"e^x in 1+e^x", [](T x) { return vm::exp_in_sum(x); }, [](long double x) { return std::exp(x); }, nullptr,
+       exp_in_sum_pts, 2},
       {"expm1", [](T x) { return vm::expm1(x); }, [](long double x) { return std::expm1(x); },
        [](const Tensor& t) { return t.expm1(); }, exp_pts, 3},
       {"log", [](T x) { return vm::log(x); }, [](long double x) { return std::log(x); },
@@ -230,6 +235,14 @@ TEST(VecMath, SpecialValues) {
   EXPECT_EQ(vm::exp(710.0), static_cast<double>(inf));
   EXPECT_EQ(vm::exp(-746.0), 0.0);
   EXPECT_TRUE(std::isnan(vm::exp(NAN)));
+  for (float x : {-86.7f, -100.f, -1e30f, -inf}) {  // where 1 + e^x is 1: some value in (0, 2^-124]
+    EXPECT_GE(vm::exp_in_sum(x), 0.f) << x;
+    EXPECT_LE(vm::exp_in_sum(x), 0x1p-124f) << x;
+  }
+  EXPECT_EQ(vm::exp_in_sum(88.72283935546875f), inf);
+  EXPECT_EQ(vm::exp_in_sum(inf), inf);
+  EXPECT_TRUE(std::isnan(vm::exp_in_sum(NAN)));
+  EXPECT_EQ(1.f / (1.f + vm::exp_in_sum(100.f)), 0.f);  // sigmoid(-100) is 0, as torch's
   EXPECT_EQ(vm::expm1(-inf), -1.f);
   EXPECT_TRUE(std::signbit(vm::expm1(-0.f)));
   EXPECT_EQ(vm::log(0.f), -inf);

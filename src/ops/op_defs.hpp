@@ -59,6 +59,11 @@ struct Math {
   OXM_HD static T pow(T a, T b) {
     return std::pow(a, b);
   }
+  // e^x where it is added to 1 (sigmoid, silu): a policy may return anything in [0, 2^-124] where e^x is below that.
+  template <class T>
+  OXM_HD static T exp_in_sum(T x) {
+    return std::exp(x);
+  }
   // Phi(x), the standard normal CDF, and gauss = e^(-x^2/2) (gelu and its gradient): one function so that a policy
   // computes both together; erfc(-x / sqrt 2) / 2 keeps the lower tail's relative accuracy (1 + erf would not).
   template <class T>
@@ -325,7 +330,7 @@ struct Sigmoid : UnaryEntry<UnaryOp::Sigmoid> {
   OXM_HD static T fwd(T x) {
     // torch's formula (and its values): e^-x overflowing to inf gives 0, so below about -88.7 (f32) the result is 0
     // where the exact value is subnormal, as in torch. No select: half the time of the stable two-branch form.
-    return T(1) / (T(1) + M::exp(-x));
+    return T(1) / (T(1) + M::exp_in_sum(-x));
   }
   template <class T, class M = Math>
   OXM_HD static T grad(T g, T, T y) {
