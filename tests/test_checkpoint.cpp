@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -394,7 +397,10 @@ TEST_F(Checkpoint, KillDuringRepeatedSavesLeavesALoadableCheckpoint) {
   auto fresh = make_big(3);
   optim::Adam fresh_opt(fresh->parameters());
   int kills_mid_save = 0;  // rounds whose kill left a temporary file (informational: the timing is random)
-  for (int round = 0; round < 4; ++round) {
+  // 4 rounds in the unit suites; the ctest checkpoint_kill_100 (Release) sets OXMERA_CHECKPOINT_KILL_ROUNDS=100.
+  const char* rounds_env = std::getenv("OXMERA_CHECKPOINT_KILL_ROUNDS");
+  const int rounds = rounds_env != nullptr ? std::clamp(std::atoi(rounds_env), 1, 100000) : 4;
+  for (int round = 0; round < rounds; ++round) {
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
     const pid_t pid = ::fork();
@@ -445,6 +451,9 @@ TEST_F(Checkpoint, KillDuringRepeatedSavesLeavesALoadableCheckpoint) {
     EXPECT_TRUE(Same(module_snapshot(*fresh), model_snap[0]));
   }
   RecordProperty("kills_mid_save", kills_mid_save);
+  // Every round above asserted a loadable, complete checkpoint; this line is the figure docs/LIMITATIONS.md quotes.
+  std::printf("kill -9 rounds: %d, of which mid-save (a temporary file left): %d, unreadable checkpoints: %d\n", rounds,
+              kills_mid_save, ::testing::Test::HasFailure() ? -1 : 0);
 }
 
 }  // namespace
