@@ -21,6 +21,9 @@
 
 namespace {
 using namespace oxmera;
+using oxt::bits;
+using oxt::Snapshot;
+using oxt::snapshot;
 namespace fs = std::filesystem;
 
 class Checkpoint : public oxt::TempDirTest {};
@@ -50,33 +53,6 @@ void train_step(nn::Module& model, optim::Optimizer& opt, Generator& data) {
   opt.step();
 }
 
-// Bit patterns of every f32/i64 tensor, by name.
-using Snapshot = std::vector<std::pair<std::string, std::vector<uint64_t>>>;
-std::vector<uint64_t> bits(const Tensor& t) {
-  std::vector<uint64_t> out;
-  Tensor c = t.detach().to(Device::cpu()).contiguous();
-  if (c.dtype() == DType::F32) {
-    for (float f : c.to_vector<float>()) {
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      out.push_back(u);
-    }
-  } else if (c.dtype() == DType::F64) {
-    for (double d : c.to_vector<double>()) {
-      uint64_t u;
-      std::memcpy(&u, &d, 8);
-      out.push_back(u);
-    }
-  } else {
-    for (int64_t v : c.to_vector<int64_t>()) out.push_back(static_cast<uint64_t>(v));
-  }
-  return out;
-}
-Snapshot snapshot(const std::vector<std::pair<std::string, Tensor>>& named) {
-  Snapshot s;
-  for (const auto& [n, t] : named) s.emplace_back(n, bits(t));
-  return s;
-}
 Snapshot module_snapshot(const nn::Module& m) {
   auto named = m.named_parameters();
   for (auto& b : m.named_buffers()) named.push_back(b);
