@@ -146,6 +146,12 @@ std::vector<Case<T>> cases() {
   const auto gelu_pts =
       concat(concat(uniform_points<T>(f32 ? -13.2 : -4.2, 8, 20000, 20), uniform_points<T>(-3, 3, 5000, 21)),
              concat(log_points<T>(-140, 2, 5000, true, 22), sp));
+  const Fn<T> gelu_f = [](T x) {
+    T g;
+    return x * vm::normal_cdf(x, g);
+  };
+  const Ref gelu_ref = [](long double x) { return 0.5L * x * std::erfc(-x * 0.70710678118654752440084436210485L); };
+  const std::function<Tensor(const Tensor&)> gelu_op = [](const Tensor& t) { return t.gelu(); };
   const auto gelu_tail_pts = uniform_points<T>(f32 ? -13.2 : -8, -4.2, 5000, 23);
   const double tl = vm::trig_limit<T>;
   const auto trig_pts = concat(concat(uniform_points<T>(-10, 10, 20000, 13), uniform_points<T>(-tl, tl, 20000, 14)),
@@ -170,20 +176,8 @@ std::vector<Case<T>> cases() {
        [](const Tensor& t) { return t.tanh(); }, tanh_pts, 3},
       {"erf", [](T x) { return vm::erf(x); }, [](long double x) { return std::erf(x); },
        [](const Tensor& t) { return t.erf(); }, erf_pts, 3},
-      {"gelu",
-       [](T x) {
-         T g;
-         return x * vm::normal_cdf(x, g);
-       },
-       [](long double x) { return 0.5L * x * std::erfc(-x * 0.70710678118654752440084436210485L); },
-       [](const Tensor& t) { return t.gelu(); }, gelu_pts, f32 ? 12 : 8},
-      {"gelu tail",
-       [](T x) {
-         T g;
-         return x * vm::normal_cdf(x, g);
-       },
-       [](long double x) { return 0.5L * x * std::erfc(-x * 0.70710678118654752440084436210485L); },
-       [](const Tensor& t) { return t.gelu(); }, gelu_tail_pts, f32 ? 12 : 6000},
+      {"gelu", gelu_f, gelu_ref, gelu_op, gelu_pts, f32 ? 12 : 8},
+      {"gelu tail", gelu_f, gelu_ref, gelu_op, gelu_tail_pts, f32 ? 12 : 6000},
       {"e^(-x^2/2)",
        [](T x) {
          T g;
