@@ -1,5 +1,4 @@
-// One training epoch of a small CNN (bench/train_step.cpp's: Conv2d(1,8,3,p1)-ReLU-MaxPool2-Conv2d(8,16,3,p1)-ReLU-
-// MaxPool2-Flatten-Linear(784,10), Adam lr 0.01) over 1024 random 28x28 images in shuffled batches of 64, fed
+// One training epoch of a small CNN, fed
 //   prebuilt: by hand, index_select of the epoch's permutation slice from the image and label tensors
 //   loader0 / loader2: by data::DataLoader over a TensorDataset with 0 / 2 worker threads
 //   flip0 / flip2: the same through a random_transform that flips each image left-right with probability 1/2
@@ -8,9 +7,16 @@
 //                  of the order of the training step's; workers only help where a core is free)
 //   wait0 / wait2: a transform that sleeps 0.2 ms per example (a stand-in for waiting on a file read), which
 //                  the workers overlap with the training step without needing a free core
+// The data and the model:
+//   --data DIR: the digits CNN of examples/digits_cnn.cpp (Conv2d(1,16,3,p1)-ReLU-MaxPool2-Conv2d(16,32,3,p1)-
+//               ReLU-MaxPool2-Flatten-Linear(128,10), Adam lr 0.003, batches of 32) on scikit-learn's digits as
+//               tests/digits/export_digits.py writes them to DIR (IDX), pixels / 16, over the first 1437 images
+//               (the example's training-set size; bench/data_loader_compare.sh exports them and passes this)
+//   without:    bench/train_step.cpp's CNN (Conv2d(1,8,3,p1)-ReLU-MaxPool2-Conv2d(8,16,3,p1)-ReLU-MaxPool2-
+//               Flatten-Linear(784,10), Adam lr 0.01) over 1024 random 28x28 images in batches of 64
 // The model runs with `threads` intra-op threads (default 1). Rounds alternate the modes; each prints its
 // median epoch time over the rounds.
-// Usage: oxmera_data_loader_bench [threads] [rounds]
+// Usage: oxmera_data_loader_bench [--data DIR] [threads] [rounds]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "oxmera/formats.hpp"
 #include "oxmera/oxmera.hpp"
 
 namespace ox = oxmera;
@@ -43,11 +50,25 @@ std::shared_ptr<nn::Sequential> make_cnn() {
       std::make_shared<nn::Linear>(16 * 7 * 7, 10)});
 }
 
+// examples/digits_cnn.cpp's model (make_model there, seed 0).
+std::shared_ptr<nn::Sequential> make_digits_cnn() {
+  ox::Generator gen(0);
+  nn::Conv2dOptions pad1;
+  pad1.padding = {1, 1};
+  return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Conv2d>(1, 16, nn::Pair{3, 3}, pad1, gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(nn::Pair{2, 2}), std::make_shared<nn::Conv2d>(16, 32, nn::Pair{3, 3}, pad1, gen),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(nn::Pair{2, 2}), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(32 * 2 * 2, 10, true, gen)});
+}
+
+bool g_digits = false;
+
 // Trains one epoch on the batches `next` hands out (false: the epoch is over); returns seconds.
 double epoch_seconds(const std::function<bool(ox::Tensor&, ox::Tensor&)>& next) {
-  auto net = make_cnn();
+  auto net = g_digits ? make_digits_cnn() : make_cnn();
   ox::optim::AdamOptions ao;
-  ao.lr = 0.01;
+  ao.lr = g_digits ? 3e-3 : 0.01;
   ox::optim::Adam opt(net->parameters(), ao);
   const auto t0 = Clock::now();
   ox::Tensor x, y;
@@ -63,14 +84,36 @@ double epoch_seconds(const std::function<bool(ox::Tensor&, ox::Tensor&)>& next) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string data_dir;
+  if (argc > 2 && std::string(argv[1]) == "--data") {
+    data_dir = argv[2];
+    argv += 2;
+    argc -= 2;
+  }
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
   ox::set_num_threads(threads);
-  const int64_t n = 1024, bs = 64;
-  const ox::Tensor images = ox::randn({n, 1, 28, 28}, 7);
-  std::vector<int64_t> label_values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) label_values[static_cast<size_t>(i)] = (i * 7) % 10;
-  const ox::Tensor labels = ox::from_vector(label_values, ox::Shape{n});
+  g_digits = !data_dir.empty();
+  int64_t n = 1024, bs = 64;
+  ox::Tensor images, labels;
+  if (g_digits) {
+    try {
+      const ox::Tensor all_images = ox::load_idx(data_dir + "/digits-images-idx3-ubyte");
+      const ox::Tensor all_labels = ox::load_idx(data_dir + "/digits-labels-idx1-ubyte");
+      n = all_images.size(0) * 4 / 5;  // 1437 of 1797: the example's training-set size
+      bs = 32;
+      images = (all_images.narrow(0, 0, n).to(ox::DType::F32).reshape({n, 1, 8, 8}) / 16.0).contiguous();
+      labels = all_labels.narrow(0, 0, n).to(ox::DType::I64).contiguous();
+    } catch (const ox::Error& e) {
+      std::fprintf(stderr, "oxmera_data_loader_bench: %s\n", e.what());
+      return 1;
+    }
+  } else {
+    images = ox::randn({n, 1, 28, 28}, 7);
+    std::vector<int64_t> label_values(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) label_values[static_cast<size_t>(i)] = (i * 7) % 10;
+    labels = ox::from_vector(label_values, ox::Shape{n});
+  }
   auto ds = data::tensor_dataset({images, labels});
   auto flipped = data::random_transform(ds, [](data::Example ex, ox::Generator& gen) {
     if (gen.next_double() < 0.5) ex[0] = ex[0].flip({2});
@@ -133,8 +176,9 @@ int main(int argc, char** argv) {
   for (const std::string& mode : modes) {
     std::vector<double>& t = times[mode];
     std::sort(t.begin(), t.end());
-    std::printf("%s threads=%d rounds=%d median_ms=%.1f min_ms=%.1f max_ms=%.1f\n", mode.c_str(), threads, rounds,
-                1e3 * t[t.size() / 2], 1e3 * t.front(), 1e3 * t.back());
+    std::printf("%s data=%s threads=%d rounds=%d median_ms=%.1f min_ms=%.1f max_ms=%.1f\n", mode.c_str(),
+                g_digits ? "digits" : "random", threads, rounds, 1e3 * t[t.size() / 2], 1e3 * t.front(),
+                1e3 * t.back());
   }
   return 0;
 }

@@ -128,7 +128,9 @@ step build 200 cmake --build build-gpu -j "$jobs" --target oxmera_cuda_tests oxm
 # OpenBLAS must be the CPU GEMM: without its runtime (libgfortran5, libquadmath0) the dlopen fails and the
 # portable GEMM runs, which makes every CPU-vs-GPU figure wrong
 step blas 10 bash scripts/gpu-check.sh --check-blas "$ox"
-# the binary itself, not ctest: one process loads cuBLAS (about 0.5 GB) once, not once per test case
+# the binary itself, not ctest: one process loads cuBLAS (about 0.5 GB) once, not once per test case; it includes
+# Cuda.PinnedMemoryAndNonBlockingCopies (the cudaHostAlloc pool, non_blocking copies, the loader's pin_memory),
+# which memcheck below also runs
 step cuda_tests 60 "$tests"
 if [ "$have_sanitizer" = 1 ]; then
   step memcheck 80 compute-sanitizer --tool memcheck --error-exitcode 1 "$tests" --gtest_filter="$memcheck_filter"

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -34,15 +35,58 @@ class HostMemoryDevice final : public d::Backend {
     return p;
   }
   void deallocate(void* p, size_t n) noexcept override {
+    run_queue();  // a queued copy may still write this block
     allocated_ -= static_cast<int64_t>(n);
     std::free(p);
   }
+  // Pinned host memory (offer_pinned): malloc'd blocks counted apart from the device's. copy_from_pinned_host
+  // only queues the copy, as a stream would: it runs at the device's next operation (a kernel, a transfer,
+  // synchronize, a free), so a test sees whether later work is ordered after it. Freeing a pinned block that a
+  // queued copy still reads runs the queue first (the stream-ordered free the CUDA backend does with events).
+  bool can_pin_host() const override { return offer_pinned; }
+  void* allocate_pinned_host(size_t n) override {
+    if (!offer_pinned) return d::Backend::allocate_pinned_host(n);
+    void* p = std::malloc(n == 0 ? 1 : n);
+    OXM_CHECK(p != nullptr, OutOfMemory, "host-memory test device: out of pinned memory allocating ", n, " bytes");
+    ++pinned_allocations;
+    pinned_bytes += static_cast<int64_t>(n);
+    return p;
+  }
+  void deallocate_pinned_host(void* p, size_t n) noexcept override {
+    bool waited = false;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      for (const QueuedCopy& c : queue_)
+        if (static_cast<const char*>(c.src) < static_cast<char*>(p) + n &&
+            static_cast<char*>(p) < static_cast<const char*>(c.src) + c.n)
+          waited = true;
+    }
+    if (waited) ++pinned_frees_after_queued_copy;
+    run_queue();
+    ++pinned_frees;
+    pinned_bytes -= static_cast<int64_t>(n);
+    std::free(p);
+  }
+  void copy_from_pinned_host(void* dst, const void* src, size_t n) override {
+    ++async_host_to_device;
+    if (trace) std::fprintf(stderr, "  h2d async %zu bytes\n", n);
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    queue_.push_back({dst, src, n});
+  }
+  void synchronize() override { run_queue(); }
+  // Copies queued by copy_from_pinned_host and not yet run.
+  size_t queued_copies() {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    return queue_.size();
+  }
   void copy_from_host(void* dst, const void* src, size_t n) override {
+    run_queue();
     ++host_to_device;
     if (trace) std::fprintf(stderr, "  h2d %zu bytes\n", n);
     std::memcpy(dst, src, n);
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
+    run_queue();
     ++device_to_host;
     if (trace) std::fprintf(stderr, "  d2h %zu bytes\n", n);
     std::memcpy(dst, src, n);
@@ -183,6 +227,12 @@ class HostMemoryDevice final : public d::Backend {
   // false: supports() is false for every fused op (the environment variable OXMERA_TEST_DEVICE_NO_FUSED sets it
   // for a whole run, as the cuda_suite_on_test_device_without_fused_ops ctest does).
   bool offer_fused = std::getenv("OXMERA_TEST_DEVICE_NO_FUSED") == nullptr;
+  // false: the device cannot pin host memory (can_pin_host), as a backend without a DMA path.
+  bool offer_pinned = true;
+  // Pinned blocks allocated and freed, bytes outstanding; copies from pinned memory queued (non_blocking);
+  // frees of a pinned block a queued copy still read (the queue ran first).
+  std::atomic<int64_t> pinned_allocations{0}, pinned_frees{0}, pinned_bytes{0}, async_host_to_device{0},
+      pinned_frees_after_queued_copy{0};
 
  private:
   static bool small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= d::kSpdMaxN; }
@@ -258,12 +308,25 @@ class HostMemoryDevice final : public d::Backend {
     else
       scan_sort_typed<float>(call);
   }
+  struct QueuedCopy {
+    void* dst;
+    const void* src;
+    size_t n;
+  };
+  void run_queue() noexcept {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    for (const QueuedCopy& c : queue_) std::memcpy(c.dst, c.src, c.n);
+    queue_.clear();
+  }
   void note_kernel(const char* what) {
+    run_queue();  // a kernel runs after the copies queued before it (one stream)
     ++kernel_calls;
     if (trace) std::fprintf(stderr, "  kernel %s\n", what);
   }
   static d::Backend& cpu() { return d::cpu_backend(); }
   std::atomic<int64_t> allocated_{0}, allocations_{0};
+  std::mutex queue_mu_;
+  std::vector<QueuedCopy> queue_;
 };
 
 // Registers a HostMemoryDevice for CUDA unless a backend (a real GPU) holds the slot; returns it, or nullptr.

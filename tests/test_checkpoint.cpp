@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -18,6 +21,9 @@
 
 namespace {
 using namespace oxmera;
+using oxt::bits;
+using oxt::Snapshot;
+using oxt::snapshot;
 namespace fs = std::filesystem;
 
 class Checkpoint : public oxt::TempDirTest {};
@@ -47,33 +53,6 @@ void train_step(nn::Module& model, optim::Optimizer& opt, Generator& data) {
   opt.step();
 }
 
-// Bit patterns of every f32/i64 tensor, by name.
-using Snapshot = std::vector<std::pair<std::string, std::vector<uint64_t>>>;
-std::vector<uint64_t> bits(const Tensor& t) {
-  std::vector<uint64_t> out;
-  Tensor c = t.detach().to(Device::cpu()).contiguous();
-  if (c.dtype() == DType::F32) {
-    for (float f : c.to_vector<float>()) {
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      out.push_back(u);
-    }
-  } else if (c.dtype() == DType::F64) {
-    for (double d : c.to_vector<double>()) {
-      uint64_t u;
-      std::memcpy(&u, &d, 8);
-      out.push_back(u);
-    }
-  } else {
-    for (int64_t v : c.to_vector<int64_t>()) out.push_back(static_cast<uint64_t>(v));
-  }
-  return out;
-}
-Snapshot snapshot(const std::vector<std::pair<std::string, Tensor>>& named) {
-  Snapshot s;
-  for (const auto& [n, t] : named) s.emplace_back(n, bits(t));
-  return s;
-}
 Snapshot module_snapshot(const nn::Module& m) {
   auto named = m.named_parameters();
   for (auto& b : m.named_buffers()) named.push_back(b);
@@ -394,7 +373,10 @@ TEST_F(Checkpoint, KillDuringRepeatedSavesLeavesALoadableCheckpoint) {
   auto fresh = make_big(3);
   optim::Adam fresh_opt(fresh->parameters());
   int kills_mid_save = 0;  // rounds whose kill left a temporary file (informational: the timing is random)
-  for (int round = 0; round < 4; ++round) {
+  // 4 rounds in the unit suites; the ctest checkpoint_kill_100 (Release) sets OXMERA_CHECKPOINT_KILL_ROUNDS=100.
+  const char* rounds_env = std::getenv("OXMERA_CHECKPOINT_KILL_ROUNDS");
+  const int rounds = rounds_env != nullptr ? std::clamp(std::atoi(rounds_env), 1, 100000) : 4;
+  for (int round = 0; round < rounds; ++round) {
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
     const pid_t pid = ::fork();
@@ -445,6 +427,9 @@ TEST_F(Checkpoint, KillDuringRepeatedSavesLeavesALoadableCheckpoint) {
     EXPECT_TRUE(Same(module_snapshot(*fresh), model_snap[0]));
   }
   RecordProperty("kills_mid_save", kills_mid_save);
+  // Every round above asserted a loadable, complete checkpoint; this line is the figure docs/LIMITATIONS.md quotes.
+  std::printf("kill -9 rounds: %d, of which mid-save (a temporary file left): %d, unreadable checkpoints: %d\n", rounds,
+              kills_mid_save, ::testing::Test::HasFailure() ? -1 : 0);
 }
 
 }  // namespace

@@ -650,3 +650,45 @@ TEST(Cuda, DemoTrainingReachesTheCpuLoss) {
   const double cpu = train(Device::cpu()), cuda = train(kGpu);
   EXPECT_NEAR(cuda, cpu, 1e-3 + 1e-3 * cpu);
 }
+
+// Pinned host memory and non_blocking copies: a pinned copy keeps the values; copies from pinned blocks are only
+// enqueued and the kernels after them see the data, also while the source blocks are freed and reused at once
+// (the pool's stream-ordered free); the DataLoader with pin_memory yields the unpinned loader's batches.
+TEST(Cuda, PinnedMemoryAndNonBlockingCopies) {
+  NEED_GPU();
+  ASSERT_TRUE(pinned_memory_available());
+  const Tensor x = uni({256, 1024}, -1, 1, 41);  // 1 MiB: past the 64 KiB staging slots
+  Tensor p = x.pin_memory();
+  EXPECT_TRUE(p.is_pinned());
+  EXPECT_EQ(p.device(), Device::cpu());
+  EXPECT_EQ(values(p), values(x));
+  expect_match(p.to(kGpu, true) * 2.0, x * 2.0, "non_blocking from pinned");
+  // Many copies in flight from blocks freed right after their copy was enqueued, each checked after the loop.
+  std::vector<Tensor> on_gpu, want;
+  for (int k = 0; k < 16; ++k) {
+    Tensor src = x + static_cast<double>(k);
+    want.push_back(src);
+    on_gpu.push_back(src.pin_memory().to(kGpu, true) + 1.0);  // the pinned block dies here
+  }
+  for (int k = 0; k < 16; ++k)
+    expect_match(on_gpu[static_cast<size_t>(k)], want[static_cast<size_t>(k)] + 1.0, "copy " + std::to_string(k));
+  empty_cache(kGpu);  // gives the cached pinned blocks back too
+
+  namespace data = oxmera::data;
+  auto ds = data::tensor_dataset({uni({100, 3, 8, 8}, 0, 1, 42), arange(100, DType::I64)});
+  data::DataLoaderOptions opt{.batch_size = 16, .shuffle = true, .seed = 2, .num_workers = 2};
+  opt.device = kGpu;
+  data::DataLoader plain(ds, opt);
+  opt.pin_memory = true;
+  data::DataLoader pinned(ds, opt);
+  EXPECT_TRUE(pinned.pins_memory());
+  std::vector<std::vector<double>> a, b;
+  for (auto& batch : plain)
+    for (const Tensor& t : batch) a.push_back(values(host(t)));
+  for (auto& batch : pinned)
+    for (const Tensor& t : batch) {
+      EXPECT_EQ(t.device(), kGpu);
+      b.push_back(values(host(t)));
+    }
+  EXPECT_EQ(a, b);
+}

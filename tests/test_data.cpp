@@ -582,3 +582,27 @@ TEST(DataSampler, DistributedSamplerSharesAnEpochAmongRanks) {
   EXPECT_EQ(plain.order(0, 0), (std::vector<int64_t>{2, 5, 8}));
   EXPECT_OXM_ERROR(data::DistributedSampler(10, 3, 3), InvalidArgument, "rank 3");
 }
+
+// ---- pinned memory without a backend that can pin (a CPU build, or no GPU): torch 1.13 raises too
+// (NotImplementedError, a RuntimeError, from torch.ones(2).pin_memory() without CUDA); the loader's
+// pin_memory falls back to ordinary memory, as torch's does (with a warning there).
+
+TEST(PinMemory, WithoutABackendThatCanPinIsATypedErrorAndTheLoaderFallsBack) {
+  init();
+  if (pinned_memory_available()) GTEST_SKIP() << "a backend that can pin host memory is registered (a GPU)";
+  const Tensor x = arange(6, DType::F32).reshape({2, 3});
+  EXPECT_FALSE(x.is_pinned());
+  EXPECT_OXM_ERROR(x.pin_memory(), BackendUnavailable, "pin_memory");
+  EXPECT_OXM_ERROR(x.pin_memory(), BackendUnavailable, "page-locked");
+  EXPECT_OXM_ERROR(Tensor().pin_memory(), InvalidArgument, "pin_memory");
+  // non_blocking without pinned memory (or to the CPU) is the ordinary copy.
+  EXPECT_EQ(x.to(Device::cpu(), true).to_vector<float>(), x.to_vector<float>());
+
+  auto ds = index_dataset(10);
+  data::DataLoader pinned(ds, {.batch_size = 4, .shuffle = true, .seed = 3, .num_workers = 2, .pin_memory = true});
+  data::DataLoader plain(ds, {.batch_size = 4, .shuffle = true, .seed = 3, .num_workers = 2});
+  EXPECT_FALSE(pinned.pins_memory());
+  EXPECT_FALSE(plain.pins_memory());
+  EXPECT_EQ(collect(pinned), collect(plain));
+  for (auto it = pinned.iterate(0); it != pinned.end(); ++it) EXPECT_FALSE((*it)[0].is_pinned());
+}

@@ -454,3 +454,151 @@ TEST(FakeDevice, IndexingAndSamplingOnTheDeviceMatchTheCpu) {
   expect_match(md, multinomial(p, 1, false, 4), "multinomial", 0, 0);
   expect_match(bd, bernoulli(p, 4), "bernoulli", 0, 0);
 }
+
+// ---- pinned host memory and non_blocking copies. The test device pins with malloc (counted) and queues a copy
+// from pinned memory until its next operation, as a stream would, so these tests see the ordering too.
+
+// pin_memory gives a pinned, contiguous CPU copy with the same values (self when already pinned), differentiable;
+// every pinned block goes back to the device's pinned allocator.
+TEST(FakeDevice, PinMemoryGivesAPinnedCopyWithTheSameValues) {
+  NEED_FAKE_DEVICE();
+  ASSERT_TRUE(pinned_memory_available());
+  const int64_t a0 = g_device->pinned_allocations, f0 = g_device->pinned_frees, b0 = g_device->pinned_bytes;
+  {
+    Tensor x = randn({5, 7}, 21);
+    Tensor p = x.pin_memory();
+    EXPECT_TRUE(p.is_pinned());
+    EXPECT_FALSE(x.is_pinned());
+    EXPECT_EQ(p.device(), Device::cpu());
+    EXPECT_TRUE(p.is_contiguous());
+    EXPECT_FALSE(p.shares_storage(x));
+    EXPECT_EQ(values(p), values(x));
+    EXPECT_TRUE(p.pin_memory().is_same(p));
+    EXPECT_TRUE(p.narrow(0, 1, 2).is_pinned());  // a view of pinned storage is pinned (torch: the data pointer)
+    EXPECT_EQ(g_device->pinned_allocations - a0, 1);
+    EXPECT_EQ(g_device->pinned_bytes - b0, 5 * 7 * 4);
+    // A strided source: the pinned copy is contiguous, in logical order; other dtypes too.
+    Tensor pt = x.t().pin_memory();
+    EXPECT_TRUE(pt.is_contiguous());
+    EXPECT_EQ(pt.shape(), (Shape{7, 5}));
+    EXPECT_EQ(values(pt), values(x.t().contiguous()));
+    const Tensor i = arange(9, DType::I64);
+    EXPECT_EQ(i.pin_memory().to_vector<int64_t>(), i.to_vector<int64_t>());
+    EXPECT_TRUE(empty({0, 3}, DType::F32).pin_memory().is_pinned());
+    // CPU ops read pinned tensors as any other.
+    EXPECT_EQ(values(p * 2.0), values(x * 2.0));
+    // Differentiable: the gradient is the identity.
+    Tensor w = randn({3}, 4).requires_grad_();
+    (w.pin_memory() * 3.0).sum().backward();
+    ASSERT_TRUE(w.grad().defined());
+    EXPECT_EQ(values(w.grad()), (std::vector<double>{3, 3, 3}));
+    // Only CPU tensors can be pinned.
+    EXPECT_OXM_ERROR(dev(x).pin_memory(), DeviceMismatch, "pin_memory");
+    EXPECT_FALSE(dev(x).is_pinned());
+  }
+  EXPECT_EQ(g_device->pinned_allocations - a0, g_device->pinned_frees - f0) << "every pinned block is freed";
+  EXPECT_EQ(g_device->pinned_bytes.load(), b0);
+}
+
+// to(device, non_blocking) from pinned memory queues the copy (the asynchronous path); the next operation on the
+// device sees the data; freeing the pinned source before the copy ran is safe (the queue runs first). From
+// pageable memory, or without non_blocking, the copy is the ordinary synchronous one.
+TEST(FakeDevice, NonBlockingCopyFromPinnedMemoryIsAsynchronousAndOrdered) {
+  NEED_FAKE_DEVICE();
+  const Tensor x = randn({64, 3}, 5);
+  const int64_t async0 = g_device->async_host_to_device, sync0 = g_device->host_to_device;
+  Tensor p = x.pin_memory();
+  Tensor y = p.to(kDev, true);
+  EXPECT_EQ(y.device(), kDev);
+  EXPECT_EQ(g_device->async_host_to_device - async0, 1);
+  EXPECT_EQ(g_device->host_to_device - sync0, 0);
+  EXPECT_EQ(g_device->queued_copies(), 1u) << "the copy is only enqueued";
+  Tensor z = y * 2.0;  // a kernel after the copy on the stream
+  EXPECT_EQ(g_device->queued_copies(), 0u);
+  EXPECT_EQ(values(host(z)), values(x * 2.0));
+
+  // The source dies while its copy is still queued: its block is not freed before the copy ran.
+  const int64_t waited0 = g_device->pinned_frees_after_queued_copy;
+  Tensor y2;
+  {
+    Tensor p2 = (x + 1.0).pin_memory();
+    y2 = p2.to(kDev, true);
+  }
+  EXPECT_EQ(g_device->pinned_frees_after_queued_copy - waited0, 1);
+  EXPECT_EQ(values(host(y2)), values(x + 1.0));
+
+  // Pageable source with non_blocking, and pinned without it: synchronous copies.
+  const int64_t async1 = g_device->async_host_to_device, sync1 = g_device->host_to_device;
+  EXPECT_EQ(values(host(x.to(kDev, true))), values(x));
+  EXPECT_EQ(values(host(p.to(kDev))), values(x));
+  EXPECT_EQ(g_device->async_host_to_device - async1, 0);
+  EXPECT_EQ(g_device->host_to_device - sync1, 2);
+  // synchronize() waits for the queue.
+  Tensor y3 = p.to(kDev, true);
+  EXPECT_EQ(g_device->queued_copies(), 1u);
+  g_device->synchronize();
+  EXPECT_EQ(g_device->queued_copies(), 0u);
+  EXPECT_EQ(values(host(y3)), values(x));
+}
+
+// The DataLoader with pin_memory and a device: the workers pin each batch and the move is the asynchronous
+// copy; the batches equal the unpinned loader's for 0 and 2 workers; every pinned block is freed. A device
+// that cannot pin leaves the loader unpinned.
+TEST(FakeDevice, DataLoaderPinsBatchesAndCopiesThemAsynchronously) {
+  NEED_FAKE_DEVICE();
+  namespace data = oxmera::data;
+  const Tensor images = randn({37, 1, 4, 4}, 8);
+  const Tensor labels = arange(37, DType::I64);
+  auto ds = data::tensor_dataset({images, labels});
+  const int64_t a0 = g_device->pinned_allocations, f0 = g_device->pinned_frees, b0 = g_device->pinned_bytes;
+  for (int workers : {0, 2}) {
+    data::DataLoaderOptions opt{.batch_size = 8, .shuffle = true, .seed = 9, .num_workers = workers};
+    opt.device = kDev;
+    data::DataLoader plain(ds, opt);
+    opt.pin_memory = true;
+    data::DataLoader pinned(ds, opt);
+    EXPECT_TRUE(pinned.pins_memory());
+    EXPECT_FALSE(plain.pins_memory());
+    std::vector<std::vector<double>> want, got;
+    for (auto& b : plain) {
+      ASSERT_EQ(b[0].device(), kDev);
+      want.push_back(values(host(b[0])));
+      want.push_back(values(host(b[1])));
+    }
+    const int64_t async0 = g_device->async_host_to_device;
+    for (auto& b : pinned) {
+      ASSERT_EQ(b.size(), 2u);
+      ASSERT_EQ(b[0].device(), kDev);
+      EXPECT_EQ(b[1].dtype(), DType::I64);
+      got.push_back(values(host(b[0])));
+      got.push_back(values(host(b[1])));
+    }
+    EXPECT_EQ(got, want) << workers << " workers";
+    EXPECT_EQ(g_device->async_host_to_device - async0, 2 * pinned.size()) << "both fields of every batch";
+    // Without a device the batches are pinned CPU tensors.
+    opt.device.reset();
+    data::DataLoader host_only(ds, opt);
+    for (auto& b : host_only) {
+      EXPECT_TRUE(b[0].is_pinned());
+      EXPECT_TRUE(b[1].is_pinned());
+    }
+  }
+  EXPECT_GT(g_device->pinned_allocations - a0, 0);
+  EXPECT_EQ(g_device->pinned_allocations - a0, g_device->pinned_frees - f0) << "every pinned batch is freed";
+  EXPECT_EQ(g_device->pinned_bytes.load(), b0);
+
+  g_device->offer_pinned = false;
+  data::DataLoaderOptions opt{.batch_size = 8, .num_workers = 2, .pin_memory = true};
+  opt.device = kDev;
+  const bool can_pin = pinned_memory_available();
+  data::DataLoader loader(ds, opt);
+  const bool pins = loader.pins_memory();
+  const int64_t async1 = g_device->async_host_to_device;
+  int64_t n = 0;
+  for (auto& b : loader) n += b[0].size(0);
+  g_device->offer_pinned = true;
+  EXPECT_FALSE(can_pin);
+  EXPECT_FALSE(pins);
+  EXPECT_EQ(n, 37);
+  EXPECT_EQ(g_device->async_host_to_device - async1, 0);
+}

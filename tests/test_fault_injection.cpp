@@ -21,6 +21,9 @@
 
 namespace {
 using namespace oxmera;
+using oxt::bits;
+using oxt::Snapshot;
+using oxt::snapshot;
 namespace fs = std::filesystem;
 
 // Disarms the hooks however a test ends.
@@ -31,34 +34,6 @@ struct FaultGuard {
 int64_t allocation_events() {
   const MemoryStats s = memory_stats();
   return s.system_allocations + s.cache_hits;
-}
-
-// Bit patterns of a tensor (f32 / f64 / i64), compared exactly.
-std::vector<uint64_t> bits(const Tensor& t) {
-  std::vector<uint64_t> out;
-  Tensor c = t.detach().contiguous();
-  if (c.dtype() == DType::F32) {
-    for (float f : c.to_vector<float>()) {
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      out.push_back(u);
-    }
-  } else if (c.dtype() == DType::F64) {
-    for (double d : c.to_vector<double>()) {
-      uint64_t u;
-      std::memcpy(&u, &d, 8);
-      out.push_back(u);
-    }
-  } else {
-    for (int64_t v : c.to_vector<int64_t>()) out.push_back(static_cast<uint64_t>(v));
-  }
-  return out;
-}
-using Snapshot = std::vector<std::pair<std::string, std::vector<uint64_t>>>;
-Snapshot snapshot(const std::vector<std::pair<std::string, Tensor>>& named) {
-  Snapshot s;
-  for (const auto& [n, t] : named) s.emplace_back(n, bits(t));
-  return s;
 }
 
 // A small model trained on a fixed batch: kind 0, an MLP with a LayerNorm, mse and Adam; kind 1, a CNN

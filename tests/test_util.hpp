@@ -5,15 +5,47 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <oxmera/oxmera.hpp>
 
 namespace oxt {
 using namespace oxmera;
+
+// Bit patterns of a tensor (f32 / f64 / i64, on any device), for exact comparisons.
+inline std::vector<uint64_t> bits(const Tensor& t) {
+  std::vector<uint64_t> out;
+  Tensor c = t.detach().to(Device::cpu()).contiguous();
+  if (c.dtype() == DType::F32) {
+    for (float f : c.to_vector<float>()) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      out.push_back(u);
+    }
+  } else if (c.dtype() == DType::F64) {
+    for (double d : c.to_vector<double>()) {
+      uint64_t u;
+      std::memcpy(&u, &d, 8);
+      out.push_back(u);
+    }
+  } else {
+    for (int64_t v : c.to_vector<int64_t>()) out.push_back(static_cast<uint64_t>(v));
+  }
+  return out;
+}
+// Bit patterns of named tensors (a module's parameters, an optimizer's state), in order.
+using Snapshot = std::vector<std::pair<std::string, std::vector<uint64_t>>>;
+inline Snapshot snapshot(const std::vector<std::pair<std::string, Tensor>>& named) {
+  Snapshot s;
+  for (const auto& [n, t] : named) s.emplace_back(n, bits(t));
+  return s;
+}
 
 // Values of any float tensor as f64, in logical row-major order.
 inline std::vector<double> values(const Tensor& t) {

@@ -124,6 +124,9 @@ std::vector<Case<T>> cases() {
   for (T b : {T(vm::ExpLimits<T>::hi), T(vm::ExpLimits<T>::lo), T(f32 ? 88.72283935546875 : 709.79),
               T(f32 ? -87.33654 : -708.39641853226408), T(f32 ? -103.97208 : -745.13321910194110)})
     for (T v : {b, std::nextafter(b, T(-INFINITY)), std::nextafter(b, T(INFINITY))}) exp_pts.push_back(v);
+  // exp_in_sum is exp where e^x is a normal float (below, any value up to 2^-126: SpecialValues checks that)
+  auto exp_in_sum_pts = exp_pts;
+  std::erase_if(exp_in_sum_pts, [&](T x) { return f32 && x < T(-86.6); });
   const auto log_pts = concat(
       concat(log_points<T>(f32 ? -149 : -1074, f32 ? 127 : 1023, 20000, false, 3), uniform_points<T>(0.5, 2, 5000, 4)),
       concat(sp, uniform_points<T>(-3, -0.001, 100, 5)));
@@ -136,6 +139,20 @@ std::vector<Case<T>> cases() {
   const auto tanh_pts =
       concat(concat(uniform_points<T>(-25, 25, 20000, 9), log_points<T>(-140, 3, 5000, true, 10)), sp);
   const auto erf_pts = concat(concat(uniform_points<T>(-7, 7, 20000, 11), log_points<T>(-140, 2, 5000, true, 12)), sp);
+  // gelu = x Phi(x) keeps relative accuracy in its lower tail (no 1 + erf cancellation): f32 to a few ulp down to
+  // -13.2 (beyond, where |gelu| < 1e-38, the AVX kernels give 0); f64 to a few ulp down to -4.2 and to about 1e-12
+  // relative (the erfcx fit of erf's [3, 6] piece is tuned for erf's absolute error) down to -8; beyond, the result is
+  // 0 (|gelu| < 1e-15 there).
+  const auto gelu_pts =
+      concat(concat(uniform_points<T>(f32 ? -13.2 : -4.2, 8, 20000, 20), uniform_points<T>(-3, 3, 5000, 21)),
+             concat(log_points<T>(-140, 2, 5000, true, 22), sp));
+  const Fn<T> gelu_f = [](T x) {
+    T g;
+    return x * vm::normal_cdf(x, g);
+  };
+  const Ref gelu_ref = [](long double x) { return 0.5L * x * std::erfc(-x * 0.70710678118654752440084436210485L); };
+  const std::function<Tensor(const Tensor&)> gelu_op = [](const Tensor& t) { return t.gelu(); };
+  const auto gelu_tail_pts = uniform_points<T>(f32 ? -13.2 : -8, -4.2, 5000, 23);
   const double tl = vm::trig_limit<T>;
   const auto trig_pts = concat(concat(uniform_points<T>(-10, 10, 20000, 13), uniform_points<T>(-tl, tl, 20000, 14)),
                                concat(log_points<T>(-140, 0, 2000, true, 15), sp));
@@ -145,6 +162,8 @@ std::vector<Case<T>> cases() {
   return {
       {"exp", [](T x) { return vm::exp(x); }, [](long double x) { return std::exp(x); },
        [](const Tensor& t) { return t.exp(); }, exp_pts, 2},
+      {"e^x in 1+e^x", [](T x) { return vm::exp_in_sum(x); }, [](long double x) { return std::exp(x); }, nullptr,
+       exp_in_sum_pts, 2},
       {"expm1", [](T x) { return vm::expm1(x); }, [](long double x) { return std::expm1(x); },
        [](const Tensor& t) { return t.expm1(); }, exp_pts, 3},
       {"log", [](T x) { return vm::log(x); }, [](long double x) { return std::log(x); },
@@ -157,6 +176,15 @@ std::vector<Case<T>> cases() {
        [](const Tensor& t) { return t.tanh(); }, tanh_pts, 3},
       {"erf", [](T x) { return vm::erf(x); }, [](long double x) { return std::erf(x); },
        [](const Tensor& t) { return t.erf(); }, erf_pts, 3},
+      {"gelu", gelu_f, gelu_ref, gelu_op, gelu_pts, f32 ? 12 : 8},
+      {"gelu tail", gelu_f, gelu_ref, gelu_op, gelu_tail_pts, f32 ? 12 : 6000},
+      {"e^(-x^2/2)",
+       [](T x) {
+         T g;
+         vm::normal_cdf(x, g);
+         return g;
+       },
+       [](long double x) { return std::exp(-0.5L * x * x); }, nullptr, gelu_pts, 2},
       {"sin", [](T x) { return vm::sin(x); }, [](long double x) { return std::sin(x); }, nullptr, trig_fn_pts, 2.5},
       {"cos", [](T x) { return vm::cos(x); }, [](long double x) { return std::cos(x); }, nullptr, trig_fn_pts, 2.5},
       {"sin (op)", nullptr, [](long double x) { return std::sin(x); }, [](const Tensor& t) { return t.sin(); },
@@ -201,6 +229,14 @@ TEST(VecMath, SpecialValues) {
   EXPECT_EQ(vm::exp(710.0), static_cast<double>(inf));
   EXPECT_EQ(vm::exp(-746.0), 0.0);
   EXPECT_TRUE(std::isnan(vm::exp(NAN)));
+  for (float x : {-86.7f, -100.f, -1e30f, -inf}) {  // where 1 + e^x is 1: some value in (0, 2^-124]
+    EXPECT_GE(vm::exp_in_sum(x), 0.f) << x;
+    EXPECT_LE(vm::exp_in_sum(x), 0x1p-124f) << x;
+  }
+  EXPECT_EQ(vm::exp_in_sum(88.72283935546875f), inf);
+  EXPECT_EQ(vm::exp_in_sum(inf), inf);
+  EXPECT_TRUE(std::isnan(vm::exp_in_sum(NAN)));
+  EXPECT_EQ(1.f / (1.f + vm::exp_in_sum(100.f)), 0.f);  // sigmoid(-100) is 0, as torch's
   EXPECT_EQ(vm::expm1(-inf), -1.f);
   EXPECT_TRUE(std::signbit(vm::expm1(-0.f)));
   EXPECT_EQ(vm::log(0.f), -inf);

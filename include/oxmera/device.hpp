@@ -37,6 +37,9 @@ std::ostream& operator<<(std::ostream& os, const Device& d);
 
 // Whether a backend for this device is built and usable in this process (never throws).
 bool device_available(Device d) noexcept;
+// Whether Tensor::pin_memory can allocate page-locked host memory: a registered GPU backend can pin (after
+// init(); false in a build or on a machine without a GPU).
+bool pinned_memory_available() noexcept;
 // Registers optional (GPU) backends. Idempotent; the CPU backend needs no call.
 void init();
 // What the device is ("NVIDIA H200, 139.8 GiB, compute capability 9.0, driver 13.0"), or, when it is

@@ -125,6 +125,19 @@ class Tensor {
   // ---- conversion
   Tensor to(DType dtype) const;  // self when equal
   Tensor to(Device device) const;
+  // As to(device); with non_blocking, a copy from pinned memory (is_pinned()) to a GPU is enqueued on the
+  // device's stream and not waited for, as torch's .to(device, non_blocking=True): later ops on the device see
+  // the data, and the pinned block is kept from reuse until the device has read it; writing the source in place
+  // before synchronize() is a race, as in torch. Otherwise (pageable source, device -> host) the copy is the
+  // ordinary one.
+  Tensor to(Device device, bool non_blocking) const;
+  // A copy of this CPU tensor in page-locked (pinned) host memory, which a GPU reads by DMA without a staging
+  // copy; self when already pinned. The copy is contiguous and differentiable (gradient: identity), as
+  // torch's. BackendUnavailable when no backend can pin (no GPU: torch raises too), DeviceMismatch for a
+  // tensor not on the CPU.
+  Tensor pin_memory() const;
+  // Whether this tensor's storage is page-locked host memory (false for GPU tensors and ordinary CPU ones).
+  bool is_pinned() const;
 
   // ---- elementwise ops: one method per entry of the op registry (oxmera/op_registry.hpp, which documents
   // each): unary x.exp(), x.tanh(), x.gelu() (exact, torch's default), x.sign() (gradient 0), x.isnan() (a 0/1

@@ -27,6 +27,20 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void synchronize() {}
+  // ---- page-locked ("pinned") host memory, for a device that copies from it by DMA. A backend that offers it
+  // returns true from can_pin_host(); its blocks are host memory the CPU backend reads and writes as any other
+  // (a pinned tensor is a CPU tensor, Storage::pinned_by names this backend's kind). deallocate_pinned_host is
+  // stream-ordered: a block is reused or freed only once the device has passed every copy issued from it
+  // before the call (copy_from_pinned_host may still be reading it when its tensor dies).
+  virtual bool can_pin_host() const { return false; }
+  // OutOfMemory when the driver refuses; BackendUnavailable from a backend that cannot pin (the default).
+  virtual void* allocate_pinned_host(size_t nbytes);
+  virtual void deallocate_pinned_host(void* ptr, size_t nbytes) noexcept;
+  // Host -> device copy whose source lies in a block of allocate_pinned_host: enqueued on the device's stream
+  // and not waited for (later work on that stream sees the data). The caller must not write the source before
+  // the stream passes the copy (synchronize()); freeing it is safe (see deallocate_pinned_host). The default
+  // (a backend without an asynchronous path) is copy_from_host.
+  virtual void copy_from_pinned_host(void* dst, const void* src, size_t nbytes) { copy_from_host(dst, src, nbytes); }
   // One line for `oxmera doctor`: what this device is (name, memory, capability, driver).
   virtual std::string describe() const { return name(); }
   virtual MemoryStats memory_stats() const = 0;
@@ -83,6 +97,8 @@ class Backend {
 // The backend for `device`; BackendUnavailable (naming `op`) when none is registered for it.
 Backend& backend_for(Device device, const char* op);
 Backend& cpu_backend();
+// The registered backend that can pin host memory (can_pin_host()), CUDA first, or null when none can.
+Backend* pinning_backend() noexcept;
 // Registers `backend` for its kind unless one is registered (idempotent). Takes ownership.
 void register_backend(Backend* backend);
 

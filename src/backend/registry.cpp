@@ -41,6 +41,20 @@ void register_backend(Backend* backend) {
   slot.store(backend);
 }
 
+void* Backend::allocate_pinned_host(size_t nbytes) {
+  OXM_FAIL(BackendUnavailable, "pin_memory: the ", name(), " backend cannot allocate page-locked host memory (", nbytes,
+           " bytes asked)");
+}
+void Backend::deallocate_pinned_host(void*, size_t) noexcept {}
+
+Backend* pinning_backend() noexcept {
+  for (DeviceKind kind : {DeviceKind::CUDA, DeviceKind::Metal}) {
+    Backend* be = registered(kind);
+    if (be != nullptr && be->can_pin_host()) return be;
+  }
+  return nullptr;
+}
+
 Backend& backend_for(Device device, const char* op) {
   if (device.kind() == DeviceKind::CPU) [[likely]] {
     OXM_CHECK(device.index() == 0, BackendUnavailable, op, ": device ", device, " does not exist; the CPU is cpu:0");
@@ -69,6 +83,8 @@ bool device_available(Device d) noexcept {
   if (d.kind() == DeviceKind::CPU) return d.index() == 0;
   return d.index() == 0 && detail::registered(d.kind()) != nullptr;
 }
+
+bool pinned_memory_available() noexcept { return detail::pinning_backend() != nullptr; }
 
 MemoryStats memory_stats(Device device) { return detail::backend_for(device, "memory_stats").memory_stats(); }
 void empty_cache(Device device) { detail::backend_for(device, "empty_cache").empty_cache(); }

@@ -59,6 +59,7 @@ struct LoaderConfig {
   DatasetPtr dataset;
   DataLoaderOptions options;
   int64_t num_batches = 0;
+  bool pin = false;  // options.pin_memory and a backend can pin
 };
 
 namespace {
@@ -183,6 +184,9 @@ struct EpochRun {
       }
       try {
         r.batch = opt.collate ? opt.collate(std::move(examples)) : default_collate(std::move(examples));
+        if (cfg->pin)
+          for (Tensor& t : r.batch)
+            if (t.defined() && t.device().is_cpu()) t = t.pin_memory();
       } catch (...) {
         r.error = wrap_error(::oxmera::detail::concat("DataLoader: collating batch ", b, " of epoch ", epoch,
                                                       " (examples ", indices_str(order, begin, end), ") failed"),
@@ -244,7 +248,8 @@ struct EpochRun {
     const DataLoaderOptions& opt = cfg->options;
     try {
       if (opt.device)
-        for (Tensor& t : r.batch) t = t.to(*opt.device);
+        for (Tensor& t : r.batch)
+          if (t.defined()) t = t.to(*opt.device, /*non_blocking=*/t.is_pinned());
       if (opt.on_batch) opt.on_batch(b, num_batches);
     } catch (...) {
       finish();
@@ -302,6 +307,7 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) {
   const int64_t n = options.sampler ? options.sampler->size() : dataset->size();
   const int64_t bs = options.batch_size;
   cfg->num_batches = options.drop_last ? n / bs : n / bs + (n % bs != 0 ? 1 : 0);
+  cfg->pin = options.pin_memory && pinned_memory_available();
   cfg->dataset = std::move(dataset);
   cfg->options = std::move(options);
   config_ = std::move(cfg);
@@ -314,6 +320,7 @@ DataLoader::DataLoader(DataLoader&&) noexcept = default;
 DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 
 int64_t DataLoader::size() const { return config_->num_batches; }
+bool DataLoader::pins_memory() const { return config_->pin; }
 const DatasetPtr& DataLoader::dataset() const { return config_->dataset; }
 const DataLoaderOptions& DataLoader::options() const { return config_->options; }
 

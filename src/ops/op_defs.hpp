@@ -59,11 +59,17 @@ struct Math {
   OXM_HD static T pow(T a, T b) {
     return std::pow(a, b);
   }
-  // erf(z) given gauss = e^(-z^2) from the caller (gelu's gradient shares it with its pdf), for a policy whose erf
-  // computes that exponential itself.
+  // e^x where it is added to 1 (sigmoid, silu): a policy may return anything in [0, 2^-124] where e^x is below that.
   template <class T>
-  OXM_HD static T erf_with_gauss(T z, T) {
-    return std::erf(z);
+  OXM_HD static T exp_in_sum(T x) {
+    return std::exp(x);
+  }
+  // Phi(x), the standard normal CDF, and gauss = e^(-x^2/2) (gelu and its gradient): one function so that a policy
+  // computes both together; erfc(-x / sqrt 2) / 2 keeps the lower tail's relative accuracy (1 + erf would not).
+  template <class T>
+  OXM_HD static T normal_cdf(T x, T& gauss) {
+    gauss = std::exp(T(-0.5) * x * x);
+    return T(0.5) * std::erfc(x * T(-0.70710678118654752440));
   }
   // log(1 + e^-a) for a >= 0 (softplus's tail): one function so that a policy can specialise the narrow range.
   template <class T>
@@ -278,13 +284,14 @@ struct Gelu : UnaryEntry<UnaryOp::Gelu> {
   }
   template <class T, class M = Math>
   OXM_HD static T fwd(T x) {
-    return T(0.5) * x * (T(1) + M::erf(x * T(0.70710678118654752440)));
+    T gauss;
+    return x * M::normal_cdf(x, gauss);
   }
   template <class T, class M = Math>
   OXM_HD static T grad(T g, T x, T) {
-    // e^(-x^2/2) once: the pdf's, and the one erf(x / sqrt 2) needs beyond its small-argument range.
-    const T gauss = M::exp(T(-0.5) * x * x);
-    const T cdf = T(0.5) * (T(1) + M::erf_with_gauss(x * T(0.70710678118654752440), gauss));
+    // e^(-x^2/2) once: the pdf's, and the one the CDF's tail needs.
+    T gauss;
+    const T cdf = M::normal_cdf(x, gauss);
     const T pdf = gauss * T(0.39894228040143267794);
     return g * (cdf + x * pdf);
   }
@@ -323,7 +330,7 @@ struct Sigmoid : UnaryEntry<UnaryOp::Sigmoid> {
   OXM_HD static T fwd(T x) {
     // torch's formula (and its values): e^-x overflowing to inf gives 0, so below about -88.7 (f32) the result is 0
     // where the exact value is subnormal, as in torch. No select: half the time of the stable two-branch form.
-    return T(1) / (T(1) + M::exp(-x));
+    return T(1) / (T(1) + M::exp_in_sum(-x));
   }
   template <class T, class M = Math>
   OXM_HD static T grad(T g, T, T y) {

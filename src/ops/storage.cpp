@@ -25,8 +25,36 @@ Ref<Storage> allocate_storage(size_t nbytes, Device device) {
   return Ref<Storage>::adopt(s);
 }
 
+Ref<Storage> allocate_pinned_storage(size_t nbytes, const char* op) {
+  Backend* be = pinning_backend();
+  if (be == nullptr) {
+    std::string why;
+    try {
+      (void)backend_for(Device::cuda(), op);
+      why = "the CUDA backend cannot pin host memory";
+    } catch (const Error& e) {
+      why = e.message();
+    }
+    OXM_FAIL(BackendUnavailable, op, ": no backend can allocate page-locked (pinned) host memory; pinning needs an ",
+             "accelerator's driver (", why, ")");
+  }
+  auto* s = new Storage();
+  s->device = Device::cpu();
+  s->nbytes = nbytes;
+  s->pinned_by = be->kind();
+  try {
+    s->data = nbytes ? be->allocate_pinned_host(nbytes) : nullptr;
+  } catch (...) {
+    delete s;
+    throw;
+  }
+  return Ref<Storage>::adopt(s);
+}
+
 void destroy(Storage* s) noexcept {
-  if (s->data) {
+  if (s->data && s->pinned_by != DeviceKind::CPU) {
+    backend_for(Device(s->pinned_by, 0), "free").deallocate_pinned_host(s->data, s->nbytes);
+  } else if (s->data) {
     // Backends outlive every tensor (they are never unregistered).
     backend_for(s->device, "free").deallocate(s->data, s->nbytes);
   }

@@ -422,7 +422,9 @@ Tensor Tensor::to(DType dtype) const {
   return out;
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device) const { return to(device, false); }
+
+Tensor Tensor::to(Device device, bool non_blocking) const {
   detail::check_defined(*this, "to");
   const auto& t = *impl_;
   if (t.device() == device) return *this;
@@ -434,7 +436,11 @@ Tensor Tensor::to(Device device) const {
   const size_t bytes = static_cast<size_t>(t.numel) * itemsize(t.dtype);
   if (bytes) {
     if (t.device().is_cpu()) {
-      dst_be.copy_from_host(out.impl()->storage->data, src.impl()->byte_ptr(), bytes);
+      // Asynchronous only from a block the target's own backend pinned (its stream-ordered free keeps it).
+      if (non_blocking && src.impl()->storage->pinned_by == device.kind())
+        dst_be.copy_from_pinned_host(out.impl()->storage->data, src.impl()->byte_ptr(), bytes);
+      else
+        dst_be.copy_from_host(out.impl()->storage->data, src.impl()->byte_ptr(), bytes);
     } else {
       Tensor c = src.contiguous();
       auto& src_be = detail::backend_for(t.device(), "to");
@@ -454,6 +460,31 @@ Tensor Tensor::to(Device device) const {
     record(out, *this, n);
   }
   return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  detail::check_defined(*this, "pin_memory");
+  const auto& t = *impl_;
+  OXM_CHECK(t.device().is_cpu(), DeviceMismatch, "pin_memory: only CPU tensors can be pinned, this one is on ",
+            t.device());
+  if (t.storage->pinned_by != DeviceKind::CPU) return *this;
+  const size_t bytes = static_cast<size_t>(t.numel) * itemsize(t.dtype);
+  auto* o = detail::new_impl();
+  Tensor out(o);
+  o->storage = detail::allocate_pinned_storage(bytes, "pin_memory");
+  o->shape = t.shape;
+  o->strides = contiguous_strides(t.shape);
+  o->numel = t.numel;
+  o->dtype = t.dtype;
+  o->contiguous = true;
+  if (t.numel) detail::cpu_backend().copy(t, *o);
+  if (detail::needs_tape(*this)) record(out, *this, new IdentityNode("pin_memory"));
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  detail::check_defined(*this, "is_pinned");
+  return impl_->storage->pinned_by != DeviceKind::CPU;
 }
 
 // ---------------------------------------------------------------- in-place

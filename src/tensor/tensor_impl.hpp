@@ -19,10 +19,16 @@ struct Storage {
   Device device;
   // Bumped by every in-place write, so autograd can detect a saved tensor modified before backward.
   uint32_t version = 0;
+  // A CPU storage in page-locked memory: the kind of the backend that allocated it (and frees it, through
+  // deallocate_pinned_host); DeviceKind::CPU for ordinary memory. See Tensor::pin_memory.
+  DeviceKind pinned_by = DeviceKind::CPU;
 };
 void destroy(Storage* s) noexcept;
 // Allocates storage of `nbytes` on `device` through its backend (caching allocator on the CPU).
 Ref<Storage> allocate_storage(size_t nbytes, Device device);
+// Allocates CPU storage of `nbytes` in page-locked memory through the backend that can pin (pinning_backend);
+// BackendUnavailable naming `op` when none can.
+Ref<Storage> allocate_pinned_storage(size_t nbytes, const char* op);
 
 struct TensorImpl {
   std::atomic<int32_t> refcount{1};

@@ -58,9 +58,15 @@ struct DataLoaderOptions {
   int prefetch_factor = 2;  // batches fetched ahead per worker (num_workers > 0 only)
   Collate collate{};        // empty: default_collate
   ProgressHook on_batch{};  // empty: none
-  // Each batch tensor is moved with .to(device), in the caller's thread, before it is handed out. No pinned
-  // host memory or asynchronous copy (see docs/LIMITATIONS.md).
+  // Each batch tensor is moved with .to(device), in the caller's thread, before it is handed out; a pinned one
+  // (pin_memory) with non_blocking, so the copy is only enqueued on the device's stream and overlaps the
+  // caller's work (the pinned block is reused only once the device has read it).
   std::optional<Device> device{};
+  // torch's pin_memory=True: the workers (the caller's thread when num_workers is 0) copy each collated CPU
+  // tensor into page-locked memory (Tensor::pin_memory), so the move to `device` is an asynchronous DMA. When
+  // no backend can pin (no GPU), batches stay in ordinary memory, as torch does with a warning; pins_memory()
+  // says which. Tensors the collate function put on another device are left as they are.
+  bool pin_memory = false;
 };
 
 namespace detail {
@@ -110,6 +116,9 @@ class DataLoader {
 
   // Batches per epoch: ceil(n / batch_size), or floor with drop_last (n = the sampler's or the dataset's size).
   int64_t size() const;
+  // Whether batches are collated into pinned memory: options().pin_memory and a backend that can pin (decided
+  // when the loader is constructed).
+  bool pins_memory() const;
   const DatasetPtr& dataset() const;
   const DataLoaderOptions& options() const;
 

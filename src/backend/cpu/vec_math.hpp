@@ -85,6 +85,14 @@ OXM_VM_INLINE T expm1_poly(T r) {
   }
 }
 
+// e^r on |r| <= ln2/2 in f32 as one degree-6 polynomial (our own fit: 3.9e-9 relative with these coefficients), for
+// the functions below that inline their own exponential.
+namespace exp_coef {
+inline constexpr float kDeg6F[] = {0.00138141715f, 0.0083689196f, 0.0416684076f, 0.166665196f, 0.49999994f, 1.f, 1.f};
+inline constexpr float kDeg6TwiceF[] = {2 * kDeg6F[0], 2 * kDeg6F[1], 2 * kDeg6F[2], 2 * kDeg6F[3],
+                                        2 * kDeg6F[4], 2 * kDeg6F[5], 2 * kDeg6F[6]};  // 2 e^r
+}  // namespace exp_coef
+
 template <class T>
 struct ExpLimits;
 template <>
@@ -109,11 +117,33 @@ OXM_VM_INLINE T exp(T x) {
   const T xc = x < lo ? lo : (x > over ? over : x);  // NaN: both false, stays NaN
   I n;
   const T r = reduce_ln2(xc, n);
-  const T p = expm1_poly(r);
-  // 2^n in two factors, so that n = 128 (f32) / 1024 (f64) overflows and subnormal results are right (one
-  // rounding): the clamp's ends give 0 and inf through the arithmetic.
-  const I n1 = n >> 1;
-  return (T(1) + p) * pow2i<T>(n1) * pow2i<T>(n - n1);
+  if constexpr (std::is_same_v<T, float>) {
+    // 2 e^r by the doubled degree-6 fit (no 1 + p), times 2^(n - 1) in two factors, so that n = 128 overflows and
+    // subnormal results are right (one rounding): the clamp's ends give 0 and inf through the arithmetic.
+    const I k = n - 1;
+    const I k1 = k >> 1;
+    return horner(r, exp_coef::kDeg6TwiceF) * pow2i<T>(k1) * pow2i<T>(k - k1);
+  } else {
+    const T p = expm1_poly(r);
+    // 2^n in two factors, so that n = 1024 overflows and subnormal results are right (one rounding).
+    const I n1 = n >> 1;
+    return (T(1) + p) * pow2i<T>(n1) * pow2i<T>(n - n1);
+  }
+}
+
+// e^x for a sum 1 + e^x (sigmoid, silu). f32: below -86.6 the result is some value in (0, 2^-124] instead of e^x
+// (1 + it is 1 either way), which saves exp's second 2^n factor: 2 e^r (the doubled coefficients, exactly) times
+// 2^(n - 1), normal for n in [-125, 128]; above, as exp (overflow gives inf). f64: exp.
+template <class T>
+OXM_VM_INLINE T exp_in_sum(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float xc = x < -86.6f ? -86.6f : (x > 89.f ? 89.f : x);  // NaN stays NaN
+    int32_t n;
+    const float r = reduce_ln2(xc, n);
+    return horner(r, exp_coef::kDeg6TwiceF) * pow2i<float>(n - 1);
+  } else {
+    return exp(x);
+  }
 }
 
 template <class T>
@@ -256,7 +286,7 @@ inline constexpr double kLarge3D[] = {3.6620914354354556e-09,  -1.42001949893143
                                       0.012179532228092938,    -0.039023892947264334,   0.12248480427384142};
 }  // namespace erf_coef
 
-// erf(x) with gauss = e^(-x^2) given (gelu's gradient computes it anyway for its pdf).
+// erf(x) with gauss = e^(-x^2) given.
 template <class T>
 OXM_VM_INLINE T erf_with_gauss(T x, T gauss) {
   const T a = std::fabs(x);
@@ -280,6 +310,92 @@ template <class T>
 OXM_VM_INLINE T erf(T x) {
   const T a = std::fabs(x);
   return erf_with_gauss(x, vm::exp(-(a * a)));
+}
+
+// e^(-x^2/2) for gelu, for 0 <= x <= 18 (f32) / 40 (f64) (the caller clamps: e^-162 / e^-800 is 0 in the type, and
+// the two-factor 2^n below stays exact down there, so no select is needed): x^2 = h + l exactly — by an FMA where the
+// ISA level has one, else from x = xh + xl with xh the top 12 (f32) / 26 (f64) significand bits, so that xh^2 is
+// exact — and both parts enter the ln2 reduction. A plain e^(-x * x / 2) is off by about x^2/2 ulp (x^2's rounding
+// scaled by the exponent), i.e. tens of ulp in the lower tail that gelu keeps.
+template <class T>
+OXM_VM_INLINE T gauss_half_sq(T a) {
+  using I = typename Fp<T>::I;
+  constexpr T log2e = T(1.44269504088896340736);
+  constexpr T ln2_hi = std::is_same_v<T, float> ? T(0.693145751953125) : T(6.93147180369123816490e-01);
+  constexpr T ln2_lo = std::is_same_v<T, float> ? T(1.428606765330187045e-06) : T(1.90821492927058770002e-10);
+#if defined(__FMA__)
+  const T h = a * a;
+  const T th = T(-0.5) * h;
+  const T tl = T(-0.5) * std::fma(a, a, -h);
+#else
+  constexpr I low_bits = std::is_same_v<T, float> ? I(0xfff) : I((I(1) << 27) - 1);
+  const T xh = std::bit_cast<T>(static_cast<I>(std::bit_cast<I>(a) & ~low_bits));
+  const T xl = a - xh;
+  const T th = T(-0.5) * (xh * xh);
+  const T tl = T(-0.5) * (xl * (xh + a));
+#endif
+  const T shifted = (th + tl) * log2e + Fp<T>::magic;
+  const T nf = shifted - Fp<T>::magic;
+  using U = std::make_unsigned_t<I>;
+  const I n =
+      static_cast<I>(static_cast<U>(std::bit_cast<I>(shifted)) - static_cast<U>(std::bit_cast<I>(Fp<T>::magic)));
+  const T r = ((th - nf * ln2_hi) - nf * ln2_lo) + tl;
+  const T p = expm1_poly(r);
+  const I n1 = n >> 1;
+  return (T(1) + p) * pow2i<T>(n1) * pow2i<T>(n - n1);
+}
+
+// Phi(x), the standard normal CDF (gelu's x Phi(x)), with gauss = e^(-x^2/2) returned for the gradient's density.
+// The lower tail t = Phi(-|x|) = erfc(|x| / sqrt 2) / 2 is computed directly (never 1 - something), so it keeps its
+// relative accuracy far into the tail; Phi = t for x < 0, 1 - t otherwise.
+// f32: t = e^(-x^2/2) R(|x|) with R a rational fit of erfcx(|x| / sqrt 2) / 2 of degree 4/5 on [0, 13.25] (our own
+// fit: 2.1e-8 relative with these f32 coefficients; it tends to c / |x| like erfcx); one division, no select between
+// ranges. With FMA (the AVX2 / AVX-512 kernels) the exponential is inlined at f32 cost: x^2/2's rounding error by one
+// FMA, a degree-6 fit of e^r, one 2^n factor, so |x| is capped at 13.2 and t is 0 beyond (|gelu| < 1e-38 there,
+// subnormal). f64: erf's pieces above (the power series below 1, e^(-a^2) times the erfcx fits up to 6, then 0).
+namespace ncdf_coef {
+inline constexpr float kNumF[] = {0.00401607621f, 0.0399562158f, 0.181223437f, 0.435572982f, 0.5f};
+inline constexpr float kDenF[] = {0.0100666657f, 0.100162812f, 0.464160383f, 1.19413674f, 1.6690309f, 1.f};
+}  // namespace ncdf_coef
+template <class T>
+OXM_VM_INLINE T normal_cdf(T x, T& gauss) {
+  const T ax = std::fabs(x);
+  T t;
+  if constexpr (std::is_same_v<T, float>) {
+#if defined(__FMA__)
+    constexpr float cap = 13.2f;            // e^(-cap^2/2) needs no second 2^n factor
+    const float axc = ax > cap ? cap : ax;  // NaN stays NaN
+    const float m = -0.5f * axc;
+    const float th = axc * m;                // -x^2/2 rounded
+    const float tl = std::fma(axc, m, -th);  // its rounding error, exactly
+    const float shifted = th * 1.44269504088896340736f + Fp<float>::magic;
+    const float nf = shifted - Fp<float>::magic;
+    const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(std::bit_cast<int32_t>(shifted)) -
+                                           static_cast<uint32_t>(std::bit_cast<int32_t>(Fp<float>::magic)));
+    const float r = ((th - nf * 0.693145751953125f) - nf * 1.428606765330187045e-06f) + tl;
+    const float g = horner(r, exp_coef::kDeg6F) * pow2i<float>(n);
+    const bool beyond = ax > cap;
+    gauss = beyond ? 0.f : g;
+    t = beyond ? 0.f : g * (horner(axc, ncdf_coef::kNumF) / horner(axc, ncdf_coef::kDenF));  // NaN: g is NaN
+#else
+    const float axc = ax > 18.f ? 18.f : ax;  // NaN stays NaN
+    const float g = gauss_half_sq(axc);
+    gauss = g;
+    t = g * (horner(axc, ncdf_coef::kNumF) / horner(axc, ncdf_coef::kDenF));
+#endif
+  } else {
+    const double axc = ax > 40.0 ? 40.0 : ax;  // e^-800 is 0; NaN stays NaN
+    const double g = gauss_half_sq(axc);
+    gauss = g;
+    const double a = axc * 0.70710678118654752440;
+    const double small = a * horner(a * a, erf_coef::kSmallD);
+    const double q1 = horner(a - 2.0, erf_coef::kLarge1D);                  // [1, 3] -> [-1, 1]
+    const double q3 = horner((a - 4.5) * (2.0 / 3.0), erf_coef::kLarge3D);  // [3, 6] -> [-1, 1]
+    const double large = 0.5 * g * (a < 3.0 ? q1 : q3);
+    t = a < 1.0 ? 0.5 * (1.0 - small) : (a < 6.0 ? large : 0.0);
+    t = x != x ? x : t;
+  }
+  return x < T(0) ? t : T(1) - t;
 }
 
 // sin / cos: x = n pi/2 + r (Cody-Waite, pi/2 in three parts), |r| <= pi/4, Taylor polynomials for sin r and
@@ -418,14 +534,20 @@ struct VecMath {
     return std::pow(a, b);
   }
   template <class T>
-  [[gnu::always_inline]] static T erf_with_gauss(T z, T gauss) {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return vm::erf_with_gauss(z, gauss);
-    return std::erf(z);
-  }
-  template <class T>
   [[gnu::always_inline]] static T log1p_exp_neg(T a) {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return vm::log1p_exp_neg(a);
     return std::log1p(std::exp(-a));
+  }
+  template <class T>
+  [[gnu::always_inline]] static T exp_in_sum(T x) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return vm::exp_in_sum(x);
+    return std::exp(x);
+  }
+  template <class T>
+  [[gnu::always_inline]] static T normal_cdf(T x, T& gauss) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return vm::normal_cdf(x, gauss);
+    gauss = std::exp(T(-0.5) * x * x);
+    return T(0.5) * std::erfc(x * T(-0.70710678118654752440));
   }
 };
 

@@ -163,6 +163,86 @@ class PinnedStaging {
 };
 PinnedStaging* g_staging = nullptr;
 
+// Page-locked host blocks for pinned tensors (Tensor::pin_memory, the DataLoader's pin_memory), cached by size
+// class as the device allocator is. A freed block may still be read by a copy queued on the stream
+// (copy_from_pinned_host), so deallocate records an event on the stream and the block is handed out again only
+// once that event has completed (the event follows every copy issued from the block before the free, the
+// stream being the only one); until then allocate takes another block or asks the driver for one.
+class PinnedHostPool {
+ public:
+  void* allocate(size_t n) {
+    const size_t b = bucket(n);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(b);
+      if (it != free_.end())
+        for (size_t k = 0; k < it->second.size(); ++k) {
+          void* p = it->second[k];
+          const cudaError_t q = cudaEventQuery(events_.at(p));
+          if (q == cudaErrorNotReady) {
+            cudaGetLastError();
+            continue;
+          }
+          check(q, "pin_memory", "cudaEventQuery (pinned block)");
+          it->second[k] = it->second.back();
+          it->second.pop_back();
+          return p;
+        }
+    }
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, b, cudaHostAllocDefault);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      OXM_FAIL(OutOfMemory, "pin_memory: out of page-locked host memory allocating ", b, " bytes");
+    }
+    check(e, "pin_memory", "cudaHostAlloc");
+    return p;
+  }
+  void deallocate(void* p, size_t n) noexcept {
+    if (!p) return;
+    const size_t b = bucket(n);
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      cudaEvent_t& ev = events_[p];
+      if (ev == nullptr && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        ev = nullptr;
+      }
+      if (ev == nullptr || cudaEventRecord(ev, g_stream) != cudaSuccess) {
+        // No event guards the block: wait for the stream (its copies are done), then give the block back.
+        cudaGetLastError();
+        cudaStreamSynchronize(g_stream);
+        if (ev) cudaEventDestroy(ev);
+        events_.erase(p);
+        cudaFreeHost(p);
+        return;
+      }
+      free_[b].push_back(p);
+    } catch (...) {  // no memory for the bookkeeping: wait for the stream and give the block back
+      cudaStreamSynchronize(g_stream);
+      cudaFreeHost(p);
+    }
+  }
+  // Gives the cached blocks back to the driver (after the stream drained: queued copies may read them).
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (g_stream) cudaStreamSynchronize(g_stream);
+    for (auto& [b, v] : free_)
+      for (void* p : v) {
+        cudaEventDestroy(events_.at(p));
+        events_.erase(p);
+        cudaFreeHost(p);
+      }
+    free_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, cudaEvent_t> events_;  // the event of every block freed at least once
+};
+PinnedHostPool* g_pinned = nullptr;
+
 const char* cublas_status(cublasStatus_t s) {
   switch (s) {
     case CUBLAS_STATUS_NOT_INITIALIZED:
@@ -215,9 +295,19 @@ class CudaBackend final : public Backend {
   void* allocate(size_t n) override { return g_alloc->allocate(n); }
   void deallocate(void* p, size_t n) noexcept override { g_alloc->deallocate(p, n); }
   MemoryStats memory_stats() const override { return g_alloc->stats(); }
-  void empty_cache() override { g_alloc->release(); }
+  void empty_cache() override {
+    g_alloc->release();
+    g_pinned->release();
+  }
   void copy_from_host(void* dst, const void* src, size_t n) override {
     copy_host_to_device(dst, src, n, "copy_from_host");
+  }
+  bool can_pin_host() const override { return true; }
+  void* allocate_pinned_host(size_t n) override { return g_pinned->allocate(n); }
+  void deallocate_pinned_host(void* p, size_t n) noexcept override { g_pinned->deallocate(p, n); }
+  // From pinned memory the copy is a DMA the stream runs in order: nothing is staged and nothing waits.
+  void copy_from_pinned_host(void* dst, const void* src, size_t n) override {
+    if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream), "to", "cudaMemcpyAsync (pinned)");
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
     check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_stream), "copy_to_host", "cudaMemcpyAsync");
@@ -519,6 +609,7 @@ Backend* create_cuda_backend(std::string& why) noexcept {
     }
     cuda::g_alloc = new cuda::DeviceAllocator();  // never destroyed: storages may outlive static destruction
     cuda::g_staging = new cuda::PinnedStaging();  // likewise
+    cuda::g_pinned = new cuda::PinnedHostPool();  // likewise (pinned tensors may outlive static destruction)
     return new cuda::CudaBackend(h);
   } catch (const std::exception& ex) {
     why = ex.what();
