@@ -294,6 +294,48 @@ TEST(DataLoader, DefaultCollateStacksEachField) {
   EXPECT_OXM_ERROR(data::default_collate(std::move(dtypes)), DTypeMismatch, "f64");
 }
 
+// TensorDataset (and a Subset of one) batch by one index_select per field; the loader takes that path without a
+// collate function and must give exactly the batches of get() + default_collate, for any worker count.
+TEST(DataLoader, BatchedFetchOfATensorDatasetEqualsPerExampleCollation) {
+  Tensor x = randn({37, 2, 3}, 5);
+  Tensor y = arange(37, DType::I64);
+  auto ds = data::tensor_dataset({x, y});
+  const std::vector<int64_t> idx{4, 0, 36, 4, 17};
+  auto batch = ds->get_batch(idx);
+  ASSERT_TRUE(batch.has_value());
+  std::vector<data::Example> examples;
+  for (int64_t i : idx) examples.push_back(ds->get(i));
+  const data::Batch want = data::default_collate(std::move(examples));
+  ASSERT_EQ(batch->size(), 2u);
+  for (size_t f = 0; f < 2; ++f) {
+    EXPECT_EQ((*batch)[f].shape(), want[f].shape());
+    EXPECT_EQ((*batch)[f].dtype(), want[f].dtype());
+    EXPECT_EQ(values((*batch)[f]), values(want[f]));
+  }
+  EXPECT_OXM_ERROR(ds->get_batch({1, 37}), IndexOutOfBounds, "index 37");
+  // A Subset forwards to its parent; a transform (no batched fetch) says so with nullopt.
+  auto sub = std::make_shared<data::Subset>(ds, std::vector<int64_t>{30, 2, 9});
+  auto sub_batch = sub->get_batch({2, 0});
+  ASSERT_TRUE(sub_batch.has_value());
+  EXPECT_EQ(values((*sub_batch)[1]), (std::vector<double>{9, 30}));
+  auto plain = data::transform(ds, [](data::Example ex) { return ex; });
+  EXPECT_FALSE(plain->get_batch({0, 1}).has_value());
+
+  for (int workers : {0, 2}) {
+    const data::DataLoaderOptions opt{.batch_size = 8, .shuffle = true, .seed = 3, .num_workers = workers};
+    data::DataLoader fast(ds, opt), slow(plain, opt);
+    std::vector<data::Batch> got, ref;
+    for (auto& b : fast) got.push_back(b);
+    for (auto& b : slow) ref.push_back(b);
+    ASSERT_EQ(got.size(), ref.size()) << workers;
+    for (size_t b = 0; b < got.size(); ++b)
+      for (size_t f = 0; f < 2; ++f) {
+        EXPECT_EQ(got[b][f].shape(), ref[b][f].shape()) << "batch " << b << " workers " << workers;
+        EXPECT_EQ(values(got[b][f]), values(ref[b][f])) << "batch " << b << " workers " << workers;
+      }
+  }
+}
+
 TEST(DataLoader, CustomCollate) {
   auto ds = index_dataset(10);
   // Sums field 0 and reports the batch size: a collate may return anything tensor-shaped.

@@ -168,6 +168,32 @@ struct EpochRun {
     const NoGradGuard no_grad;  // loading never records a graph (nor builds one from several threads)
     const size_t begin = static_cast<size_t>(b * opt.batch_size);
     const size_t end = std::min(order.size(), begin + static_cast<size_t>(opt.batch_size));
+    // A dataset with a batched fetch (TensorDataset) gives the whole batch at once when no collate function is set
+    // and every index is in range (else the per-example path below reports the failing example, as always).
+    if (!opt.collate && end > begin) {
+      const int64_t n = cfg->dataset->size();
+      const bool in_range =
+          std::all_of(order.begin() + static_cast<std::ptrdiff_t>(begin),
+                      order.begin() + static_cast<std::ptrdiff_t>(end), [n](int64_t i) { return i >= 0 && i < n; });
+      if (in_range) {
+        try {
+          std::optional<std::vector<Tensor>> batch = cfg->dataset->get_batch(std::vector<int64_t>(
+              order.begin() + static_cast<std::ptrdiff_t>(begin), order.begin() + static_cast<std::ptrdiff_t>(end)));
+          if (batch) {
+            r.batch = std::move(*batch);
+            if (cfg->pin)
+              for (Tensor& t : r.batch)
+                if (t.defined() && t.device().is_cpu()) t = t.pin_memory();
+            return r;
+          }
+        } catch (...) {
+          r.error = wrap_error(::oxmera::detail::concat("DataLoader: fetching batch ", b, " of epoch ", epoch,
+                                                        " (examples ", indices_str(order, begin, end), ") failed"),
+                               std::current_exception());
+          return r;
+        }
+      }
+    }
     try {
       std::vector<Example> examples;
       examples.reserve(end - begin);

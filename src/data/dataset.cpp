@@ -16,6 +16,16 @@ Example Dataset::get(int64_t index) const {
   return fetch(index);
 }
 
+std::optional<std::vector<Tensor>> Dataset::get_batch(const std::vector<int64_t>& indices) const {
+  const int64_t n = size();
+  for (int64_t index : indices)
+    OXM_CHECK(index >= 0 && index < n, IndexOutOfBounds, "Dataset::get_batch: index ", index,
+              " is out of range for a dataset of ", n, " examples (valid: 0 .. ", n - 1, ")");
+  return fetch_batch(indices);
+}
+
+std::optional<std::vector<Tensor>> Dataset::fetch_batch(const std::vector<int64_t>&) const { return std::nullopt; }
+
 // ---- TensorDataset
 
 TensorDataset::TensorDataset(std::vector<Tensor> tensors) : tensors_(std::move(tensors)) {
@@ -39,6 +49,16 @@ Example TensorDataset::fetch(int64_t index) const {
   return ex;
 }
 
+std::optional<std::vector<Tensor>> TensorDataset::fetch_batch(const std::vector<int64_t>& indices) const {
+  if (indices.empty()) return std::nullopt;  // default_collate's error for an empty batch
+  const Tensor index = from_vector(indices, Shape{static_cast<int64_t>(indices.size())});
+  std::vector<Tensor> batch;
+  batch.reserve(tensors_.size());
+  for (const Tensor& t : tensors_)
+    batch.push_back(t.index_select(0, t.device().is_cpu() ? index : index.to(t.device())));
+  return batch;
+}
+
 // ---- Subset
 
 Subset::Subset(DatasetPtr dataset, std::vector<int64_t> indices)
@@ -51,6 +71,13 @@ Subset::Subset(DatasetPtr dataset, std::vector<int64_t> indices)
 }
 
 Example Subset::fetch(int64_t index) const { return dataset_->get(indices_[static_cast<size_t>(index)]); }
+
+std::optional<std::vector<Tensor>> Subset::fetch_batch(const std::vector<int64_t>& indices) const {
+  std::vector<int64_t> mapped;
+  mapped.reserve(indices.size());
+  for (int64_t i : indices) mapped.push_back(indices_[static_cast<size_t>(i)]);
+  return dataset_->get_batch(mapped);
+}
 
 // ---- ConcatDataset
 

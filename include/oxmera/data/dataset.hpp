@@ -26,10 +26,17 @@ class Dataset {
   virtual int64_t size() const = 0;
   // Example `index`, 0 <= index < size() (IndexOutOfBounds otherwise).
   Example get(int64_t index) const;
+  // The examples at `indices` already batched as default_collate would stack them (field k of the result is the
+  // examples' field k stacked along a new dim 0), or nullopt when the dataset has no faster way than get() per
+  // example (the default). The DataLoader asks for it when no collate function is given, like torch's
+  // __getitems__. Each index is checked as get() checks it.
+  std::optional<std::vector<Tensor>> get_batch(const std::vector<int64_t>& indices) const;
 
  protected:
   // Example `index`, already checked to be in range.
   virtual Example fetch(int64_t index) const = 0;
+  // get_batch's work, indices already checked; the default has none (nullopt).
+  virtual std::optional<std::vector<Tensor>> fetch_batch(const std::vector<int64_t>& indices) const;
 };
 
 using DatasetPtr = std::shared_ptr<const Dataset>;
@@ -44,6 +51,8 @@ class TensorDataset final : public Dataset {
 
  protected:
   Example fetch(int64_t index) const override;
+  // One index_select per tensor: the batch without a copy per example.
+  std::optional<std::vector<Tensor>> fetch_batch(const std::vector<int64_t>& indices) const override;
 
  private:
   std::vector<Tensor> tensors_;
@@ -60,6 +69,8 @@ class Subset final : public Dataset {
 
  protected:
   Example fetch(int64_t index) const override;
+  // The parent's batched fetch at the mapped indices, when it has one (random_split of a TensorDataset).
+  std::optional<std::vector<Tensor>> fetch_batch(const std::vector<int64_t>& indices) const override;
 
  private:
   DatasetPtr dataset_;
