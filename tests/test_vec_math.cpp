@@ -140,7 +140,7 @@ std::vector<Case<T>> cases() {
       concat(concat(uniform_points<T>(-25, 25, 20000, 9), log_points<T>(-140, 3, 5000, true, 10)), sp);
   const auto erf_pts = concat(concat(uniform_points<T>(-7, 7, 20000, 11), log_points<T>(-140, 2, 5000, true, 12)), sp);
   // gelu = x Phi(x) keeps relative accuracy in its lower tail (no 1 + erf cancellation): f32 to a few ulp down to
-  // -13.2 (beyond, where |gelu| < 1e-38, the AVX kernels give 0); f64 to a few ulp down to -4.2 and to about 1e-12
+  // -13.2 (beyond, where |gelu| < 1e-38, f32 gives 0); f64 to a few ulp down to -4.2 and to about 1e-12
   // relative (the erfcx fit of erf's [3, 6] piece is tuned for erf's absolute error) down to -8; beyond, the result is
   // 0 (|gelu| < 1e-15 there).
   const auto gelu_pts =

@@ -160,6 +160,13 @@ struct EpochRun {
     threads.clear();
   }
 
+  // With pin_memory: the batch's CPU tensors into page-locked memory (the device move is then non_blocking).
+  void pin(Batch& batch) const {
+    if (!cfg->pin) return;
+    for (Tensor& t : batch)
+      if (t.defined() && t.device().is_cpu()) t = t.pin_memory();
+  }
+
   // Fetches and collates batch b; never throws (the failure is returned, wrapped with the example index).
   BatchResult make_batch(int64_t b, int worker_id) const noexcept {
     BatchResult r;
@@ -181,9 +188,7 @@ struct EpochRun {
               order.begin() + static_cast<std::ptrdiff_t>(begin), order.begin() + static_cast<std::ptrdiff_t>(end)));
           if (batch) {
             r.batch = std::move(*batch);
-            if (cfg->pin)
-              for (Tensor& t : r.batch)
-                if (t.defined() && t.device().is_cpu()) t = t.pin_memory();
+            pin(r.batch);
             return r;
           }
         } catch (...) {
@@ -210,9 +215,7 @@ struct EpochRun {
       }
       try {
         r.batch = opt.collate ? opt.collate(std::move(examples)) : default_collate(std::move(examples));
-        if (cfg->pin)
-          for (Tensor& t : r.batch)
-            if (t.defined() && t.device().is_cpu()) t = t.pin_memory();
+        pin(r.batch);
       } catch (...) {
         r.error = wrap_error(::oxmera::detail::concat("DataLoader: collating batch ", b, " of epoch ", epoch,
                                                       " (examples ", indices_str(order, begin, end), ") failed"),

@@ -312,11 +312,11 @@ OXM_VM_INLINE T erf(T x) {
   return erf_with_gauss(x, vm::exp(-(a * a)));
 }
 
-// e^(-x^2/2) for gelu, for 0 <= x <= 18 (f32) / 40 (f64) (the caller clamps: e^-162 / e^-800 is 0 in the type, and
-// the two-factor 2^n below stays exact down there, so no select is needed): x^2 = h + l exactly — by an FMA where the
-// ISA level has one, else from x = xh + xl with xh the top 12 (f32) / 26 (f64) significand bits, so that xh^2 is
-// exact — and both parts enter the ln2 reduction. A plain e^(-x * x / 2) is off by about x^2/2 ulp (x^2's rounding
-// scaled by the exponent), i.e. tens of ulp in the lower tail that gelu keeps.
+// e^(-x^2/2) for gelu, for 0 <= x <= 13.2 (f32: the result stays normal, so one 2^n factor and exp's degree-6 fit)
+// / 40 (f64: e^-800 is 0, and the two-factor 2^n stays exact down there); the caller clamps. x^2 = h + l exactly — by
+// an FMA where the ISA level has one, else from x = xh + xl with xh the top 12 (f32) / 26 (f64) significand bits, so
+// that xh^2 is exact — and both parts enter the ln2 reduction. A plain e^(-x * x / 2) is off by about x^2/2 ulp
+// (x^2's rounding scaled by the exponent), i.e. tens of ulp in the lower tail that gelu keeps.
 template <class T>
 OXM_VM_INLINE T gauss_half_sq(T a) {
   using I = typename Fp<T>::I;
@@ -340,9 +340,13 @@ OXM_VM_INLINE T gauss_half_sq(T a) {
   const I n =
       static_cast<I>(static_cast<U>(std::bit_cast<I>(shifted)) - static_cast<U>(std::bit_cast<I>(Fp<T>::magic)));
   const T r = ((th - nf * ln2_hi) - nf * ln2_lo) + tl;
-  const T p = expm1_poly(r);
-  const I n1 = n >> 1;
-  return (T(1) + p) * pow2i<T>(n1) * pow2i<T>(n - n1);
+  if constexpr (std::is_same_v<T, float>) {
+    return horner(r, exp_coef::kDeg6F) * pow2i<float>(n);
+  } else {
+    const T p = expm1_poly(r);
+    const I n1 = n >> 1;
+    return (T(1) + p) * pow2i<T>(n1) * pow2i<T>(n - n1);
+  }
 }
 
 // Phi(x), the standard normal CDF (gelu's x Phi(x)), with gauss = e^(-x^2/2) returned for the gradient's density.
@@ -350,8 +354,7 @@ OXM_VM_INLINE T gauss_half_sq(T a) {
 // relative accuracy far into the tail; Phi = t for x < 0, 1 - t otherwise.
 // f32: t = e^(-x^2/2) R(|x|) with R a rational fit of erfcx(|x| / sqrt 2) / 2 of degree 4/5 on [0, 13.25] (our own
 // fit: 2.1e-8 relative with these f32 coefficients; it tends to c / |x| like erfcx); one division, no select between
-// ranges. With FMA (the AVX2 / AVX-512 kernels) the exponential is inlined at f32 cost: x^2/2's rounding error by one
-// FMA, a degree-6 fit of e^r, one 2^n factor, so |x| is capped at 13.2 and t is 0 beyond (|gelu| < 1e-38 there,
+// ranges. |x| is capped at 13.2 so that e^(-x^2/2) needs one 2^n factor, and t is 0 beyond (|gelu| < 1e-38 there,
 // subnormal). f64: erf's pieces above (the power series below 1, e^(-a^2) times the erfcx fits up to 6, then 0).
 namespace ncdf_coef {
 inline constexpr float kNumF[] = {0.00401607621f, 0.0399562158f, 0.181223437f, 0.435572982f, 0.5f};
@@ -362,27 +365,12 @@ OXM_VM_INLINE T normal_cdf(T x, T& gauss) {
   const T ax = std::fabs(x);
   T t;
   if constexpr (std::is_same_v<T, float>) {
-#if defined(__FMA__)
-    constexpr float cap = 13.2f;            // e^(-cap^2/2) needs no second 2^n factor
+    constexpr float cap = 13.2f;            // e^(-cap^2/2) is still a normal float (gauss_half_sq's one 2^n factor)
     const float axc = ax > cap ? cap : ax;  // NaN stays NaN
-    const float m = -0.5f * axc;
-    const float th = axc * m;                // -x^2/2 rounded
-    const float tl = std::fma(axc, m, -th);  // its rounding error, exactly
-    const float shifted = th * 1.44269504088896340736f + Fp<float>::magic;
-    const float nf = shifted - Fp<float>::magic;
-    const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(std::bit_cast<int32_t>(shifted)) -
-                                           static_cast<uint32_t>(std::bit_cast<int32_t>(Fp<float>::magic)));
-    const float r = ((th - nf * 0.693145751953125f) - nf * 1.428606765330187045e-06f) + tl;
-    const float g = horner(r, exp_coef::kDeg6F) * pow2i<float>(n);
+    const float g = gauss_half_sq(axc);
     const bool beyond = ax > cap;
     gauss = beyond ? 0.f : g;
     t = beyond ? 0.f : g * (horner(axc, ncdf_coef::kNumF) / horner(axc, ncdf_coef::kDenF));  // NaN: g is NaN
-#else
-    const float axc = ax > 18.f ? 18.f : ax;  // NaN stays NaN
-    const float g = gauss_half_sq(axc);
-    gauss = g;
-    t = g * (horner(axc, ncdf_coef::kNumF) / horner(axc, ncdf_coef::kDenF));
-#endif
   } else {
     const double axc = ax > 40.0 ? 40.0 : ax;  // e^-800 is 0; NaN stays NaN
     const double g = gauss_half_sq(axc);
