@@ -4,6 +4,7 @@
 // the host path); and with the host-memory test device offering no fused op at all, models (losses, convolutions,
 // optimizers, the demo training run) still train and match the CPU, which runs the fused kernels (f32: a GPU kind
 // holds f32 tensors only).
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -145,6 +146,40 @@ TEST(FusedFallback, LayerNormAndItsBackwardMatchTheCpuKernels) {
         expect_close(values(gx2), values(gx1), 5 * tol(dt), 5 * tol(dt), "grad x " + what);
         expect_close(values(gw2), values(gw1), 5 * tol(dt), 5 * tol(dt), "grad weight " + what);
         expect_close(values(gb2), values(gb1), 5 * tol(dt), 5 * tol(dt), "grad bias " + what);
+      }
+}
+
+// linear: the CPU's bias rows + beta-1 GEMM against the fallback (GEMM, then the bias added), with and without a
+// bias, row- and column-major operands (a transposed x, a transposed weight), K = 0 and empty outputs; and both
+// against the plain f64 reference x w^T + b.
+TEST(FusedFallback, LinearMatchesTheCpuKernelAndTheReference) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (auto [M, K, N] : {std::array<int64_t, 3>{1, 1, 1}, {5, 3, 7}, {33, 64, 17}, {4, 0, 3}, {0, 5, 2}, {3, 4, 0}})
+      for (int variant = 0; variant < 8; ++variant) {
+        const bool with_bias = variant & 1, x_cols = variant & 2, w_cols = variant & 4;
+        const std::string what = dname(dt) + " [" + std::to_string(M) + ", " + std::to_string(K) + "] x [" +
+                                 std::to_string(N) + ", " + std::to_string(K) + "]^T variant " +
+                                 std::to_string(variant);
+        // A column-major operand: the transpose of a contiguous tensor of the transposed shape.
+        Tensor x = x_cols ? randn({K, M}, 3, dt).t() : randn({M, K}, 3, dt);
+        Tensor w = w_cols ? randn({K, N}, 4, dt).t() : randn({N, K}, 4, dt);
+        Tensor b = randn({N}, 5, dt);
+        const d::TensorImpl* bp = with_bias ? b.impl() : nullptr;
+        Tensor y1 = full({M, N}, 123.0, dt), y2 = full({M, N}, -7.0, dt);
+        ops::FusedCall k = ops::LinearCall{x.impl(), w.impl(), bp, y1.impl()};
+        ops::FusedCall f = ops::LinearCall{x.impl(), w.impl(), bp, y2.impl()};
+        run_both(k, f);
+        const std::vector<double> xv = values(x), wv = values(w), bv = values(b);
+        std::vector<double> ref(static_cast<size_t>(M * N));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = with_bias ? bv[static_cast<size_t>(j)] : 0.0;
+            for (int64_t q = 0; q < K; ++q)
+              s += xv[static_cast<size_t>(i * K + q)] * wv[static_cast<size_t>(j * K + q)];
+            ref[static_cast<size_t>(i * N + j)] = s;
+          }
+        expect_close(values(y1), ref, 10 * tol(dt), 10 * tol(dt), "kernel " + what);
+        expect_close(values(y2), ref, 10 * tol(dt), 10 * tol(dt), "fallback " + what);
       }
 }
 

@@ -127,6 +127,25 @@ TEST(HigherOrder, GradgradcheckOfFusedLayerNorm) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+TEST(HigherOrder, GradgradcheckOfFusedLinear) {
+  // linear is one fused node (the GEMM written over the bias rows); with create_graph its backward is recorded
+  // matmuls and a sum. A 3-d input (folded into rows), a 1-d one, with and without a bias, a transposed weight.
+  Generator gen(13);
+  Tensor x = randn({2, 3, 4}, gen, DType::F64).requires_grad_(true);
+  Tensor v = randn({4}, gen, DType::F64).requires_grad_(true);
+  Tensor w = randn({5, 4}, gen, DType::F64).requires_grad_(true);
+  Tensor wt = randn({4, 5}, gen, DType::F64).requires_grad_(true);
+  Tensor b = randn({5}, gen, DType::F64).requires_grad_(true);
+  auto f = [](const std::vector<Tensor>& a) { return nn::functional::linear(a[0], a[1], a[2]).tanh(); };
+  GradcheckResult r = gradgradcheck(f, {x, w, b});
+  EXPECT_TRUE(r.ok) << r.message;
+  r = gradgradcheck(f, {v, w, b});
+  EXPECT_TRUE(r.ok) << r.message;
+  auto g = [](const std::vector<Tensor>& a) { return nn::functional::linear(a[0], a[1].t()).square(); };
+  r = gradgradcheck(g, {x, wt});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 TEST(HigherOrder, MamlInnerStepDifferentiatesThroughTheUpdate) {
   // theta' = theta - a dL/dtheta; outer = L(theta'); d outer / d theta = (I - a H) dL/dtheta(theta').
   // For L(t) = sum(t^4)/4: dL = t^3, H = diag(3 t^2).

@@ -2,11 +2,13 @@
 // from differentiable tensor ops.
 #include "oxmera/nn/functional.hpp"
 
+#include <climits>
 #include <cmath>
 #include <limits>
 
 #include "autograd/node.hpp"
 #include "ops/fused.hpp"
+#include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 
 namespace oxmera::nn::functional {
@@ -177,6 +179,28 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, bool 
   return (cols.sum({2}) / counts).view({N, C, g.oh, g.ow});
 }
 
+namespace {
+// linear's backward from x [M, K] and weight [N, K]: three GEMM-shaped ops (a reduction for the bias), recorded
+// when create_graph asks for it (they are ordinary differentiable ops).
+struct LinearNode final : detail::Node {
+  detail::SavedTensor x, weight;
+  bool release_saved() override {
+    const bool had = x.defined() || weight.defined();
+    x.reset();
+    weight.reset();
+    return had;
+  }
+  const char* name() const override { return "linear"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const Tensor& g = gout[0];
+    if (needs_grad(0)) gin[0] = g.matmul(weight.get(name()));
+    if (needs_grad(1)) gin[1] = g.t().matmul(x.get(name()));
+    if (needs_grad(2)) gin[2] = g.sum({0});
+  }
+};
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_defined(x, "linear");
   detail::check_defined(weight, "linear", "weight");
@@ -184,8 +208,41 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   OXM_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], ShapeMismatch, "linear: input ", x.shape(),
             " has last dim ", x.dim() ? x.shape().back() : 0, " but weight ", weight.shape(), " expects ",
             weight.shape()[1]);
-  Tensor y = x.dim() == 1 ? x.unsqueeze(0).matmul(weight.t()).squeeze(0) : x.matmul(weight.t());
-  return bias.defined() ? y + bias : y;
+  const int64_t n = weight.shape()[0], k = weight.shape()[1];
+  // One fused call (the bias written into the GEMM's output) when the operands are what a layer holds: one float
+  // dtype and device, a [out] bias or none. Anything else (integer dtypes, mixed devices, a broadcasting bias)
+  // takes the composite path, whose ops name the problem or broadcast as torch does.
+  const bool fused = is_floating(x.dtype()) && weight.dtype() == x.dtype() && weight.device() == x.device() &&
+                     (!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == n && bias.dtype() == x.dtype() &&
+                                          bias.device() == x.device())) &&
+                     n <= INT_MAX && k <= INT_MAX;
+  if (!fused) {
+    Tensor y = x.dim() == 1 ? x.unsqueeze(0).matmul(weight.t()).squeeze(0) : x.matmul(weight.t());
+    return bias.defined() ? y + bias : y;
+  }
+  int64_t m = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.shape()[static_cast<size_t>(d)];
+  OXM_CHECK(m <= INT_MAX, NotImplemented, "linear: ", m, " input rows (input ", x.shape(),
+            ") are above 2^31-1; split the batch");
+  const Tensor x2 = x.dim() == 2 ? x : x.reshape({m, k});
+  const Tensor xg = ops::gemm_compatible(x2), wg = ops::gemm_compatible(weight);
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor out = detail::make_empty({m, n}, x.dtype(), x.device(), "linear");
+  ops::FusedCall call = ops::LinearCall{xg.impl(), wg.impl(), b.defined() ? b.impl() : nullptr, out.impl()};
+  ops::run_fused(call, x.device());
+  if (detail::needs_tape(x2, weight) || (b.defined() && grad_enabled() && b.requires_grad())) {
+    auto* node = new LinearNode();
+    node->next.push_back(detail::edge_of(x2));
+    node->next.push_back(detail::edge_of(weight));
+    node->next.push_back(b.defined() ? detail::edge_of(b) : detail::Edge{});
+    if (node->needs_grad(1)) node->x.save(x2, false);
+    if (node->needs_grad(0)) node->weight.save(weight, false);
+    detail::set_history(out, node);
+  }
+  if (x.dim() == 2) return out;
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = n;
+  return out.view(out_shape);
 }
 
 namespace {

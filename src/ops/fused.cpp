@@ -476,6 +476,21 @@ void lstm_cell_backward_fallback(FusedCall& call, Device) {
   borrow(c.grad_c_prev).copy_(dc * f);
 }
 
+// ---------------------------------------------------------------- linear
+// The product into out, then the bias added in place: the two passes the fused kernel makes one.
+void linear_fallback(FusedCall& call, Device device) {
+  auto& c = std::get<LinearCall>(call);
+  NoGradGuard no_grad;
+  if (c.out->numel == 0) return;
+  const Tensor wt = borrow(c.weight).t();
+  auto& be = detail::backend_for(device, "linear");
+  if (c.x->shape[1] == 0)
+    be.fill(*c.out, 0.0);
+  else
+    be.matmul(*c.x, *wt.impl(), *c.out);
+  if (c.bias) borrow(c.out).add_(borrow(c.bias));
+}
+
 // ---------------------------------------------------------------- the registry
 // "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
 constexpr FusedOpInfo kFusedOps[] = {
@@ -504,6 +519,7 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::LstmCellBackward, "lstm_cell backward", lstm_cell_backward_fallback, "cpu (f32, f64)"},
     {FusedOp::Attention, "scaled_dot_product_attention", attention_fallback,
      "cpu (f32, f64; key tiles with an online softmax)"},
+    {FusedOp::Linear, "linear", linear_fallback, "cpu (f32, f64; the bias rows, then GEMM with beta = 1)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

@@ -79,7 +79,8 @@ namespace oxmera::ops {
   X(LayerNormBackward, LayerNormBackwardCall)       \
   X(LstmCell, LstmCellCall)                         \
   X(LstmCellBackward, LstmCellBackwardCall)         \
-  X(Attention, AttentionCall)
+  X(Attention, AttentionCall)                       \
+  X(Linear, LinearCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -289,11 +290,23 @@ struct AttentionCall {
   TensorImpl* lse = nullptr;
 };
 
+// A fully connected layer's forward: out [M, N] (contiguous) = x [M, K] weight [N, K]^T + bias [N] (bias contiguous,
+// or null: no bias). x and weight are GEMM operands (one of each matrix's strides is 1, leading dims fit 32 bits);
+// one float dtype. A backend with a GEMM that accumulates (beta = 1) writes the bias rows first and adds the
+// product to them: no separate pass over the output for the bias.
+struct LinearCall {
+  static constexpr FusedOp kOp = FusedOp::Linear;
+  const TensorImpl* x = nullptr;
+  const TensorImpl* weight = nullptr;
+  const TensorImpl* bias = nullptr;
+  TensorImpl* out = nullptr;
+};
+
 // One fused call; its index is its FusedOp.
 using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
                                LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
                                SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
-                               LstmCellBackwardCall, AttentionCall>;
+                               LstmCellBackwardCall, AttentionCall, LinearCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

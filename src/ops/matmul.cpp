@@ -43,8 +43,10 @@ struct MatmulNode final : detail::Node {
   }
 };
 
+}  // namespace
+
 // BLAS needs one of the two matrix strides to be 1; anything else is copied (never the broadcast batch).
-Tensor gemm_compatible(const Tensor& t) {
+Tensor ops::gemm_compatible(const Tensor& t) {
   const auto& ti = *t.impl();
   const size_t r = ti.shape.size();
   const int64_t rows = ti.shape[r - 2], cols = ti.shape[r - 1];
@@ -57,8 +59,6 @@ Tensor gemm_compatible(const Tensor& t) {
   NoGradGuard ng;
   return t.contiguous();
 }
-
-}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   detail::check_defined(a, "matmul", "first operand");
@@ -85,6 +85,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const int64_t m = ai.shape[ra - 2], k = ai.shape[ra - 1], k2 = bi.shape[rb - 2], n = bi.shape[rb - 1];
   OXM_CHECK(k == k2, ShapeMismatch, "matmul: inner dimensions differ: ", ai.shape, " x ", bi.shape, " (", k, " vs ", k2,
             ")");
+  if (ra >= 3 && rb == 2) {
+    // [..., m, k] x [k, n] is one [(...) m, k] x [k, n] product, as torch folds it: one GEMM instead of one per
+    // batch, and the backward's b gradient is one GEMM too (not a batched product and a sum over the batch).
+    Shape out_shape = ai.shape;
+    out_shape[ra - 1] = n;
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < ra; ++d) rows *= ai.shape[d];
+    return matmul(a.reshape({rows, k}), b).view(out_shape);
+  }
   OXM_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, NotImplemented, "matmul: matrix dims above 2^31-1 (",
             ai.shape, " x ", bi.shape, ") are not supported");
   Shape batch = broadcast_shapes(Shape(ai.shape.data(), ra - 2), Shape(bi.shape.data(), rb - 2), "matmul");
@@ -96,8 +105,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   b_full.push_back(k);
   b_full.push_back(n);
   Tensor out = detail::make_empty(out_shape, ai.dtype, ai.device(), "matmul");
-  Tensor av = ops::broadcast_view(gemm_compatible(a), a_full);
-  Tensor bv = ops::broadcast_view(gemm_compatible(b), b_full);
+  Tensor av = ops::broadcast_view(ops::gemm_compatible(a), a_full);
+  Tensor bv = ops::broadcast_view(ops::gemm_compatible(b), b_full);
   if (out.numel() > 0) {
     auto& be = detail::backend_for(ai.device(), "matmul");
     if (k == 1) {

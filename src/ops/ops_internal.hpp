@@ -18,6 +18,9 @@ void check_scalar_fits(double v, DType dtype, const char* op);
 Tensor scalar_like(double v, const Tensor& like, const char* op);
 // A 0-d tensor on like's device (one fill on a GPU), for ops that take no host scalar (where).
 Tensor scalar_on_device_of(double v, const Tensor& like, const char* op);
+// t itself when BLAS can read its last two dims (one of their strides is 1, leading dims fit 32 bits), else a
+// contiguous copy made without recording it (callers record their own node on t).
+Tensor gemm_compatible(const Tensor& t);
 // Reduction mask over `dims` (empty = all) of a rank-`rank` tensor; duplicate dims are an error.
 uint64_t reduce_mask(const Dims& dims, int64_t rank, const char* op);
 

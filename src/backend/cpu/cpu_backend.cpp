@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_attention.hpp"
 #include "backend/cpu/cpu_index.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/cpu_linear.hpp"
 #include "backend/cpu/parallel.hpp"
 #include "backend/cpu/rnn_kernels.hpp"
 #include "oxmera/version.hpp"
@@ -121,6 +122,8 @@ class CpuBackend final : public Backend {
       }
       case ops::FusedOp::Attention:
         return cpu_attention_supported(std::get<ops::AttentionCall>(call));
+      case ops::FusedOp::Linear:
+        return real(std::get<ops::LinearCall>(call).out->dtype);
       case ops::FusedOp::Col2im:
         return real(std::get<ops::Col2imCall>(call).cols->dtype);
       case ops::FusedOp::OptimizerSteps: {
@@ -162,6 +165,8 @@ class CpuBackend final : public Backend {
         return cpu_lstm_cell_backward(std::get<ops::LstmCellBackwardCall>(call));
       case ops::FusedOp::Attention:
         return cpu_attention(std::get<ops::AttentionCall>(call));
+      case ops::FusedOp::Linear:
+        return cpu_linear(std::get<ops::LinearCall>(call));
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);
         return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value);

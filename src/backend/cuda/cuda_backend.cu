@@ -404,6 +404,7 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::LstmCell:
       case ops::FusedOp::LstmCellBackward:
       case ops::FusedOp::Attention:
+      case ops::FusedOp::Linear:  // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
         return false;
     }
     return false;
@@ -457,6 +458,7 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::LstmCell:
       case ops::FusedOp::LstmCellBackward:
       case ops::FusedOp::Attention:
+      case ops::FusedOp::Linear:
         break;
     }
     Backend::run(call);  // not offered (supports() said so)
