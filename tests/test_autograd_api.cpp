@@ -169,3 +169,45 @@ TEST(AutogradApi, PostAccumulateGradHookRunsOncePerBackwardWithTheFinalGrad) {
   randn({5, 3}, 3, DType::F64).matmul(w1).tanh().matmul(w2).square().sum().backward();
   EXPECT_EQ(order, (std::vector<std::string>{"w2", "w1"}));
 }
+
+// Gradient buffers are summed in place when nothing else holds them (a view's backward adds into the buffer its
+// input's other views filled: q, k and v of one qkv). Whatever a hook, a retained gradient, the seed or
+// autograd::grad hands out must keep its values while the rest of the backward runs.
+TEST(AutogradApi, InPlaceGradientSumsLeaveEveryHandedOutGradientIntact) {
+  Tensor x = from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}).requires_grad_();
+  for (int variant = 0; variant < 4; ++variant) {
+    x.zero_grad();
+    Tensor y = x * 2.0;  // a node whose output gradient is summed from three views and one whole use
+    std::vector<Tensor> seen;
+    if (variant == 1) y.retain_grad();
+    Tensor a = y.select(0, 0), b = y.select(0, 1), c = y.select(0, 2);
+    if (variant == 2) b.register_hook([&](const Tensor& g) { seen.push_back(g); });
+    Tensor seed_like = from_vector<double>({7, 11}, {2});
+    Tensor loss = (a * 3.0).sum() + (b * 5.0).sum() + (c * seed_like).sum() + y.sum();
+    if (variant == 3) {
+      std::vector<Tensor> gy = autograd::grad({loss}, {y, x});
+      EXPECT_EQ(values(gy[0]), (std::vector<double>{4, 4, 6, 6, 8, 12}));
+      EXPECT_EQ(values(gy[1]), (std::vector<double>{8, 8, 12, 12, 16, 24}));
+      continue;
+    }
+    loss.backward();
+    EXPECT_EQ(values(x.grad()), (std::vector<double>{8, 8, 12, 12, 16, 24})) << variant;
+    EXPECT_EQ(values(seed_like), (std::vector<double>{7, 11}));
+    if (variant == 1) {
+      EXPECT_EQ(values(y.grad()), (std::vector<double>{4, 4, 6, 6, 8, 12}));
+    }
+    if (variant == 2) {
+      ASSERT_EQ(seen.size(), 1u);
+      EXPECT_EQ(values(seen[0]), (std::vector<double>{5, 5}));
+    }
+  }
+  // The same sums under create_graph (out of place, recorded): the second derivative of sum(select(y)^2).
+  x.zero_grad();
+  Tensor y = x * x;
+  Tensor l = y.select(0, 0).square().sum() + y.select(0, 1).sum() + y.sum();
+  std::vector<Tensor> g = autograd::grad({l}, {x}, {}, true, true);
+  EXPECT_TRUE(g[0].requires_grad());
+  g[0].sum().backward();
+  // d/dx of (4x^3 + 2x) on row 0, (2x + 2x) on row 1, 2x on row 2: 12x^2 + 2, 4, 2.
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{14, 50, 4, 4, 2, 2}));
+}

@@ -130,9 +130,7 @@ void accumulate_leaf(const Tensor& leaf, Tensor g) {
     // Own the gradient: an alias of a buffer used elsewhere (a seed, or the same gradient handed to two
     // leaves by add) must not be shared, since optimizers update .grad in place.
     const TensorImpl& G = *g.impl();
-    bool exclusive =
-        G.refcount.load() == 1 && G.storage->refcount.load() == 1 && G.contiguous && G.offset == 0 && !G.grad_fn;
-    L.grad = exclusive ? g : g.clone();
+    L.grad = is_sole_handle(G) && G.offset == 0 ? g : g.clone();
   } else {
     L.grad = L.grad + g;
   }
@@ -166,7 +164,38 @@ struct BackwardTask {
 
 namespace {
 
-void add_into(Tensor& slot, Tensor g) { slot = slot.defined() ? slot + g : std::move(g); }
+// A gradient buffer sums what arrives for one output. Without create_graph the sum is taken in place when the buffer
+// is the only handle on its memory (no other slot, node or view sees it), as torch's input buffers do: no new
+// buffer per contribution.
+void add_into(Tensor& slot, Tensor g) {
+  if (!slot.defined()) {
+    slot = std::move(g);
+    return;
+  }
+  const TensorImpl& S = *slot.impl();
+  if (!grad_enabled() && is_sole_handle(S) && S.shape == g.impl()->shape && S.dtype == g.impl()->dtype &&
+      S.device() == g.impl()->device()) {
+    slot.add_(g);
+    return;
+  }
+  slot = slot + g;
+}
+
+}  // namespace
+
+bool add_into_view_of_buffer(const Edge& e, const Shape& in_shape, const Tensor& g,
+                             const std::function<Tensor(const Tensor&)>& view) {
+  if (grad_enabled() || !e.node) return false;
+  const Node& c = *e.node;
+  if (e.output_nr >= c.grad_buffer.size() || !c.grad_buffer[e.output_nr].defined()) return false;
+  const Tensor& slot = c.grad_buffer[e.output_nr];
+  const TensorImpl& S = *slot.impl();
+  if (!is_sole_handle(S) || S.shape != in_shape || S.dtype != g.dtype() || S.device() != g.device()) return false;
+  view(slot).add_(g);
+  return true;
+}
+
+namespace {
 
 // Sets grad mode for one backward and restores it (also when a rule throws).
 struct GradModeScope {

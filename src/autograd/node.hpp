@@ -94,6 +94,17 @@ class SavedTensor {
 
 // The edge through which a gradient flows back into `t` (inactive when t needs none).
 Edge edge_of(const Tensor& t);
+// Whether a gradient buffer may be written in place: this handle is the only one on the tensor and on its memory
+// (no other slot, node, view or user sees it), it is contiguous and it has no history.
+inline bool is_sole_handle(const TensorImpl& t) {
+  return t.refcount.load() == 1 && t.storage->refcount.load() == 1 && t.contiguous && !t.grad_fn;
+}
+// Adds g into the gradient buffer `slot` of the node at edge e (without create_graph, when the buffer already
+// holds a sole-handle tensor of in_shape, g's dtype and device), at the elements `view` selects: what a view's
+// backward does instead of embedding g in zeros of the whole input (q, k and v taken from one qkv tensor). False:
+// nothing was added (the caller embeds as usual).
+bool add_into_view_of_buffer(const Edge& e, const Shape& in_shape, const Tensor& g,
+                             const std::function<Tensor(const Tensor&)>& view);
 // Whether an op with these inputs must record a node.
 bool needs_tape(const Tensor& a);
 bool needs_tape(const Tensor& a, const Tensor& b);

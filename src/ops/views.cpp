@@ -77,7 +77,11 @@ struct ViewNode final : Node {
     return place.kind == ViewPlace::Select ? "select" : place.kind == ViewPlace::Diagonal ? "diagonal" : "slice";
   }
   bool differentiable_backward() const override { return true; }
-  void apply(Tensor* g, Tensor* gin) override { gin[0] = embed(g[0], in_shape, place); }
+  void apply(Tensor* g, Tensor* gin) override {
+    if (detail::add_into_view_of_buffer(next[0], in_shape, g[0], [this](const Tensor& t) { return place.of(t); }))
+      return;  // gin[0] stays undefined: the buffer already holds this contribution
+    gin[0] = embed(g[0], in_shape, place);
+  }
 };
 struct IdentityNode final : Node {
   const char* name_;
