@@ -276,10 +276,12 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
       const std::vector<Tensor> w = layer_weights(l, d == 1);
       const Tensor& w_ih = w[0];
       const Tensor w_hhT = w[1].transpose(0, 1);
-      // One GEMM for the input projection of every step.
-      Tensor xp = layer_in.reshape({T * B, layer_in.size(2)}).matmul(w_ih.transpose(0, 1));
-      if (w[2].defined()) xp = xp + w[2];
-      if (w[3].defined() && mode_ != Mode::GRU) xp = xp + w[3];  // GRU keeps b_hn inside r * (...)
+      // One GEMM for the input projection of every step, written over the bias rows (b_ih + b_hh summed once:
+      // a [gates] add instead of two passes over [T * B, gates]).
+      Tensor bias = w[2];
+      if (w[3].defined() && mode_ != Mode::GRU)  // GRU keeps b_hn inside r * (...)
+        bias = bias.defined() ? bias + w[3] : w[3];
+      Tensor xp = functional::linear(layer_in.reshape({T * B, layer_in.size(2)}), w_ih, bias);
       xp = xp.reshape({T, B, xp.size(1)});
       Tensor h = h0.select(0, l * D + d);
       Tensor c = lstm ? c0.select(0, l * D + d) : Tensor();
