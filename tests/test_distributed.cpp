@@ -1015,6 +1015,10 @@ int fault_scenario(const std::string& mode) {
 // and is caught by a loop that then waits on something else without calling collectives. The other ranks'
 // backward is then waiting for bucket 4's all-reduce: a rank whose backward returns says so (FAULT-TEST, the
 // test fails); a typed error there is printed (TIMED-OUT) and ends the rank with status 3.
+// `--fault=ddp-between-kill`: rank 1 dies between two steps (after step 1, before step 2's forward), so the others
+// wait in step 2's first bucket. `--fault=ddp-nosync-kill`: step 2 accumulates under no_sync() on every rank (no
+// collective) and rank 1 dies in that backward; the others finish it (nothing to wait for) and must then fail in
+// step 3, the synchronising step, whose all-reduce rank 1 never joins.
 int ddp_fault_scenario(const std::string& mode) {
   dist::init();
   dist::set_default_timeout(std::chrono::seconds(60));
@@ -1034,11 +1038,14 @@ int ddp_fault_scenario(const std::string& mode) {
   for (auto& [name, t] : net->named_parameters())
     if (name == fault_param) {
       fault_hook = t.register_post_accumulate_grad_hook([&](Tensor&) {
-        if (r != 1 || step != 1) return;
-        std::printf("rank 1 faults (%s) in step 2's backward, after DDP started buckets 0-3 of 6 (%s done)\n",
-                    mode.c_str(), fault_param.c_str());
+        if (r != 1 || step != 1 || mode == "ddp-between-kill") return;
+        if (mode == "ddp-nosync-kill")
+          std::printf("rank 1 faults (%s) in step 2's no_sync backward (%s done)\n", mode.c_str(), fault_param.c_str());
+        else
+          std::printf("rank 1 faults (%s) in step 2's backward, after DDP started buckets 0-3 of 6 (%s done)\n",
+                      mode.c_str(), fault_param.c_str());
         std::fflush(stdout);
-        if (mode == "ddp-kill") std::raise(SIGKILL);
+        if (mode == "ddp-kill" || mode == "ddp-nosync-kill") std::raise(SIGKILL);
         throw std::runtime_error("fault test: rank 1 fails in the middle of a DDP backward");
       });
     }
@@ -1052,8 +1059,22 @@ int ddp_fault_scenario(const std::string& mode) {
   dist::barrier();
   dist::set_default_timeout(std::chrono::seconds(2));
   step = 1;
+  if (mode == "ddp-between-kill" && r == 1) {
+    std::printf("rank 1 dies between steps 1 and 2\n");
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
   try {
     try {
+      if (mode == "ddp-nosync-kill") {
+        {
+          auto guard = ddp.no_sync();
+          train_step();  // local accumulation only: completes on the surviving ranks
+        }
+        std::printf("rank %d: the no_sync step completed (no collective); the synchronising step follows\n", r);
+        std::fflush(stdout);
+        step = 2;
+      }
       train_step();
     } catch (const std::runtime_error& e) {
       if (mode != "ddp-stall" || r != 1) throw;

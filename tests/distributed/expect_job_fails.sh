@@ -2,7 +2,9 @@
 # expect_job_fails.sh MPIEXEC PROGRAM MODE: runs PROGRAM --fault=MODE on 3 ranks (run_mpi.sh) and passes when
 # the job ends non-zero and no surviving rank got past its collective (the program prints "FAULT-TEST" then).
 # MODE: kill, throw, stall (rank 1 fails while the others wait in an all_reduce), ddp-kill, ddp-throw, ddp-stall
-# (rank 1 fails in the middle of a DistributedDataParallel backward, with bucket all-reduces in flight).
+# (rank 1 fails in the middle of a DistributedDataParallel backward, with bucket all-reduces in flight),
+# ddp-between-kill (rank 1 dies between two DDP steps), ddp-nosync-kill (rank 1 dies in a no_sync() backward: the
+# others fail in the next, synchronising step).
 # For the stall modes rank 0 must also have printed the typed timeout.
 # A MODE ending in "-recover" runs MODE without the suffix while Open MPI's mpirun is told not to end the job
 # when a process dies (OMPI_MCA_orte_enable_recovery=1, as a launcher that does not clean up would): then
