@@ -7,6 +7,7 @@
 //   --runs N  iterations of the replay stress (default 100)
 //   --distributed MPIEXEC  only the dashboard of `MPIEXEC -np 2 oxmera train --tui --distributed` (ctest
 //             tui_distributed; exits 77, skipped, when the launcher is absent)
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pty.h>
@@ -390,6 +391,56 @@ void check_restored(const std::string& name, const Pty& p) {
 
 const std::string kDone = "press q to quit";
 
+// The process below `root` (a descendant) whose environment says it is MPI rank `rank` (Open MPI's
+// OMPI_COMM_WORLD_RANK), or -1. Reads /proc: every process's parent and environment.
+pid_t find_rank_process(pid_t root, int rank) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::vector<std::pair<pid_t, pid_t>> parent;  // (pid, ppid)
+    if (DIR* d = opendir("/proc")) {
+      while (dirent* e = readdir(d)) {
+        const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+        if (pid <= 0) continue;
+        std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+        std::string line;
+        std::getline(stat, line);
+        const size_t close = line.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(line.substr(close + 2));
+        char state = 0;
+        pid_t ppid = 0;
+        rest >> state >> ppid;
+        parent.emplace_back(pid, ppid);
+      }
+      closedir(d);
+    }
+    auto below_root = [&](pid_t pid) {
+      for (int depth = 0; depth < 16 && pid > 1; ++depth) {
+        if (pid == root) return true;
+        pid_t up = 0;
+        for (auto& [p, pp] : parent)
+          if (p == pid) up = pp;
+        pid = up;
+      }
+      return false;
+    };
+    for (auto& [pid, ppid] : parent) {
+      if (pid == root || !below_root(pid)) continue;
+      std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+      std::string var;
+      bool is_rank = false, is_oxmera = false;
+      while (std::getline(env, var, '\0')) is_rank = is_rank || var == want;
+      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+      std::string arg0;
+      std::getline(cmd, arg0, '\0');
+      is_oxmera = arg0 == g_oxmera;
+      if (is_rank && is_oxmera) return pid;
+    }
+    usleep(100000);
+  }
+  return -1;
+}
+
 // `mpirun -np 2 oxmera train --tui --distributed` in a terminal (tests/distributed/run_mpi.sh launches): rank 0
 // draws the dashboard, the other rank writes nothing; mpirun's terminal stays in line mode, so a key reaches
 // rank 0 (through mpirun's stdin) with Enter. Rank 0's pty from Open MPI has no size: COLUMNS and LINES give it.
@@ -445,6 +496,22 @@ int distributed_section(const std::string& mpiexec) {
     check("distributed --tui mid-run: q Enter exits", p.wait_exit(60000), "no exit");
     check("distributed --tui mid-run: exits 0", exited_with(p, 0), describe_status(p.status()) + "\n" + p.text());
     check_restored("distributed --tui mid-run", p);
+  }
+  {  // rank 1 killed while rank 0 draws: the job ends in bounded time, non-zero, with the terminal restored
+    Pty p(launch({"--epochs", "100000"}), 45, 100);
+    check("distributed --tui rank death: training", p.settle_text("training", 0, 120000), p.text());
+    const pid_t rank1 = find_rank_process(p.pid(), 1);
+    check("distributed --tui rank death: rank 1's process found", rank1 > 0, p.text());
+    if (rank1 > 0) {
+      kill(rank1, SIGKILL);
+      const auto killed = Clock::now();
+      check("distributed --tui rank death: the job ends", p.wait_exit(60000), "no exit within 60 s\n" + p.text());
+      std::printf("tui_distributed: the job ended %.1f s after rank 1 was killed (%s)\n",
+                  static_cast<double>(ms_since(killed)) / 1000.0, describe_status(p.status()).c_str());
+      check("distributed --tui rank death: non-zero status", !exited_with(p, 0),
+            describe_status(p.status()) + "\n" + p.text());
+      check_restored("distributed --tui rank death", p);
+    }
   }
   std::printf("tui_distributed: %d passed, %d failed (%.1f s)\n", g_passed, g_failed,
               static_cast<double>(ms_since(t_start)) / 1000.0);

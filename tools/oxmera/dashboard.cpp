@@ -65,12 +65,13 @@ const int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 // the terminal is restored and the signal re-raised. A second signal, or one outside training, acts at once.
 volatile int g_deferred_signal = 0;
 volatile bool g_training_active = false;
+// Rank 0 of a distributed run restores the terminal as soon as a signal arrives, even while it defers the signal:
+// when a peer has died, the step never finishes (its all-reduce waits) and mpirun follows its SIGTERM with a
+// SIGKILL, which would leave the user's terminal on the alternate screen. Afterwards nothing is drawn.
+volatile bool g_restore_when_deferring = false;
+volatile bool g_terminal_released = false;
 
-extern "C" void on_fatal_signal(int sig) {
-  if (g_training_active && g_deferred_signal == 0) {
-    g_deferred_signal = sig;
-    return;
-  }
+void write_restore() {
   // CAN aborts any escape sequence ncurses may have been halfway through, then: attributes off, main
   // screen, cursor visible. All async-signal-safe.
   if (g_restore_len > 0) {
@@ -85,6 +86,18 @@ extern "C" void on_fatal_signal(int sig) {
     }
   }
   if (g_have_cooked) tcsetattr(g_in_fd, TCSANOW, &g_cooked);
+}
+
+extern "C" void on_fatal_signal(int sig) {
+  if (g_training_active && g_deferred_signal == 0) {
+    g_deferred_signal = sig;
+    if (g_restore_when_deferring) {
+      g_terminal_released = true;
+      write_restore();
+    }
+    return;
+  }
+  write_restore();
   signal(sig, SIG_DFL);
   raise(sig);  // installed with SA_NODEFER: delivered here, with the default action (death by sig)
 }
@@ -330,6 +343,7 @@ void Terminal::gauge(int y, int x, int w, double frac, short pair) {
 }
 
 void Terminal::draw(const Model& m) {
+  if (g_terminal_released) return;  // restored for a signal (distributed rank 0): the screen is the user's again
   const int H = LINES, W = COLS;
   if (resized_) {
     clear();  // a full repaint after a resize
@@ -630,6 +644,7 @@ int run_tui_training(const TrainOptions& opt) {
       train_until_done_or_quit(opt, nullptr, nullptr);
       return 0;
     }
+    g_restore_when_deferring = true;
     return run_dashboard(*term, opt, world);
   }
   Terminal term;
