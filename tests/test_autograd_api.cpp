@@ -211,3 +211,36 @@ TEST(AutogradApi, InPlaceGradientSumsLeaveEveryHandedOutGradientIntact) {
   // d/dx of (4x^3 + 2x) on row 0, (2x + 2x) on row 1, 2x on row 2: 12x^2 + 2, 4, 2.
   EXPECT_EQ(values(x.grad()), (std::vector<double>{14, 50, 4, 4, 2, 2}));
 }
+
+// A weight shared by several products (a recurrence's W_hh, used through its transpose at every step, and directly)
+// has its gradient summed by accumulating GEMMs into the buffer: the same values as separate copies of the weight,
+// and a hook on the transposed view receives the sum of its three contributions.
+TEST(AutogradApi, SharedWeightGradientsAccumulateInsideTheProducts) {
+  Generator gen(5);
+  const Tensor w0 = randn({4, 3}, gen, DType::F64);
+  const Tensor a1 = randn({5, 3}, gen, DType::F64), a2 = randn({5, 3}, gen, DType::F64),
+               a3 = randn({5, 3}, gen, DType::F64), b = randn({3, 2}, gen, DType::F64);
+  for (int hooked = 0; hooked < 2; ++hooked) {
+    Tensor w = w0.clone().requires_grad_();
+    Tensor wt = w.t();
+    std::vector<Tensor> seen;
+    if (hooked) wt.register_hook([&](const Tensor& g) { seen.push_back(g); });
+    Tensor h = a1.matmul(wt).tanh();                 // [5, 4]
+    h = (h + a2.matmul(wt)).tanh() + a3.matmul(wt);  // wt used three times
+    (h.square().sum() + h.matmul(w).matmul(b).sum()).backward();
+    // The reference: one copy of the weight per use.
+    std::vector<Tensor> ws;
+    for (int i = 0; i < 4; ++i) ws.push_back(w0.clone().requires_grad_());
+    Tensor r = a1.matmul(ws[0].t()).tanh();
+    r = (r + a2.matmul(ws[1].t())).tanh() + a3.matmul(ws[2].t());
+    (r.square().sum() + r.matmul(ws[3]).matmul(b).sum()).backward();
+    Tensor expect = ws[0].grad() + ws[1].grad() + ws[2].grad() + ws[3].grad();
+    oxt::expect_close(values(w.grad()), values(expect), 1e-12, 1e-12,
+                      "shared weight, hooked " + std::to_string(hooked));
+    if (hooked) {
+      ASSERT_EQ(seen.size(), 1u);
+      Tensor three = ws[0].grad() + ws[1].grad() + ws[2].grad();
+      oxt::expect_close(values(seen[0].t()), values(three), 1e-12, 1e-12, "the hook's gradient of w.t()");
+    }
+  }
+}

@@ -180,6 +180,14 @@ TEST(FusedFallback, LinearMatchesTheCpuKernelAndTheReference) {
           }
         expect_close(values(y1), ref, 10 * tol(dt), 10 * tol(dt), "kernel " + what);
         expect_close(values(y2), ref, 10 * tol(dt), 10 * tol(dt), "fallback " + what);
+        // accumulate: out += x w^T (+ bias) over what out holds.
+        Tensor a1 = full({M, N}, 0.25, dt), a2 = full({M, N}, 0.25, dt);
+        ops::FusedCall ka = ops::LinearCall{x.impl(), w.impl(), bp, a1.impl(), true};
+        ops::FusedCall fa = ops::LinearCall{x.impl(), w.impl(), bp, a2.impl(), true};
+        run_both(ka, fa);
+        for (double& r : ref) r += 0.25;
+        expect_close(values(a1), ref, 10 * tol(dt), 10 * tol(dt), "accumulating kernel " + what);
+        expect_close(values(a2), ref, 10 * tol(dt), 10 * tol(dt), "accumulating fallback " + what);
       }
 }
 

@@ -483,6 +483,11 @@ void linear_fallback(FusedCall& call, Device device) {
   NoGradGuard no_grad;
   if (c.out->numel == 0) return;
   const Tensor wt = borrow(c.weight).t();
+  if (c.accumulate) {
+    if (c.x->shape[1] > 0) borrow(c.out).add_(borrow(c.x).matmul(wt));
+    if (c.bias) borrow(c.out).add_(borrow(c.bias));
+    return;
+  }
   auto& be = detail::backend_for(device, "linear");
   if (c.x->shape[1] == 0)
     be.fill(*c.out, 0.0);

@@ -293,13 +293,15 @@ struct AttentionCall {
 // A fully connected layer's forward: out [M, N] (contiguous) = x [M, K] weight [N, K]^T + bias [N] (bias contiguous,
 // or null: no bias). x and weight are GEMM operands (one of each matrix's strides is 1, leading dims fit 32 bits);
 // one float dtype. A backend with a GEMM that accumulates (beta = 1) writes the bias rows first and adds the
-// product to them: no separate pass over the output for the bias.
+// product to them: no separate pass over the output for the bias. With `accumulate`, out already holds a matrix
+// and the product is added to it (out += x weight^T; bias null): the autograd's in-place gradient sums.
 struct LinearCall {
   static constexpr FusedOp kOp = FusedOp::Linear;
   const TensorImpl* x = nullptr;
   const TensorImpl* weight = nullptr;
   const TensorImpl* bias = nullptr;
   TensorImpl* out = nullptr;
+  bool accumulate = false;
 };
 
 // One fused call; its index is its FusedOp.

@@ -4,11 +4,38 @@
 
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/fused.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 
 namespace oxmera {
 namespace {
+
+// Without create_graph, adds lhs [m, k] x rhs [k, n] into the gradient buffer of edge e with one accumulating
+// GEMM, when that buffer already holds a dense [m, n] matrix (row- or column-major) that nothing else references:
+// a weight used at every step of a recurrence (W_hh) gets its gradient summed inside the GEMMs, not by one add
+// pass per step. False: nothing was added (the caller returns the product as usual).
+bool accumulate_product_into_buffer(const detail::Edge& e, const Tensor& lhs, const Tensor& rhs) {
+  if (grad_enabled() || !e.node || lhs.dim() != 2 || rhs.dim() != 2) return false;
+  detail::Node& c = *e.node;
+  if (e.output_nr >= c.grad_buffer.size() || !c.grad_buffer[e.output_nr].defined()) return false;
+  const Tensor& slot = c.grad_buffer[e.output_nr];
+  const detail::TensorImpl& S = *slot.impl();
+  const int64_t m = lhs.size(0), n = rhs.size(1);
+  if (S.refcount.load() != 1 || S.storage->refcount.load() != 1 || S.grad_fn || S.shape != Shape{m, n} ||
+      S.dtype != lhs.dtype() || S.device() != lhs.device() || m <= 1 || n <= 1 || lhs.size(1) == 0)
+    return false;
+  const bool row_major = S.strides[1] == 1 && S.strides[0] == n;
+  const bool col_major = S.strides[0] == 1 && S.strides[1] == m;
+  if (!row_major && !col_major) return false;
+  // out (row-major, the buffer's memory) += x w^T: the product itself, or its transpose rhs^T lhs^T.
+  const Tensor out = row_major ? slot : slot.t();
+  const Tensor x = ops::gemm_compatible(row_major ? lhs : rhs.t());
+  const Tensor w = ops::gemm_compatible(row_major ? rhs.t() : lhs);
+  ops::FusedCall call = ops::LinearCall{x.impl(), w.impl(), nullptr, out.impl(), true};
+  ops::run_fused(call, S.device());
+  return true;
+}
 
 struct MatmulNode final : detail::Node {
   detail::SavedTensor a, b;
@@ -27,13 +54,16 @@ struct MatmulNode final : detail::Node {
     // A column-major operand (a transposed view, as Linear's weight.t()) gets its gradient as the transpose of
     // a row-major product: same GEMM cost, and the leaf behind the view receives a contiguous gradient (no
     // copy when it is accumulated).
+    const bool plain = a_shape.size() == 2 && b_shape.size() == 2;  // no broadcast batch to sum over
     if (needs_grad(0)) {
       Tensor B = b.get("matmul");
-      gin[0] = a_column_major ? B.matmul(g.t()).t() : detail::sum_to(g.matmul(B.t()), a_shape);
+      if (!(plain && accumulate_product_into_buffer(next[0], g, B.t())))
+        gin[0] = a_column_major ? B.matmul(g.t()).t() : detail::sum_to(g.matmul(B.t()), a_shape);
     }
     if (needs_grad(1)) {
       Tensor A = a.get("matmul");
-      gin[1] = b_column_major ? g.t().matmul(A).t() : detail::sum_to(A.t().matmul(g), b_shape);
+      if (!(plain && accumulate_product_into_buffer(next[1], A.t(), g)))
+        gin[1] = b_column_major ? g.t().matmul(A).t() : detail::sum_to(A.t().matmul(g), b_shape);
     }
   }
   // A 2-d operand of a 2-d product stored column by column.

@@ -11,7 +11,6 @@
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/cpu_linear.hpp"
 #include "backend/cpu/parallel.hpp"
-#include "backend/cpu/rnn_kernels.hpp"
 #include "oxmera/version.hpp"
 
 namespace oxmera::detail {
@@ -160,9 +159,9 @@ class CpuBackend final : public Backend {
         return k_->softmax_backward(*c.y, *c.g, *c.grad_x, c.y->shape.empty() ? 1 : c.y->shape.back(), c.log);
       }
       case ops::FusedOp::LstmCell:
-        return cpu_lstm_cell(std::get<ops::LstmCellCall>(call));
+        return k_->lstm_cell(std::get<ops::LstmCellCall>(call));
       case ops::FusedOp::LstmCellBackward:
-        return cpu_lstm_cell_backward(std::get<ops::LstmCellBackwardCall>(call));
+        return k_->lstm_cell_backward(std::get<ops::LstmCellBackwardCall>(call));
       case ops::FusedOp::Attention:
         return cpu_attention(std::get<ops::AttentionCall>(call));
       case ops::FusedOp::Linear:

@@ -27,6 +27,9 @@ void cross_entropy(const TensorImpl& x, const TensorImpl& target, double label_s
                    TensorImpl& loss, TensorImpl& lse);
 void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse, const TensorImpl& g,
                             double label_smoothing, double scale, TensorImpl& grad_x);
+// rnn_kernels.cpp (the same ISA namespace)
+void lstm_cell(const ops::LstmCellCall& c);
+void lstm_cell_backward(const ops::LstmCellBackwardCall& c);
 
 namespace {
 
@@ -1245,7 +1248,9 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           layer_norm_backward,
                           optimizer_step,
                           cross_entropy,
-                          cross_entropy_backward};
+                          cross_entropy_backward,
+                          lstm_cell,
+                          lstm_cell_backward};
 
 }  // namespace
 

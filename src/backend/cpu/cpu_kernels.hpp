@@ -4,6 +4,11 @@
 #include "ops/op_defs.hpp"
 #include "tensor/tensor_impl.hpp"
 
+namespace oxmera::ops {
+struct LstmCellCall;
+struct LstmCellBackwardCall;
+}  // namespace oxmera::ops
+
 namespace oxmera::detail {
 
 struct OptimizerStep;
@@ -38,6 +43,9 @@ struct CpuKernels {
                         TensorImpl& loss, TensorImpl& lse);
   void (*cross_entropy_backward)(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse,
                                  const TensorImpl& g, double label_smoothing, double scale, TensorImpl& grad_x);
+  // rnn_kernels.cpp: one LSTM step's gate math and its backward (ops/fused.hpp's LstmCellCall contracts)
+  void (*lstm_cell)(const ops::LstmCellCall&);
+  void (*lstm_cell_backward)(const ops::LstmCellBackwardCall&);
 };
 
 namespace isa_base {

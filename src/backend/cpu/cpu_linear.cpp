@@ -15,7 +15,12 @@ void linear_t(const ops::LinearCall& c) {
   if (m == 0 || n == 0) return;
   T* out = reinterpret_cast<T*>(c.out->byte_ptr());
   const T* bias = c.bias ? reinterpret_cast<const T*>(c.bias->byte_ptr()) : nullptr;
-  if (bias) {
+  if (c.accumulate) {
+    // out keeps its values; a bias (not used by the engine) is added as rows before the product.
+    if (bias)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) out[i * n + j] += bias[j];
+  } else if (bias) {
     for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, out + i * n);
   } else {
     std::fill(out, out + m * n, T(0));

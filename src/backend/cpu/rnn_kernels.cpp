@@ -1,23 +1,37 @@
 // One pass over a batch row per LSTM step, forward and backward: the composite is ~10 elementwise ops (and a
 // cat) forward and ~20 backward, each a full pass and an allocation. exp / tanh are vec_math's inline versions:
-// libm's scalar calls were ~1/3 of a training step and block vectorisation of the loops.
-#include "backend/cpu/rnn_kernels.hpp"
+// libm's scalar calls were ~1/3 of a training step and block vectorisation of the loops. Compiled once per ISA
+// level with the other CPU kernels (cpu_kernels.hpp's table): the baseline build ran the gate math scalar.
+#include "backend/cpu/cpu_kernels.hpp"
 
 #include <cmath>
 
 #include "backend/cpu/vec_math.hpp"
+#include "ops/fused.hpp"
+#include "ops/op_defs.hpp"
 #include "oxmera/error.hpp"
 
-namespace oxmera::detail {
+#ifndef OXM_ISA
+#define OXM_ISA isa_base
+#endif
+
+namespace oxmera::detail::OXM_ISA {
 namespace {
 
+// The gate activations are the registry's sigmoid and tanh (the values of x.sigmoid() / x.tanh(), so the kernel
+// and the composite fallback agree), each over one contiguous run of the row: loops the vectoriser takes (one loop
+// computing all four gates and the cell did not vectorise and ran scalar).
 template <class T>
-T sigmoid(T x) {
-  return T(1) / (T(1) + vm::exp(-x));
+[[gnu::always_inline]] inline T sigmoid(T x) {
+  return ops::defs::Sigmoid::fwd<T, VecMath>(x);
+}
+template <class T>
+[[gnu::always_inline]] inline T tanh_(T x) {
+  return ops::defs::Tanh::fwd<T, VecMath>(x);
 }
 
 template <class T>
-void lstm_cell_t(const ops::LstmCellCall& c) {
+__attribute__((flatten)) void lstm_cell_t(const ops::LstmCellCall& c) {
   const int64_t B = c.batch, H = c.hidden;
   const T* gates = reinterpret_cast<const T*>(c.gates->byte_ptr());
   const T* cp = reinterpret_cast<const T*>(c.c_prev->byte_ptr());
@@ -25,18 +39,38 @@ void lstm_cell_t(const ops::LstmCellCall& c) {
   T* h = reinterpret_cast<T*>(c.h->byte_ptr());
   T* cn = reinterpret_cast<T*>(c.c->byte_ptr());
   for (int64_t b = 0; b < B; ++b) {
-    const T* g = gates + b * 4 * H;
-    T* a = acts + b * 4 * H;
+    const T* __restrict g = gates + b * 4 * H;
+    T* __restrict a = acts + b * 4 * H;
+    for (int64_t j = 0; j < 2 * H; ++j) a[j] = sigmoid(g[j]);      // i, f
+    for (int64_t j = 2 * H; j < 3 * H; ++j) a[j] = tanh_(g[j]);    // g
+    for (int64_t j = 3 * H; j < 4 * H; ++j) a[j] = sigmoid(g[j]);  // o
+    const T* __restrict cpr = cp + b * H;
+    T* __restrict cr = cn + b * H;
+    T* __restrict hr = h + b * H;
     for (int64_t j = 0; j < H; ++j) {
-      const T i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = vm::tanh(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
-      a[j] = i;
-      a[H + j] = f;
-      a[2 * H + j] = gg;
-      a[3 * H + j] = o;
-      const T cv = f * cp[b * H + j] + i * gg;
-      cn[b * H + j] = cv;
-      h[b * H + j] = o * vm::tanh(cv);
+      const T cv = a[H + j] * cpr[j] + a[j] * a[2 * H + j];
+      cr[j] = cv;
+      hr[j] = a[3 * H + j] * tanh_(cv);
     }
+  }
+}
+
+// One batch row of the backward; gh / gc absent (no gradient reached h or c) are zero.
+template <class T, bool kGh, bool kGc>
+__attribute__((flatten)) void lstm_cell_backward_row(const T* __restrict a, const T* __restrict cp,
+                                                     const T* __restrict cn, const T* __restrict gh,
+                                                     const T* __restrict gc, T* __restrict d, T* __restrict dcp,
+                                                     int64_t H) {
+  for (int64_t j = 0; j < H; ++j) {
+    const T i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
+    const T tc = tanh_(cn[j]);
+    const T ghv = kGh ? gh[j] : T(0), gcv = kGc ? gc[j] : T(0);
+    const T dc = gcv + ghv * o * (T(1) - tc * tc);
+    d[j] = dc * g * i * (T(1) - i);
+    d[H + j] = dc * cp[j] * f * (T(1) - f);
+    d[2 * H + j] = dc * i * (T(1) - g * g);
+    d[3 * H + j] = ghv * tc * o * (T(1) - o);
+    dcp[j] = dc * f;
   }
 }
 
@@ -53,24 +87,23 @@ void lstm_cell_backward_t(const ops::LstmCellBackwardCall& c) {
   for (int64_t b = 0; b < B; ++b) {
     const T* a = acts + b * 4 * H;
     T* d = dg + b * 4 * H;
-    for (int64_t j = 0; j < H; ++j) {
-      const int64_t k = b * H + j;
-      const T i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
-      const T tc = vm::tanh(cn[k]);
-      const T ghv = gh ? gh[k] : T(0), gcv = gc ? gc[k] : T(0);
-      const T dc = gcv + ghv * o * (T(1) - tc * tc);
-      d[j] = dc * g * i * (T(1) - i);
-      d[H + j] = dc * cp[k] * f * (T(1) - f);
-      d[2 * H + j] = dc * i * (T(1) - g * g);
-      d[3 * H + j] = ghv * tc * o * (T(1) - o);
-      dcp[k] = dc * f;
-    }
+    const int64_t k = b * H;
+    const T* ghr = gh ? gh + k : nullptr;
+    const T* gcr = gc ? gc + k : nullptr;
+    if (gh && gc)
+      lstm_cell_backward_row<T, true, true>(a, cp + k, cn + k, ghr, gcr, d, dcp + k, H);
+    else if (gh)
+      lstm_cell_backward_row<T, true, false>(a, cp + k, cn + k, ghr, gcr, d, dcp + k, H);
+    else if (gc)
+      lstm_cell_backward_row<T, false, true>(a, cp + k, cn + k, ghr, gcr, d, dcp + k, H);
+    else
+      lstm_cell_backward_row<T, false, false>(a, cp + k, cn + k, ghr, gcr, d, dcp + k, H);
   }
 }
 
 }  // namespace
 
-void cpu_lstm_cell(const ops::LstmCellCall& c) {
+void lstm_cell(const ops::LstmCellCall& c) {
   switch (c.gates->dtype) {
     case DType::F32:
       return lstm_cell_t<float>(c);
@@ -80,7 +113,7 @@ void cpu_lstm_cell(const ops::LstmCellCall& c) {
       OXM_FAIL(UnsupportedDType, "lstm_cell: dtype ", c.gates->dtype, " is not supported (f32, f64)");
   }
 }
-void cpu_lstm_cell_backward(const ops::LstmCellBackwardCall& c) {
+void lstm_cell_backward(const ops::LstmCellBackwardCall& c) {
   switch (c.acts->dtype) {
     case DType::F32:
       return lstm_cell_backward_t<float>(c);
@@ -91,4 +124,4 @@ void cpu_lstm_cell_backward(const ops::LstmCellBackwardCall& c) {
   }
 }
 
-}  // namespace oxmera::detail
+}  // namespace oxmera::detail::OXM_ISA
