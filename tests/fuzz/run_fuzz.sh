@@ -29,7 +29,7 @@ ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=print_stac
 rc=$?
 execs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\)/\1/p' "$log" | tail -1)
 rate=$(sed -n 's/^stat::average_exec_per_sec: *\([0-9]*\)/\1/p' "$log" | tail -1)
-echo "fuzz_$name: ${execs:-?} executions in ${seconds} s (${rate:-?} exec/s), corpus $(ls "$work" | wc -l) inputs"
+echo "fuzz_$name: ${execs:-?} executions, ${rate:-?} exec/s (a run of up to ${seconds} s), corpus $(ls "$work" | wc -l) inputs"
 if [ "$rc" -ne 0 ]; then
   echo "fuzz_$name: FINDING (libFuzzer exit $rc); input: $(ls -t "$artifacts" | grep "^$name-" | head -1)"
   grep -m1 -E "ERROR: |runtime error|FINDING" "$log"
