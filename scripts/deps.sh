@@ -6,7 +6,8 @@ oxmera_packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libbenchma
                  libopenblas-dev libopenblas0-openmp nlohmann-json3-dev libcli11-dev
                  libncurses-dev libvterm-dev zlib1g-dev libsleef-dev  # sleef: only bench/vec_math_vs_sleef
                  libopenmpi-dev openmpi-bin  # oxmera::distributed and its tests under mpirun
-                 python3-sklearn)  # the digits data set of the digits_cnn tests (pulls python3 and numpy)
+                 python3-sklearn  # the digits data set of the digits_cnn tests (pulls python3 and numpy)
+                 clang-14 libclang-rt-14-dev libomp-14-dev)  # the sanitizer suite: ASan+UBSan+libFuzzer, LLVM OpenMP
 if [ "${OXMERA_WITH_TORCH:-0}" = "1" ]; then
   oxmera_packages+=(python3 python3-numpy python3-torch)
 fi

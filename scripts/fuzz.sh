@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses of tests/fuzz (clang, ASan+UBSan, -DOXMERA_FUZZ=ON, in build-fuzz) and runs each
-# for SECONDS (default 60) on a copy of its seed corpus, with allocations capped (-malloc_limit_mb=1024: a file
-# that makes oxmera allocate what it merely claims is a finding; -rss_limit_mb=2048) and a 10 s per-input hang
-# limit. Prints the executions per harness; exits 1 on any finding (crash, sanitizer report, non-oxmera exception,
-# leak, out-of-memory, hang). A finding's input is kept under build-fuzz/fuzz-artifacts/: fix the defect and add
-# the input to tests/fuzz/corpus/<harness>/ as a regression input (the fuzz_replay_<harness> ctest then runs it
-# in every build).
+# Builds the libFuzzer harnesses of tests/fuzz (clang, ASan+UBSan, -DOXMERA_FUZZ=ON, RelWithDebInfo: faster per
+# input than the Debug sanitizer suite's fuzz ctests, so this is the script for long runs, in build-fuzz) and runs
+# each for SECONDS (default 60) through tests/fuzz/run_fuzz.sh, as the fuzz_<harness> ctests do: a fresh copy of
+# its seed corpus, allocations capped (-malloc_limit_mb=1024: a file that makes oxmera allocate what it merely
+# claims is a finding; -rss_limit_mb=2048), a 10 s per-input hang limit. Prints the executions per harness;
+# exits 1 on any finding (crash, sanitizer report, non-oxmera exception, leak, out-of-memory, hang). A finding's
+# input is kept under build-fuzz/fuzz-artifacts/: fix the defect and add the input to tests/fuzz/corpus/<harness>/
+# as a regression input (the fuzz_replay_<harness> ctest then runs it in every build).
 #   scripts/fuzz.sh [SECONDS]        environment: OXMERA_FUZZ_BUILD (build dir), OXMERA_FUZZ_JOBS (build jobs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,7 @@ harnesses=$(sed -n 's/^set(OXMERA_FUZZ_HARNESSES \(.*\))$/\1/p' tests/fuzz/CMake
 echo "=== fuzz build ($build: clang, RelWithDebInfo, ASan+UBSan, libFuzzer)"
 start=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" -DOXMERA_FUZZ=ON \
+  -DOXMERA_WERROR=ON \
   -DOXMERA_SANITIZE=address,undefined -DOXMERA_CUDA=OFF -DOXMERA_MPI=OFF -DOXMERA_BUILD_TESTS=OFF \
   -DOXMERA_BUILD_BENCHMARKS=OFF -DOXMERA_BUILD_EXAMPLES=OFF -DOXMERA_BUILD_TOOLS=OFF "${launcher[@]}" >/dev/null
 targets=()
@@ -36,30 +38,17 @@ artifacts="$build/fuzz-artifacts"
 work="$build/fuzz-work"
 rm -rf "$work"
 mkdir -p "$artifacts" "$work"
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=()
 summary=()
 for h in $harnesses; do
   echo "=== fuzz_$h for ${seconds} s"
-  cp -r "tests/fuzz/corpus/$h" "$work/$h"
-  log="$work/$h.log"
   t0=$(date +%s)
   rc=0
-  "$build/tests/fuzz/fuzz_$h" "$work/$h" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-    -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/$h-" >"$log" 2>&1 || rc=$?
-  elapsed=$(($(date +%s) - t0))
-  execs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\)/\1/p' "$log" | tail -1)
-  rate=$(sed -n 's/^stat::average_exec_per_sec: *\([0-9]*\)/\1/p' "$log" | tail -1)
-  if [ "$rc" -ne 0 ]; then
-    failed+=("$h")
-    result="FINDING (exit $rc; input: $(ls -t "$artifacts" | grep "^$h-" | head -1))"
-    grep -m1 -E "ERROR: |runtime error|FINDING|==ERROR" "$log" || true
-    tail -40 "$log"
-  else
-    result="0 findings"
-  fi
-  summary+=("$(printf '%-12s %12s execs %8s exec/s %5s s  %s' "$h" "${execs:-?}" "${rate:-?}" "$elapsed" "$result")")
+  out=$(sh tests/fuzz/run_fuzz.sh "$build/tests/fuzz/fuzz_$h" "tests/fuzz/corpus/$h" "$work/$h" "$artifacts" \
+    "$seconds") || rc=$?
+  echo "$out"
+  [ "$rc" -ne 0 ] && failed+=("$h")
+  summary+=("$(echo "$out" | head -1) in $(($(date +%s) - t0)) s: $([ "$rc" -eq 0 ] && echo "0 findings" || echo FINDING)")
 done
 echo "=== fuzz summary (${seconds} s per harness; logs in $work)"
 printf '%s\n' "${summary[@]}"

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs every test twice: a Release build, then a Debug build under AddressSanitizer + UBSan.
-# Extra arguments go to ctest (e.g. -R Gradcheck). OXMERA_WITH_TORCH=1 adds the torch parity suite's deps.
+# The sanitizer build is clang's (clang++-14, in build-asan-clang) with libFuzzer coverage (-DOXMERA_FUZZ=ON), so
+# its suite also fuzzes each tests/fuzz harness for OXMERA_FUZZ_SECONDS (default 60; the ctests labelled
+# "fuzz"); without clang (or with OXMERA_SANITIZER_CC=gcc) it is GCC's, in build-asan, without the fuzz ctests.
+# Extra arguments go to ctest (e.g. -R Gradcheck, or -LE fuzz to leave the fuzzing out).
+# OXMERA_WITH_TORCH=1 adds the torch parity suite's deps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -19,10 +23,24 @@ cmake --build build -j "$jobs"
 echo "=== Release tests"
 ctest --test-dir build --output-on-failure -j "$jobs" "$@"
 
-echo "=== Debug build with AddressSanitizer + UndefinedBehaviorSanitizer (OXMERA_CUDA=OFF)"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOXMERA_SANITIZE=address,undefined -DOXMERA_CUDA=OFF \
-  -DOXMERA_WERROR=$werror -DOXMERA_BUILD_BENCHMARKS=OFF "${launcher[@]}" >/dev/null
-cmake --build build-asan -j "$jobs"
-echo "=== Sanitizer tests"
+# The sanitizer build: clang's when there is one (clang's UBSan also checks float-to-integer conversions, and the
+# same build gives the libFuzzer harnesses), in its own folder (a compiler change needs a fresh cache).
+cxx=""
+if [ "${OXMERA_SANITIZER_CC:-clang}" = "clang" ]; then
+  cxx=$(command -v clang++-14 || command -v clang++ || true)
+fi
+if [ -n "$cxx" ]; then
+  asan_build=build-asan-clang
+  asan_flags=(-DCMAKE_CXX_COMPILER="$cxx" -DOXMERA_FUZZ=ON -DOXMERA_FUZZ_SECONDS="${OXMERA_FUZZ_SECONDS:-60}")
+  echo "=== Debug build with AddressSanitizer + UndefinedBehaviorSanitizer + libFuzzer ($cxx, OXMERA_CUDA=OFF)"
+else
+  asan_build=build-asan
+  asan_flags=()
+  echo "=== Debug build with AddressSanitizer + UndefinedBehaviorSanitizer (GCC, no clang found; OXMERA_CUDA=OFF)"
+fi
+cmake -S . -B "$asan_build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOXMERA_SANITIZE=address,undefined -DOXMERA_CUDA=OFF \
+  -DOXMERA_WERROR=$werror -DOXMERA_BUILD_BENCHMARKS=OFF "${asan_flags[@]}" "${launcher[@]}" >/dev/null
+cmake --build "$asan_build" -j "$jobs"
+echo "=== Sanitizer tests ($asan_build)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" "$@"
+  ctest --test-dir "$asan_build" --output-on-failure -j "$jobs" "$@"

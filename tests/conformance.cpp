@@ -564,11 +564,12 @@ std::vector<Case> structured_c_cases(const std::string& name) {
         each(
             "dims " + dims.str(), [dims](const std::vector<Tensor>& v) { return v[0].flip(dims); }, true, true);
     } else {
-      for (const auto& [shifts, dims] : std::vector<std::pair<Dims, Dims>>{
+      // A pair, not a structured binding: clang 14 cannot capture bindings in a lambda.
+      for (const auto& sd : std::vector<std::pair<Dims, Dims>>{
                {{1}, {0}}, {{-2}, {-1}}, {{7}, {1}}, {{1, -3}, {0, 2}}, {{3}, {}}, {{-25}, {}}})
         each(
-            "shifts " + shifts.str() + " dims " + dims.str(),
-            [shifts, dims](const std::vector<Tensor>& v) { return v[0].roll(shifts, dims); }, true, true);
+            "shifts " + sd.first.str() + " dims " + sd.second.str(),
+            [sd](const std::vector<Tensor>& v) { return v[0].roll(sd.first, sd.second); }, true, true);
     }
   } else if (name == "any" || name == "all") {
     const bool any = name == "any";

@@ -224,7 +224,10 @@ TEST(FaultInjection, BatchNormForwardChangesNoBufferWhenItFails) {
       {std::make_shared<nn::BatchNorm1d>(5), randn(Shape{6, 5, 3}, g)},
       {std::make_shared<nn::BatchNorm2d>(3), randn(Shape{2, 3, 4, 4}, g)}};
   int64_t total = 0;
-  for (auto& [layer, x] : cases) {
+  for (auto& layer_input : cases) {
+    // References, not a structured binding: clang 14 cannot capture bindings in the lambdas below.
+    auto& layer = layer_input.first;
+    auto& x = layer_input.second;
     (*layer)(x);  // running statistics away from their initial values
     const Snapshot s0 = snapshot(layer->state_dict());
     // Counted on a fresh layer of the same kind, so that this one's buffers stay at s0.

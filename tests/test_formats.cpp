@@ -3,8 +3,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -312,6 +315,166 @@ TEST_F(Formats, SafetensorsFolder) {
   expect_error([&] { load_safetensors_dir(path("dup")); }, ErrorKind::Io, {"'w'", "1.safetensors", "2.safetensors"});
   std::filesystem::create_directory(path("none"));
   expect_error([&] { load_safetensors_dir(path("none")); }, ErrorKind::Io, {"no *.safetensors"});
+}
+
+// ---- The in-memory loaders (*_from_bytes, load_csv_from_string) are the file loaders' twins: on every input of
+// the fuzz corpora (valid files, lying headers, truncations, bombs) they give the same tensors bit for bit, or
+// the same error kind and message once the function's name is swapped (the source is named by the path here).
+struct Outcome {
+  bool ok = false;
+  std::map<std::string, Tensor> tensors;
+  ErrorKind kind{};
+  std::string message;
+};
+
+Outcome outcome_of(const std::function<std::map<std::string, Tensor>()>& load) {
+  Outcome o;
+  try {
+    o.tensors = load();
+    o.ok = true;
+  } catch (const Error& e) {
+    o.kind = e.kind();
+    o.message = e.message();
+  }
+  return o;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+  return s;
+}
+
+void expect_twins(const Outcome& file, Outcome bytes, const std::string& file_fn, const std::string& bytes_fn,
+                  const std::string& input, int& accepted, int& refused) {
+  SCOPED_TRACE(input);
+  ASSERT_EQ(bytes.ok, file.ok) << (file.ok ? bytes.message : file.message);
+  if (file.ok) {
+    ++accepted;
+    ASSERT_EQ(bytes.tensors.size(), file.tensors.size());
+    for (const auto& [name, t] : file.tensors) {
+      ASSERT_TRUE(bytes.tensors.count(name)) << name;
+      expect_same(bytes.tensors.at(name), t);
+    }
+    return;
+  }
+  ++refused;
+  EXPECT_EQ(bytes.kind, file.kind) << bytes.message;
+  EXPECT_NE(bytes.message.find(bytes_fn + ": " + input), std::string::npos) << bytes.message;
+  EXPECT_EQ(replace_all(bytes.message, bytes_fn, file_fn), file.message);
+}
+
+TEST_F(Formats, FromBytesMatchesTheFileLoadersOnTheFuzzCorpora) {
+  namespace fs = std::filesystem;
+  const fs::path corpus = OXMERA_FUZZ_CORPUS_DIR;
+  int accepted = 0, refused = 0;
+  auto each = [&](const char* harness, const std::function<void(const std::string&, const std::string&)>& check) {
+    int n = 0;
+    for (const auto& entry : fs::directory_iterator(corpus / harness)) {
+      std::ifstream in(entry.path(), std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      check(entry.path().string(), bytes);
+      ++n;
+    }
+    EXPECT_GT(n, 3) << harness;
+  };
+  auto one = [](Tensor t) { return std::map<std::string, Tensor>{{"", std::move(t)}}; };
+  for (const char* harness : {"safetensors", "checkpoint"})
+    each(harness, [&](const std::string& p, const std::string& b) {
+      expect_twins(outcome_of([&] { return load_safetensors(p); }),
+                   outcome_of([&] { return load_safetensors_from_bytes(b.data(), b.size(), p); }), "load_safetensors",
+                   "load_safetensors_from_bytes", p, accepted, refused);
+      // The metadata too.
+      const Outcome file = outcome_of([&] {
+        std::map<std::string, Tensor> m;
+        for (const auto& [k, v] : load_safetensors_with_metadata(p).metadata) m.emplace(k, scalar(double(v.size())));
+        return m;
+      });
+      const Outcome bytes = outcome_of([&] {
+        std::map<std::string, Tensor> m;
+        for (const auto& [k, v] : load_safetensors_with_metadata_from_bytes(b.data(), b.size(), p).metadata)
+          m.emplace(k, scalar(double(v.size())));
+        return m;
+      });
+      EXPECT_EQ(bytes.ok, file.ok) << p;
+      EXPECT_EQ(bytes.tensors.size(), file.tensors.size()) << p;
+    });
+  each("npy", [&](const std::string& p, const std::string& b) {
+    expect_twins(outcome_of([&] { return one(load_npy(p)); }),
+                 outcome_of([&] { return one(load_npy_from_bytes(b.data(), b.size(), p)); }), "load_npy",
+                 "load_npy_from_bytes", p, accepted, refused);
+  });
+  each("npz", [&](const std::string& p, const std::string& b) {
+    expect_twins(outcome_of([&] { return load_npz(p); }),
+                 outcome_of([&] { return load_npz_from_bytes(b.data(), b.size(), p); }), "load_npz",
+                 "load_npz_from_bytes", p, accepted, refused);
+  });
+  each("idx", [&](const std::string& p, const std::string& b) {
+    expect_twins(outcome_of([&] { return one(load_idx(p)); }),
+                 outcome_of([&] { return one(load_idx_from_bytes(b.data(), b.size(), p)); }), "load_idx",
+                 "load_idx_from_bytes", p, accepted, refused);
+  });
+  // The csv corpus is the csv harness's: byte 0 picks the options, the rest is the file.
+  each("csv", [&](const std::string& p, const std::string& b) {
+    const uint8_t head = b.empty() ? 0 : static_cast<uint8_t>(b[0]);
+    CsvOptions options;
+    options.delimiter = ",;\t "[head % 4];
+    options.has_header = (head & 4) != 0;
+    options.missing_as_nan = (head & 8) != 0;
+    options.dtype = (head & 16) != 0 ? DType::F64 : DType::F32;
+    const std::string text = b.empty() ? b : b.substr(1);
+    const std::string file = path("input.csv");
+    {
+      std::ofstream out(file, std::ios::binary);
+      out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    }
+    expect_twins(outcome_of([&] { return one(load_csv(file, options).values); }),
+                 outcome_of([&] { return one(load_csv_from_string(text, options, file).values); }), "load_csv",
+                 "load_csv_from_string", file, accepted, refused);
+  });
+  EXPECT_GT(accepted, 10);
+  EXPECT_GT(refused, 20);
+}
+
+TEST_F(Formats, FromBytesBuffersAreNamedAndOwnNothing) {
+  // Without a name, messages say how many bytes the buffer held.
+  const std::string npy("\x93NUMPY\x01\x00", 8);
+  try {
+    (void)load_npy_from_bytes(npy.data(), npy.size());
+    ADD_FAILURE() << "a truncated .npy loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_NE(e.message().find("load_npy_from_bytes: a buffer of 8 bytes: "), std::string::npos) << e.message();
+  }
+  try {
+    (void)load_safetensors_from_bytes("abc", 3, "blob");
+    ADD_FAILURE() << "3 bytes loaded as safetensors";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_EQ(e.message(),
+              "load_safetensors_from_bytes: blob: buffer of 3 bytes is too small for the 8-byte header "
+              "length");
+  }
+  // An empty buffer is an empty input (no pointer needed), a null pointer with a size a caller mistake.
+  EXPECT_THROW((void)load_idx_from_bytes(nullptr, 0), Error);
+  try {
+    (void)load_npz_from_bytes(nullptr, 5);
+    ADD_FAILURE() << "a null pointer loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.message();
+  }
+  // A saved file read back from its bytes, and the bytes freed afterwards: the tensors own their storage.
+  const Tensor w = randn(Shape{3, 4}, 5);
+  save_safetensors(path("w.safetensors"), {{"w", w}}, {{"step", "3"}});
+  std::ifstream in(path("w.safetensors"), std::ios::binary);
+  auto* bytes = new std::string((std::istreambuf_iterator<char>(in)), {});
+  const SafetensorsFile loaded = load_safetensors_with_metadata_from_bytes(bytes->data(), bytes->size());
+  delete bytes;
+  expect_same(loaded.tensors.at("w"), w);
+  EXPECT_EQ(loaded.metadata.at("step"), "3");
+  const CsvTable table = load_csv_from_string("a,b\n1,2\n3,4\n");
+  EXPECT_EQ(table.columns, (std::vector<std::string>{"a", "b"}));
+  expect_same(table.values, from_vector<float>({1, 2, 3, 4}, Shape{2, 2}));
 }
 
 }  // namespace

@@ -366,8 +366,11 @@ TEST(Sweep, InPlaceArithmeticRefusesOutputsItCannotWrite) {
       {"div_", [](Tensor& a, const Tensor& b) { a.div_(b); }},
       {"copy_", [](Tensor& a, const Tensor& b) { a.copy_(b); }},
   };
-  for (auto& [n, f] : ops) {
-    auto run = [f = f](Tensor a, const Tensor& b) {
+  for (auto& op : ops) {
+    // References, not a structured binding: clang 14 cannot capture bindings in the lambdas below.
+    const auto& n = op.first;
+    const auto& f = op.second;
+    auto run = [f](Tensor a, const Tensor& b) {
       f(a, b);
       return a;
     };

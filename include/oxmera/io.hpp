@@ -24,6 +24,7 @@
 // non-negative shapes whose byte size does not overflow int64, offsets consistent with the shape, no
 // overlaps, and the data section covered exactly, without gaps or trailing bytes, as the reference
 // requires). Every violation is an Io error naming the file, the tensor (when there is one) and the problem.
+#include <cstddef>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -49,5 +50,10 @@ void save_safetensors(const std::string& path, std::initializer_list<std::pair<c
 
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
 SafetensorsFile load_safetensors_with_metadata(const std::string& path);
+// The same from `size` bytes in memory (what safetensors.torch.load(data) reads: a downloaded or memory-mapped
+// blob), with the same checks and the same Io errors, which name `name` (or "a buffer of <size> bytes") where the
+// file functions name the path. The tensors are copies: the bytes may be freed afterwards.
+std::map<std::string, Tensor> load_safetensors_from_bytes(const void* data, size_t size, const std::string& name = "");
+SafetensorsFile load_safetensors_with_metadata_from_bytes(const void* data, size_t size, const std::string& name = "");
 
 }  // namespace oxmera

@@ -18,7 +18,8 @@ struct Field {
 };
 
 // Splits one line (without its line break) into fields; quotes follow RFC 4180 ("" inside quotes is a quote).
-std::vector<Field> split_line(std::string_view line, char delim, const std::string& where, size_t lineno) {
+std::vector<Field> split_line(std::string_view line, char delim, const char* fn, const std::string& where,
+                              size_t lineno) {
   std::vector<Field> out;
   size_t i = 0;
   for (;;) {
@@ -29,7 +30,7 @@ std::vector<Field> split_line(std::string_view line, char delim, const std::stri
       f.quoted = true;
       ++j;
       for (;;) {
-        OXM_CHECK(j < line.size(), Io, "load_csv: ", where, ": line ", lineno, ", column ", f.column,
+        OXM_CHECK(j < line.size(), Io, fn, ": ", where, ": line ", lineno, ", column ", f.column,
                   ": unterminated quoted field (oxmera does not read line breaks inside quotes)");
         if (line[j] == '"') {
           if (j + 1 < line.size() && line[j + 1] == '"') {
@@ -43,7 +44,7 @@ std::vector<Field> split_line(std::string_view line, char delim, const std::stri
         f.text += line[j++];
       }
       while (j < line.size() && line[j] == ' ') ++j;
-      OXM_CHECK(j == line.size() || line[j] == delim, Io, "load_csv: ", where, ": line ", lineno, ", column ", j + 1,
+      OXM_CHECK(j == line.size() || line[j] == delim, Io, fn, ": ", where, ": line ", lineno, ", column ", j + 1,
                 ": text after the closing quote of the field that begins at column ", f.column);
     } else {
       const size_t end = line.find(delim, i);
@@ -84,17 +85,16 @@ bool parse_number(std::string_view s, T& v) {
 
 bool blank(std::string_view s) { return s.find_first_not_of(" \t") == std::string_view::npos; }
 
-}  // namespace
+void check_options(const CsvOptions& options, const char* fn, const std::string& path) {
+  OXM_CHECK(options.dtype == DType::F32 || options.dtype == DType::F64, UnsupportedDType, fn, ": ", path, ": dtype ",
+            dtype_name(options.dtype), " (CSV loads as f32 or f64)");
+  OXM_CHECK(options.delimiter != '"' && options.delimiter != '\n' && options.delimiter != '\r', InvalidArgument, fn,
+            ": ", path, ": the delimiter cannot be a quote or a line break");
+}
 
-CsvTable load_csv(const std::string& path, const CsvOptions& options) {
-  OXM_CHECK(options.dtype == DType::F32 || options.dtype == DType::F64, UnsupportedDType, "load_csv: ", path,
-            ": dtype ", dtype_name(options.dtype), " (CSV loads as f32 or f64)");
-  OXM_CHECK(options.delimiter != '"' && options.delimiter != '\n' && options.delimiter != '\r', InvalidArgument,
-            "load_csv: ", path, ": the delimiter cannot be a quote or a line break");
-  const InputFile f = open_input(path, "load_csv");
-  std::string text(static_cast<size_t>(f.size), '\0');  // the file's real size
-  if (f.size) pread_exact(f, text.data(), text.size(), 0, "the file");
-  if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);  // UTF-8 byte order mark
+// The text of a file or of a string; `fn` and `path` name the function and the source in messages.
+CsvTable parse_csv(std::string_view text, const CsvOptions& options, const char* fn, const std::string& path) {
+  if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.remove_prefix(3);  // UTF-8 byte order mark
 
   CsvTable out;
   std::vector<double> f64;
@@ -111,7 +111,7 @@ CsvTable load_csv(const std::string& path, const CsvOptions& options) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (blank(line)) continue;
-    auto fields = split_line(line, options.delimiter, path, lineno);
+    auto fields = split_line(line, options.delimiter, fn, path, lineno);
     if (!have_cols) {
       ncols = fields.size();
       have_cols = true;
@@ -120,13 +120,13 @@ CsvTable load_csv(const std::string& path, const CsvOptions& options) {
         continue;
       }
     }
-    OXM_CHECK(fields.size() == ncols, Io, "load_csv: ", path, ": line ", lineno, " has ", fields.size(),
-              " fields, the ", options.has_header ? "header has " : "first row has ", ncols);
+    OXM_CHECK(fields.size() == ncols, Io, fn, ": ", path, ": line ", lineno, " has ", fields.size(), " fields, the ",
+              options.has_header ? "header has " : "first row has ", ncols);
     for (size_t c = 0; c < fields.size(); ++c) {
       const Field& fd = fields[c];
       const bool missing = blank(fd.text);
       if (missing) {
-        OXM_CHECK(options.missing_as_nan, Io, "load_csv: ", path, ": line ", lineno, ", column ", fd.column, " (field ",
+        OXM_CHECK(options.missing_as_nan, Io, fn, ": ", path, ": line ", lineno, ", column ", fd.column, " (field ",
                   c + 1, out.columns.empty() ? std::string() : detail::concat(" '", out.columns[c], "'"),
                   "): missing value (set CsvOptions::missing_as_nan to read it as NaN)");
         if (options.dtype == DType::F64)
@@ -145,7 +145,7 @@ CsvTable load_csv(const std::string& path, const CsvOptions& options) {
         ok = parse_number(fd.text, v);
         if (ok) f32.push_back(v);
       }
-      OXM_CHECK(ok, Io, "load_csv: ", path, ": line ", lineno, ", column ", fd.column, " (field ", c + 1,
+      OXM_CHECK(ok, Io, fn, ": ", path, ": line ", lineno, ", column ", fd.column, " (field ", c + 1,
                 out.columns.empty() ? std::string() : detail::concat(" '", out.columns[c], "'"), "): '", fd.text,
                 "' is not a number");
     }
@@ -154,6 +154,22 @@ CsvTable load_csv(const std::string& path, const CsvOptions& options) {
   const Shape shape{rows, static_cast<int64_t>(ncols)};
   out.values = options.dtype == DType::F64 ? from_vector(f64, shape) : from_vector(f32, shape);
   return out;
+}
+
+}  // namespace
+
+CsvTable load_csv(const std::string& path, const CsvOptions& options) {
+  check_options(options, "load_csv", path);
+  const InputFile f = open_input(path, "load_csv");
+  std::string text(static_cast<size_t>(f.size), '\0');  // the file's real size
+  if (f.size) pread_exact(f, text.data(), text.size(), 0, "the file");
+  return parse_csv(text, options, "load_csv", path);
+}
+
+CsvTable load_csv_from_string(std::string_view text, const CsvOptions& options, const std::string& name) {
+  const InputFile f = memory_input(text.data(), text.size(), name, "load_csv_from_string");
+  check_options(options, f.fn, f.path);
+  return parse_csv(text, options, f.fn, f.path);
 }
 
 }  // namespace oxmera

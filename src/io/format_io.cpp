@@ -40,7 +40,24 @@ InputFile open_input(const std::string& path, const char* fn) {
   return f;
 }
 
+InputFile memory_input(const void* data, size_t size, const std::string& name, const char* fn) {
+  OXM_CHECK(data != nullptr || size == 0, InvalidArgument, fn, ": a null pointer with a size of ", size, " bytes");
+  InputFile f;
+  f.path = name.empty() ? detail::concat("a buffer of ", size, " bytes") : name;
+  f.fn = fn;
+  f.size = size;
+  static const unsigned char kNone = 0;  // a non-null pointer for an empty buffer
+  f.bytes = data != nullptr ? static_cast<const unsigned char*>(data) : &kNone;
+  return f;
+}
+
 void pread_exact(const InputFile& f, void* dst, size_t n, uint64_t offset, const std::string& what) {
+  if (f.bytes != nullptr) {
+    OXM_CHECK(offset <= f.size && n <= f.size - offset, Io, f.fn, ": ", f.path, ": the buffer ends at byte offset ",
+              std::min(offset, f.size), " while reading ", what, " (bytes ", offset, "..", offset + n, ")");
+    if (n > 0) std::memcpy(dst, f.bytes + offset, n);
+    return;
+  }
   auto* p = static_cast<char*>(dst);
   const uint64_t start = offset;
   while (n > 0) {

@@ -44,14 +44,19 @@ class Fd {
   int fd_;
 };
 
-// A regular file opened for reading; `fn` names the public function in messages.
+// A regular file opened for reading, or bytes in memory (the *_from_bytes loaders: `bytes` is set, no fd); `fn`
+// names the public function in messages, `path` the file or the buffer.
 struct InputFile {
   Fd fd;
   uint64_t size = 0;
   std::string path;
   const char* fn = "";
+  const unsigned char* bytes = nullptr;  // memory input: [bytes, bytes + size), owned by the caller
 };
 InputFile open_input(const std::string& path, const char* fn);
+// `size` bytes at `data` (the caller keeps them alive while the InputFile is used); named `name` in messages, or
+// "a buffer of <size> bytes" when `name` is empty.
+InputFile memory_input(const void* data, size_t size, const std::string& name, const char* fn);
 // Exactly n bytes at offset, or an Io error saying what was being read.
 void pread_exact(const InputFile& f, void* dst, size_t n, uint64_t offset, const std::string& what);
 

@@ -86,10 +86,8 @@ IdxHeader read_header(ByteSource& src) {
   return h;
 }
 
-}  // namespace
-
-Tensor load_idx(const std::string& path) {
-  const InputFile f = open_input(path, "load_idx");
+Tensor read_idx(const InputFile& f) {
+  const std::string& path = f.path;
   unsigned char head[2] = {0, 0};
   if (f.size >= 2) pread_exact(f, head, 2, 0, "the magic");
   const bool gz = head[0] == 0x1f && head[1] == 0x8b;
@@ -122,6 +120,14 @@ Tensor load_idx(const std::string& path) {
   }
   expect_end(*src, "the data");
   return out;
+}
+
+}  // namespace
+
+Tensor load_idx(const std::string& path) { return read_idx(open_input(path, "load_idx")); }
+
+Tensor load_idx_from_bytes(const void* data, size_t size, const std::string& name) {
+  return read_idx(memory_input(data, size, name, "load_idx_from_bytes"));
 }
 
 void save_idx(const std::string& path, const Tensor& tensor, bool gzip) {

@@ -335,7 +335,7 @@ struct ZipEntry {
 
 std::vector<ZipEntry> read_central_directory(const InputFile& f) {
   const std::string& path = f.path;
-  OXM_CHECK(f.size >= 22, Io, "load_npz: ", path, ": file of ", f.size,
+  OXM_CHECK(f.size >= 22, Io, f.fn, ": ", path, ": file of ", f.size,
             " bytes is too small for a zip archive's end record (22 bytes)");
   // The end-of-central-directory record: the last 22 bytes, or earlier when an archive comment follows it.
   const uint64_t tail_len = std::min<uint64_t>(f.size, 22 + 65535);
@@ -347,7 +347,7 @@ std::vector<ZipEntry> read_central_directory(const InputFile& f) {
       at_end = i;
       break;
     }
-  OXM_CHECK(at_end != std::string::npos, Io, "load_npz: ", path,
+  OXM_CHECK(at_end != std::string::npos, Io, f.fn, ": ", path,
             ": no zip end-of-central-directory record (not a zip / .npz file, or truncated)");
   const uint64_t eocd = f.size - tail_len + at_end;
   const unsigned char* e = &tail[at_end];
@@ -356,26 +356,26 @@ std::vector<ZipEntry> read_central_directory(const InputFile& f) {
   uint64_t cd_limit = eocd;
   if (count == 0xffff || cd_size == 0xffffffff || cd_offset == 0xffffffff) {
     // zip64: a locator right before the end record points at the zip64 end record.
-    OXM_CHECK(eocd >= 20, Io, "load_npz: ", path, ": byte offset ", eocd, ": zip64 sizes but no zip64 locator");
+    OXM_CHECK(eocd >= 20, Io, f.fn, ": ", path, ": byte offset ", eocd, ": zip64 sizes but no zip64 locator");
     unsigned char loc[20];
     pread_exact(f, loc, 20, eocd - 20, "the zip64 locator");
-    OXM_CHECK(le(loc, 4) == 0x07064b50, Io, "load_npz: ", path, ": byte offset ", eocd - 20,
+    OXM_CHECK(le(loc, 4) == 0x07064b50, Io, f.fn, ": ", path, ": byte offset ", eocd - 20,
               ": field 'zip64 locator': missing (the end record holds zip64 markers)");
     const uint64_t z64 = le(loc + 8, 8);
-    OXM_CHECK(z64 <= eocd - 20 && eocd - 20 - z64 >= 56, Io, "load_npz: ", path, ": byte offset ", eocd - 20,
+    OXM_CHECK(z64 <= eocd - 20 && eocd - 20 - z64 >= 56, Io, f.fn, ": ", path, ": byte offset ", eocd - 20,
               ": field 'zip64 end record offset': ", z64, " lies outside the archive");
     unsigned char r[56];
     pread_exact(f, r, 56, z64, "the zip64 end record");
-    OXM_CHECK(le(r, 4) == 0x06064b50, Io, "load_npz: ", path, ": byte offset ", z64,
+    OXM_CHECK(le(r, 4) == 0x06064b50, Io, f.fn, ": ", path, ": byte offset ", z64,
               ": field 'zip64 end record signature': wrong");
     disk = le(r + 16, 4), cd_disk = le(r + 20, 4), count = le(r + 32, 8), cd_size = le(r + 40, 8),
     cd_offset = le(r + 48, 8);
     cd_limit = z64;
   }
-  OXM_CHECK(disk == 0 && cd_disk == 0, Io, "load_npz: ", path, ": multi-disk zip archives are not supported");
-  OXM_CHECK(cd_offset <= cd_limit && cd_size <= cd_limit - cd_offset, Io, "load_npz: ", path, ": byte offset ", eocd,
+  OXM_CHECK(disk == 0 && cd_disk == 0, Io, f.fn, ": ", path, ": multi-disk zip archives are not supported");
+  OXM_CHECK(cd_offset <= cd_limit && cd_size <= cd_limit - cd_offset, Io, f.fn, ": ", path, ": byte offset ", eocd,
             ": the central directory (offset ", cd_offset, ", ", cd_size, " bytes) lies outside the archive");
-  OXM_CHECK(count <= cd_size / 46, Io, "load_npz: ", path, ": byte offset ", eocd, ": field 'entry count': ", count,
+  OXM_CHECK(count <= cd_size / 46, Io, f.fn, ": ", path, ": byte offset ", eocd, ": field 'entry count': ", count,
             " entries cannot fit a central directory of ", cd_size, " bytes");
   std::vector<unsigned char> cd(static_cast<size_t>(cd_size));
   if (cd_size) pread_exact(f, cd.data(), cd.size(), cd_offset, "the central directory");
@@ -385,7 +385,7 @@ std::vector<ZipEntry> read_central_directory(const InputFile& f) {
   size_t p = 0;
   for (uint64_t k = 0; k < count; ++k) {
     const uint64_t off = cd_offset + p;
-    OXM_CHECK(cd.size() - p >= 46 && le(&cd[p], 4) == 0x02014b50, Io, "load_npz: ", path, ": byte offset ", off,
+    OXM_CHECK(cd.size() - p >= 46 && le(&cd[p], 4) == 0x02014b50, Io, f.fn, ": ", path, ": byte offset ", off,
               ": central directory entry ", k, ": bad signature or truncated");
     ZipEntry z;
     z.flags = static_cast<uint16_t>(le(&cd[p + 8], 2));
@@ -396,19 +396,19 @@ std::vector<ZipEntry> read_central_directory(const InputFile& f) {
     const size_t nlen = le(&cd[p + 28], 2), xlen = le(&cd[p + 30], 2), clen = le(&cd[p + 32], 2);
     const uint64_t start_disk = le(&cd[p + 34], 2);
     z.local_offset = le(&cd[p + 42], 4);
-    OXM_CHECK(cd.size() - p - 46 >= nlen + xlen + clen, Io, "load_npz: ", path, ": byte offset ", off,
+    OXM_CHECK(cd.size() - p - 46 >= nlen + xlen + clen, Io, f.fn, ": ", path, ": byte offset ", off,
               ": central directory entry ", k, ": name / extra / comment run past the directory");
     z.name.assign(reinterpret_cast<const char*>(&cd[p + 46]), nlen);
     // zip64 extended information: the 64-bit values of the fields that hold 0xffffffff, in this order.
     for (size_t x = p + 46 + nlen; x + 4 <= p + 46 + nlen + xlen;) {
       const uint64_t id = le(&cd[x], 2), sz = le(&cd[x + 2], 2);
-      OXM_CHECK(x + 4 + sz <= p + 46 + nlen + xlen, Io, "load_npz: ", path, ": central directory entry '", z.name,
+      OXM_CHECK(x + 4 + sz <= p + 46 + nlen + xlen, Io, f.fn, ": ", path, ": central directory entry '", z.name,
                 "': an extra field runs past its entry");
       if (id == 0x0001) {
         size_t q = x + 4;
         auto take = [&](uint64_t& field, const char* what) {
           if (field != 0xffffffff) return;
-          OXM_CHECK(q + 8 <= x + 4 + sz, Io, "load_npz: ", path, ": central directory entry '", z.name,
+          OXM_CHECK(q + 8 <= x + 4 + sz, Io, f.fn, ": ", path, ": central directory entry '", z.name,
                     "': field 'zip64 ", what, "': missing from the zip64 extra field");
           field = le(&cd[q], 8);
           q += 8;
@@ -419,7 +419,7 @@ std::vector<ZipEntry> read_central_directory(const InputFile& f) {
       }
       x += 4 + sz;
     }
-    OXM_CHECK(start_disk == 0 || start_disk == 0xffff, Io, "load_npz: ", path,
+    OXM_CHECK(start_disk == 0 || start_disk == 0xffff, Io, f.fn, ": ", path,
               ": multi-disk zip archives are not supported");
     out.push_back(std::move(z));
     p += 46 + nlen + xlen + clen;
@@ -434,6 +434,11 @@ Tensor load_npy(const std::string& path) {
   return read_npy([&]() -> std::unique_ptr<ByteSource> { return std::make_unique<FileSource>(f, 0, f.size, path); });
 }
 
+Tensor load_npy_from_bytes(const void* data, size_t size, const std::string& name) {
+  const InputFile f = memory_input(data, size, name, "load_npy_from_bytes");
+  return read_npy([&]() -> std::unique_ptr<ByteSource> { return std::make_unique<FileSource>(f, 0, f.size, f.path); });
+}
+
 void save_npy(const std::string& path, const Tensor& tensor) {
   OXM_CHECK(tensor.defined(), InvalidArgument, "save_npy: ", path, ": the tensor is undefined");
   AtomicFile file(path, "save_npy");
@@ -441,30 +446,31 @@ void save_npy(const std::string& path, const Tensor& tensor) {
   file.commit();
 }
 
-std::map<std::string, Tensor> load_npz(const std::string& path) {
-  const InputFile f = open_input(path, "load_npz");
+namespace {
+std::map<std::string, Tensor> read_npz(const InputFile& f) {
+  const std::string& path = f.path;
   const std::vector<ZipEntry> entries = read_central_directory(f);
   std::map<std::string, Tensor> out;
   for (const ZipEntry& z : entries) {
     const std::string where = detail::concat(path, ": member '", z.name, "'");
-    OXM_CHECK(z.name.size() > 4 && z.name.compare(z.name.size() - 4, 4, ".npy") == 0, Io, "load_npz: ", where,
+    OXM_CHECK(z.name.size() > 4 && z.name.compare(z.name.size() - 4, 4, ".npy") == 0, Io, f.fn, ": ", where,
               ": not a .npy array (an .npz holds <name>.npy members)");
-    OXM_CHECK(!(z.flags & 0x1), Io, "load_npz: ", where, ": encrypted members are not supported");
-    OXM_CHECK(z.method == 0 || z.method == 8, Io, "load_npz: ", where, ": compression method ", z.method,
+    OXM_CHECK(!(z.flags & 0x1), Io, f.fn, ": ", where, ": encrypted members are not supported");
+    OXM_CHECK(z.method == 0 || z.method == 8, Io, f.fn, ": ", where, ": compression method ", z.method,
               " (oxmera reads stored (0) and deflated (8) members)");
-    OXM_CHECK(z.local_offset <= f.size && f.size - z.local_offset >= 30, Io, "load_npz: ", where,
+    OXM_CHECK(z.local_offset <= f.size && f.size - z.local_offset >= 30, Io, f.fn, ": ", where,
               ": field 'local header offset': ", z.local_offset, " lies outside the archive of ", f.size, " bytes");
     unsigned char lh[30];
     pread_exact(f, lh, 30, z.local_offset, "a local file header");
-    OXM_CHECK(le(lh, 4) == 0x04034b50, Io, "load_npz: ", where, ": byte offset ", z.local_offset,
+    OXM_CHECK(le(lh, 4) == 0x04034b50, Io, f.fn, ": ", where, ": byte offset ", z.local_offset,
               ": field 'local header signature': wrong (corrupted archive)");
     const uint64_t data = z.local_offset + 30 + le(lh + 26, 2) + le(lh + 28, 2);
-    OXM_CHECK(data <= f.size && z.csize <= f.size - data, Io, "load_npz: ", where, ": byte offset ", data,
+    OXM_CHECK(data <= f.size && z.csize <= f.size - data, Io, f.fn, ": ", where, ": byte offset ", data,
               ": field 'compressed size': ", z.csize, " bytes run past the end of the archive (", f.size, " bytes)");
-    OXM_CHECK(z.method != 0 || z.csize == z.usize, Io, "load_npz: ", where, ": a stored member's sizes differ (",
-              z.csize, " compressed, ", z.usize, " uncompressed)");
+    OXM_CHECK(z.method != 0 || z.csize == z.usize, Io, f.fn, ": ", where, ": a stored member's sizes differ (", z.csize,
+              " compressed, ", z.usize, " uncompressed)");
     const std::string name = z.name.substr(0, z.name.size() - 4);
-    OXM_CHECK(!out.count(name), Io, "load_npz: ", where, ": a second member named '", name, "'");
+    OXM_CHECK(!out.count(name), Io, f.fn, ": ", where, ": a second member named '", name, "'");
     SourceFactory open = [&]() -> std::unique_ptr<ByteSource> {
       std::unique_ptr<ByteSource> s;
       if (z.method == 0)
@@ -479,7 +485,6 @@ std::map<std::string, Tensor> load_npz(const std::string& path) {
   return out;
 }
 
-namespace {
 void save_npz_impl(const std::string& path, const std::vector<std::pair<const std::string*, const Tensor*>>& items,
                    bool compress) {
   std::set<std::string> seen;
@@ -551,6 +556,12 @@ void save_npz_impl(const std::string& path, const std::vector<std::pair<const st
   file.commit();
 }
 }  // namespace
+
+std::map<std::string, Tensor> load_npz(const std::string& path) { return read_npz(open_input(path, "load_npz")); }
+
+std::map<std::string, Tensor> load_npz_from_bytes(const void* data, size_t size, const std::string& name) {
+  return read_npz(memory_input(data, size, name, "load_npz_from_bytes"));
+}
 
 void save_npz(const std::string& path, const std::map<std::string, Tensor>& tensors, bool compress) {
   std::vector<std::pair<const std::string*, const Tensor*>> items;

@@ -40,16 +40,23 @@ using io_detail::Fd;
 using io_detail::sys_error;
 
 // Reads exactly n bytes at offset; Io error on failure or a short file.
-void pread_all(int fd, void* dst, size_t n, uint64_t offset, const std::string& path) {
+// Reads n bytes at offset of the file or buffer (its sizes are checked against f.size before any read).
+void pread_all(const io_detail::InputFile& f, void* dst, size_t n, uint64_t offset, const std::string& where) {
+  if (f.bytes != nullptr) {
+    OXM_CHECK(offset <= f.size && n <= f.size - offset, Io, where, ": the buffer ends early");
+    if (n > 0) std::memcpy(dst, f.bytes + offset, n);
+    return;
+  }
+  const int fd = f.fd.get();
   auto* p = static_cast<char*>(dst);
   while (n > 0) {
     const size_t want = std::min<size_t>(n, size_t{1} << 30);
     const ssize_t got = ::pread(fd, p, want, static_cast<off_t>(offset));
     if (got < 0) {
       if (errno == EINTR) continue;
-      OXM_FAIL(Io, "load_safetensors: ", path, ": read failed: ", sys_error(errno));
+      OXM_FAIL(Io, where, ": read failed: ", sys_error(errno));
     }
-    OXM_CHECK(got > 0, Io, "load_safetensors: ", path, ": file ended early (was it truncated while reading?)");
+    OXM_CHECK(got > 0, Io, where, ": file ended early (was it truncated while reading?)");
     p += got;
     n -= static_cast<size_t>(got);
     offset += static_cast<uint64_t>(got);
@@ -190,7 +197,7 @@ struct HeaderAbort {
 
 // Parses the header JSON, rejecting duplicate keys, deep nesting and long arrays while parsing (so a
 // hostile header cannot make the parser build a huge document).
-json parse_header(const char* data, size_t n, const std::string& path) {
+json parse_header(const char* data, size_t n, const std::string& where) {
   struct Level {
     bool is_array;
     size_t count;
@@ -229,20 +236,21 @@ json parse_header(const char* data, size_t n, const std::string& path) {
   try {
     return json::parse(data, data + n, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
   } catch (const HeaderAbort& a) {
-    OXM_FAIL(Io, "load_safetensors: ", path, ": invalid header: ", a.why);
+    OXM_FAIL(Io, where, ": invalid header: ", a.why);
   } catch (const json::exception& e) {
-    OXM_FAIL(Io, "load_safetensors: ", path, ": the header is not valid UTF-8 JSON: ", printable(e.what()));
+    OXM_FAIL(Io, where, ": the header is not valid UTF-8 JSON: ", printable(e.what()));
   }
 }
 
-uint64_t as_offset(const json& v, const std::string& path, const std::string& name) {
-  OXM_CHECK(v.is_number_unsigned(), Io, "load_safetensors: ", path, ": tensor '", name,
+uint64_t as_offset(const json& v, const std::string& where, const std::string& name) {
+  OXM_CHECK(v.is_number_unsigned(), Io, where, ": tensor '", name,
             "': data_offsets must hold non-negative integers, got ", v.dump());
   return v.get<uint64_t>();
 }
 
-Entry parse_entry(const std::string& name, const json& v, uint64_t data_len, const std::string& path) {
-  auto fail_prefix = [&] { return detail::concat("load_safetensors: ", path, ": tensor '", name, "': "); };
+// `where`: "<function>: <file or buffer>", the start of every message.
+Entry parse_entry(const std::string& name, const json& v, uint64_t data_len, const std::string& where, const char* fn) {
+  auto fail_prefix = [&] { return detail::concat(where, ": tensor '", name, "': "); };
   OXM_CHECK(v.is_object(), Io, fail_prefix(), "the entry must be a JSON object, got ", v.type_name());
   for (const char* field : {"dtype", "shape", "data_offsets"})
     OXM_CHECK(v.contains(field), Io, fail_prefix(), "missing field '", field, "'");
@@ -276,8 +284,8 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t data_len, con
     e.shape.push_back(static_cast<int64_t>(u));
   }
   try {
-    e.numel = checked_numel(e.shape, "load_safetensors", e.type->itemsize);
-    (void)checked_numel(e.shape, "load_safetensors", itemsize(e.type->target));
+    e.numel = checked_numel(e.shape, fn, e.type->itemsize);
+    (void)checked_numel(e.shape, fn, itemsize(e.type->target));
   } catch (const Error&) {
     OXM_FAIL(Io, fail_prefix(), "shape ", sh.dump(), " has more bytes than int64 can count");
   }
@@ -285,8 +293,8 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t data_len, con
   const json& off = v["data_offsets"];
   OXM_CHECK(off.is_array() && off.size() == 2, Io, fail_prefix(), "data_offsets must be [begin, end], got ",
             off.dump());
-  e.begin = as_offset(off[0], path, name);
-  e.end = as_offset(off[1], path, name);
+  e.begin = as_offset(off[0], where, name);
+  e.end = as_offset(off[1], where, name);
   OXM_CHECK(e.begin <= e.end, Io, fail_prefix(), "data_offsets ", off.dump(), " end before they begin");
   OXM_CHECK(e.end <= data_len, Io, fail_prefix(), "data_offsets ", off.dump(), " lie outside the data section of ",
             data_len, " bytes");
@@ -296,52 +304,46 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t data_len, con
   return e;
 }
 
-SafetensorsFile load_impl(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  OXM_CHECK(fd.get() >= 0, Io, "load_safetensors: cannot open ", path, ": ", sys_error(errno));
-  struct stat st {};
-  OXM_CHECK(::fstat(fd.get(), &st) == 0, Io, "load_safetensors: ", path, ": stat failed: ", sys_error(errno));
-  OXM_CHECK(S_ISREG(st.st_mode), Io, "load_safetensors: ", path, " is not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  OXM_CHECK(file_size >= 8, Io, "load_safetensors: ", path, ": file of ", file_size,
+SafetensorsFile load_impl(const io_detail::InputFile& f) {
+  const std::string where = detail::concat(f.fn, ": ", f.path);
+  const uint64_t file_size = f.size;
+  OXM_CHECK(file_size >= 8, Io, where, ": ", f.bytes != nullptr ? "buffer" : "file", " of ", file_size,
             " bytes is too small for the 8-byte header length");
 
   unsigned char len_bytes[8];
-  pread_all(fd.get(), len_bytes, 8, 0, path);
+  pread_all(f, len_bytes, 8, 0, where);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  OXM_CHECK(n <= kMaxHeaderBytes, Io, "load_safetensors: ", path, ": header length ", n, " exceeds the limit of ",
-            kMaxHeaderBytes, " bytes");
-  OXM_CHECK(n <= file_size - 8, Io, "load_safetensors: ", path, ": header length ", n,
-            " is larger than the rest of the file (", file_size - 8, " bytes)");
+  OXM_CHECK(n <= kMaxHeaderBytes, Io, where, ": header length ", n, " exceeds the limit of ", kMaxHeaderBytes,
+            " bytes");
+  OXM_CHECK(n <= file_size - 8, Io, where, ": header length ", n, " is larger than the rest of the file (",
+            file_size - 8, " bytes)");
   const uint64_t data_len = file_size - 8 - n;
 
   std::string header(n, '\0');
-  pread_all(fd.get(), header.data(), n, 8, path);
+  pread_all(f, header.data(), n, 8, where);
   // nlohmann's lexer takes a NUL byte for the end of the input; valid JSON never holds one (control
   // characters in strings must be escaped), so reject it rather than ignore what follows.
-  OXM_CHECK(header.find('\0') == std::string::npos, Io, "load_safetensors: ", path,
+  OXM_CHECK(header.find('\0') == std::string::npos, Io, where,
             ": the header is not valid UTF-8 JSON: it holds a NUL byte at offset ", header.find('\0'));
-  json doc = parse_header(header.data(), header.size(), path);
+  json doc = parse_header(header.data(), header.size(), where);
   std::string().swap(header);
-  OXM_CHECK(doc.is_object(), Io, "load_safetensors: ", path, ": the header must be a JSON object, got ",
-            doc.type_name());
+  OXM_CHECK(doc.is_object(), Io, where, ": the header must be a JSON object, got ", doc.type_name());
 
   SafetensorsFile out;
   std::vector<Entry> entries;
   entries.reserve(doc.size());
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (it.key() == "__metadata__") {
-      OXM_CHECK(it->is_object(), Io, "load_safetensors: ", path, ": __metadata__ must be an object, got ",
-                it->type_name());
+      OXM_CHECK(it->is_object(), Io, where, ": __metadata__ must be an object, got ", it->type_name());
       for (auto m = it->begin(); m != it->end(); ++m) {
-        OXM_CHECK(m->is_string(), Io, "load_safetensors: ", path, ": __metadata__ value of '", m.key(),
-                  "' must be a string, got ", m->dump());
+        OXM_CHECK(m->is_string(), Io, where, ": __metadata__ value of '", m.key(), "' must be a string, got ",
+                  m->dump());
         out.metadata.emplace(m.key(), m->get<std::string>());
       }
       continue;
     }
-    entries.push_back(parse_entry(it.key(), *it, data_len, path));
+    entries.push_back(parse_entry(it.key(), *it, data_len, where, f.fn));
   }
   doc = json();
 
@@ -355,16 +357,16 @@ SafetensorsFile load_impl(const std::string& path) {
   uint64_t covered = 0;
   const Entry* prev = nullptr;
   for (const Entry* e : order) {
-    OXM_CHECK(e->begin >= covered, Io, "load_safetensors: ", path, ": tensor '", e->name, "' (bytes [", e->begin, ", ",
-              e->end, ")) overlaps tensor '", prev ? prev->name : "", "' (bytes [", prev ? prev->begin : 0, ", ",
+    OXM_CHECK(e->begin >= covered, Io, where, ": tensor '", e->name, "' (bytes [", e->begin, ", ", e->end,
+              ")) overlaps tensor '", prev ? prev->name : "", "' (bytes [", prev ? prev->begin : 0, ", ",
               prev ? prev->end : 0, "))");
-    OXM_CHECK(e->begin == covered, Io, "load_safetensors: ", path, ": gap of ", e->begin - covered,
+    OXM_CHECK(e->begin == covered, Io, where, ": gap of ", e->begin - covered,
               " bytes in the data section before tensor '", e->name, "' (bytes [", covered, ", ", e->begin,
               ") belong to no tensor)");
     covered = e->end;
     prev = e;
   }
-  OXM_CHECK(covered == data_len, Io, "load_safetensors: ", path, ": the data section has ", data_len - covered,
+  OXM_CHECK(covered == data_len, Io, where, ": the data section has ", data_len - covered,
             " trailing bytes that belong to no tensor (it is ", data_len, " bytes, the tensors cover ", covered, ")");
 
   // Everything is valid: allocate and read.
@@ -376,14 +378,14 @@ SafetensorsFile load_impl(const std::string& path) {
       void* dst = io_detail::raw_data(t);
       const size_t isz = e.type->itemsize;
       if (isz == itemsize(e.type->target)) {  // same layout (F32, F64, I64, U8, BOOL)
-        pread_all(fd.get(), dst, e.end - e.begin, data_start + e.begin, path);
+        pread_all(f, dst, e.end - e.begin, data_start + e.begin, where);
       } else {
         const size_t per = kChunkBytes / isz;
         chunk.resize(per * isz);
         const size_t osz = itemsize(e.type->target);
         for (size_t done = 0; done < static_cast<size_t>(e.numel);) {
           const size_t k = std::min(per, static_cast<size_t>(e.numel) - done);
-          pread_all(fd.get(), chunk.data(), k * isz, data_start + e.begin + done * isz, path);
+          pread_all(f, chunk.data(), k * isz, data_start + e.begin + done * isz, where);
           convert(e.type->type, chunk.data(), static_cast<char*>(dst) + done * osz, k);
           done += k;
         }
@@ -504,8 +506,20 @@ void save_safetensors(const std::string& path, std::initializer_list<std::pair<c
   save_impl(path, std::move(items), /*reference_order=*/true, metadata);
 }
 
-std::map<std::string, Tensor> load_safetensors(const std::string& path) { return load_impl(path).tensors; }
+std::map<std::string, Tensor> load_safetensors(const std::string& path) {
+  return load_impl(io_detail::open_input(path, "load_safetensors")).tensors;
+}
 
-SafetensorsFile load_safetensors_with_metadata(const std::string& path) { return load_impl(path); }
+SafetensorsFile load_safetensors_with_metadata(const std::string& path) {
+  return load_impl(io_detail::open_input(path, "load_safetensors"));
+}
+
+std::map<std::string, Tensor> load_safetensors_from_bytes(const void* data, size_t size, const std::string& name) {
+  return load_impl(io_detail::memory_input(data, size, name, "load_safetensors_from_bytes")).tensors;
+}
+
+SafetensorsFile load_safetensors_with_metadata_from_bytes(const void* data, size_t size, const std::string& name) {
+  return load_impl(io_detail::memory_input(data, size, name, "load_safetensors_from_bytes"));
+}
 
 }  // namespace oxmera

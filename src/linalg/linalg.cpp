@@ -189,6 +189,9 @@ std::vector<double> soa_pack(const Tensor& a, int64_t count, int64_t n) {
   }
   const int64_t blocks = (count + kLanes - 1) / kLanes, nn2 = n * n;
   std::vector<double> packed(static_cast<size_t>(blocks * nn2 * kLanes), 0.0);
+  // 0x0 matrices: nothing to pack (and the lane offsets below would be applied to the empty vector's null data
+  // pointer, undefined behaviour that clang's UBSan reports for cholesky of [3, 0, 0]).
+  if (nn2 == 0) return packed;
   auto load = [&](auto* p) {
     for (int64_t b = 0; b < count; ++b) {
       double* dst = packed.data() + (b / kLanes) * nn2 * kLanes + (b % kLanes);
@@ -550,7 +553,7 @@ Tensor cholesky(const Tensor& a) {
               " of shape ", a.shape(), " is not positive definite: pivot ", fail[b], " is ", bad[b], " (must be > 0)");
   Tensor L64 = empty(a.shape(), DType::F64);
   double* lp = L64.impl()->ptr<double>();
-  for (int64_t b = 0; b < count; ++b) {
+  for (int64_t b = 0; nn2 > 0 && b < count; ++b) {  // 0x0 matrices: packed is empty (its data() may be null)
     const double* src = packed.data() + (b / kLanes) * nn2 * kLanes + (b % kLanes);
     double* dst = lp + b * nn2;
     for (int64_t i = 0; i < n; ++i)

@@ -389,8 +389,12 @@ ModulePtr Module::clone_into(void* memo_ptr) const {
               "(register_module(\"",
               c.name, "\", &", name(), "::", c.name, ", module))");
   ModulePtr copy = typeid(*this) == typeid(Module) ? std::make_shared<Module>(*this) : shallow_copy();
-  OXM_CHECK(copy && typeid(*copy) == typeid(*this), NotImplemented, name(), ": clone(): shallow_copy() returned a ",
-            copy ? module_detail::type_name(typeid(*copy)) : std::string("null pointer"), ", not a ",
+  // typeid of a reference bound beforehand: typeid(*copy) would call shared_ptr::operator* inside typeid's
+  // operand, which is evaluated (the type is polymorphic) and clang warns about (-Wpotentially-evaluated-expression).
+  const Module* copied = copy.get();
+  OXM_CHECK(copied != nullptr && typeid(*copied) == typeid(*this), NotImplemented, name(),
+            ": clone(): shallow_copy() returned a ",
+            copied != nullptr ? module_detail::type_name(typeid(*copied)) : std::string("null pointer"), ", not a ",
             module_detail::type_name(typeid(*this)), " (derive the class from nn::Cloneable<itself>)");
   memo.modules.emplace(this, copy);
   for (auto* slots : {&copy->params_, &copy->buffers_})
@@ -545,7 +549,10 @@ const ModulePtr& AnyModule::ptr() const {
   OXM_CHECK(holder_ != nullptr, InvalidArgument, "AnyModule: empty (no module held)");
   return holder_->module;
 }
-const std::type_info& AnyModule::type_info() const { return typeid(*ptr()); }
+const std::type_info& AnyModule::type_info() const {
+  const Module& held = *ptr();
+  return typeid(held);
+}
 std::string AnyModule::signature() const {
   OXM_CHECK(holder_ != nullptr, InvalidArgument, "AnyModule: empty (no module held)");
   return holder_->signature();
@@ -555,12 +562,15 @@ std::any AnyModule::call(const ArgRef* args, size_t n) const {
   return holder_->call(args, n);
 }
 AnyModule AnyModule::rebind(ModulePtr m) const {
-  OXM_CHECK(holder_ != nullptr && m != nullptr && typeid(*m) == typeid(*holder_->module), InvalidArgument,
+  const Module* fresh = m.get();
+  const Module* held = holder_ != nullptr ? holder_->module.get() : nullptr;
+  OXM_CHECK(held != nullptr && fresh != nullptr && typeid(*fresh) == typeid(*held), InvalidArgument,
             "AnyModule::rebind: the new module must have the held module's type");
   return AnyModule(holder_->rebind(std::move(m)));
 }
 void AnyModule::bad_get(const std::type_info& want) const {
-  OXM_FAIL(InvalidArgument, "AnyModule::get: the module is a ", module_detail::type_name(typeid(*ptr())), ", not a ",
+  const Module& held = *ptr();
+  OXM_FAIL(InvalidArgument, "AnyModule::get: the module is a ", module_detail::type_name(typeid(held)), ", not a ",
            module_detail::type_name(want));
 }
 void AnyModule::bad_return(const std::type_info& want) const {

@@ -150,8 +150,10 @@ def tui(oxmera, mpiexec):
               EPOCH_LINE.search(r.stdout) is None and "oxmera train:" not in r.stdout, r.stdout[-2000:])
         check("--tui --distributed: one dashboard", r.stdout.count("ranks 2 (MPI)") >= 1 and
               r.stdout.count("\x1b[?1049h") == 1, r.stdout.count("\x1b[?1049h"))
-        # (A sanitizer build prints LeakSanitizer's suppression statistics there: not an error.)
-        check("--tui --distributed: no error on stderr", "error" not in r.stderr.lower(), r.stderr)
+        # (A sanitizer build prints LeakSanitizer's suppression statistics there, and clang's runtime the
+        # "LLVMSymbolizer: error reading file" of a mapping it cannot symbolise: neither is oxmera's error.)
+        stderr = "\n".join(l for l in r.stderr.splitlines() if not l.startswith("LLVMSymbolizer: error reading file"))
+        check("--tui --distributed: no error on stderr", "error" not in stderr.lower(), r.stderr)
     # A rank 0 that cannot draw: every rank fails, with rank 0's reason, before any training.
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        env=dict(env, TERM="dumb"), timeout=120)

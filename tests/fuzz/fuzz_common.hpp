@@ -1,7 +1,9 @@
 #pragma once
-// Shared by the libFuzzer harnesses of tests/fuzz: the loaders under test take a path, so each input is written
-// to one per-process temporary file; an oxmera::Error is the expected outcome of a bad input, anything else
-// (another exception type, a crash, a sanitizer report) is a finding.
+// Shared by the libFuzzer harnesses of tests/fuzz: most call the in-memory loaders (*_from_bytes); a loader that
+// only takes a path (load_checkpoint) gets each input written to one per-process file, under /dev/shm when it
+// exists (memory, not disk: the write costs microseconds) or else the temporary directory. An oxmera::Error is
+// the expected outcome of a bad input, anything else (another exception type, a crash, a sanitizer report) is a
+// finding.
 #include <unistd.h>
 
 #include <cstdint>
@@ -18,7 +20,8 @@ namespace oxmera_fuzz {
 // realistic name keeps messages readable). Removed at exit.
 inline const std::string& input_path(const char* suffix) {
   static const std::string path = [suffix] {
-    std::string templ = std::string("/tmp/oxmera_fuzz_XXXXXX") + suffix;
+    const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    std::string templ = std::string(dir) + "/oxmera_fuzz_XXXXXX" + suffix;
     const int fd = mkstemps(templ.data(), static_cast<int>(std::string(suffix).size()));
     if (fd < 0) {
       std::perror("oxmera_fuzz: mkstemps");

@@ -1,5 +1,8 @@
-// libFuzzer harness: load_csv (include/oxmera/formats.hpp). Byte 0 picks the options (delimiter, header,
+// libFuzzer harness: load_csv_from_string (include/oxmera/formats.hpp, the in-memory twin of load_csv;
+// tests/test_formats.cpp checks they agree). Byte 0 picks the options (delimiter, header,
 // missing values as NaN, F32/F64); the rest is the file.
+#include <string_view>
+
 #include "fuzz_common.hpp"
 #include "oxmera/formats.hpp"
 
@@ -11,9 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.has_header = (head & 4) != 0;
   options.missing_as_nan = (head & 8) != 0;
   options.dtype = (head & 16) != 0 ? oxmera::DType::F64 : oxmera::DType::F32;
-  const std::string& path = oxmera_fuzz::write_input(size > 0 ? data + 1 : data, size > 0 ? size - 1 : 0, ".csv");
+  const std::string_view text(reinterpret_cast<const char*>(data) + (size > 0 ? 1 : 0), size > 0 ? size - 1 : 0);
   return oxmera_fuzz::run_expecting_oxmera_errors([&] {
-    const oxmera::CsvTable table = oxmera::load_csv(path, options);
+    const oxmera::CsvTable table = oxmera::load_csv_from_string(text, options, "the input");
     (void)table.values.to(oxmera::DType::F64).sum().item<double>();
   });
 }
