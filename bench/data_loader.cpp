@@ -1,6 +1,8 @@
 // One training epoch of a small CNN, fed
 //   prebuilt: by hand, index_select of the epoch's permutation slice from the image and label tensors
 //   loader0 / loader2: by data::DataLoader over a TensorDataset with 0 / 2 worker threads
+//   persist2: the same with 2 persistent_workers: one loader for all rounds, its threads started in the
+//             warm-up round and kept (each timed epoch is a begin() on it)
 //   flip0 / flip2: the same through a random_transform that flips each image left-right with probability 1/2
 //                  (cheap per-example work)
 //   decode0 / decode2: a transform standing in for decoding, 200 elementwise ops on each image (per-example work
@@ -16,7 +18,8 @@
 //               Flatten-Linear(784,10), Adam lr 0.01) over 1024 random 28x28 images in batches of 64
 // The model runs with `threads` intra-op threads (default 1). Rounds alternate the modes; each prints its
 // median epoch time over the rounds.
-// Usage: oxmera_data_loader_bench [--data DIR] [threads] [rounds]
+// Usage: oxmera_data_loader_bench [--data DIR] [threads] [rounds]; env MODES (e.g. "prebuilt,loader2"): only
+// those modes (for perf stat / perf record of one of them)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -131,8 +134,14 @@ int main(int argc, char** argv) {
   });
 
   std::map<std::string, std::vector<double>> times;
-  const std::vector<std::string> modes{"prebuilt", "loader0", "loader2", "flip0", "flip2",
-                                       "decode0",  "decode2", "wait0",   "wait2"};
+  std::vector<std::string> modes{"prebuilt", "loader0", "loader2", "persist2", "flip0",
+                                 "flip2",    "decode0", "decode2", "wait0",    "wait2"};
+  if (const char* only = std::getenv("MODES")) {
+    const std::string list = std::string(",") + only + ",";
+    std::erase_if(modes, [&](const std::string& m) { return list.find("," + m + ",") == std::string::npos; });
+  }
+  data::DataLoader persistent(
+      ds, {.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = 2, .persistent_workers = true});
   for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
     for (const std::string& mode : modes) {
       double s = 0;
@@ -156,7 +165,11 @@ int main(int argc, char** argv) {
                                         : mode[0] == 'd' ? data::DatasetPtr(decoded)
                                         : mode[0] == 'w' ? data::DatasetPtr(waiting)
                                                          : data::DatasetPtr(ds);
-        data::DataLoader loader(source, {.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers});
+        std::optional<data::DataLoader> own;
+        if (mode != "persist2")
+          own.emplace(source,
+                      data::DataLoaderOptions{.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers});
+        data::DataLoader& loader = own ? *own : persistent;
         loader.set_epoch(r);
         std::optional<data::DataLoader::Iterator> it;  // started inside the timed epoch
         s = epoch_seconds([&](ox::Tensor& x, ox::Tensor& y) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # oxmera's DataLoader against PyTorch 1.13's (Debian python3-torch): bench/data_loader.cpp and its twin
 # bench/data_loader_torch.py (the same CNN epoch over the same data, batches by hand or by the loader with 0 / 2
-# workers, plain or with a 0.2 ms wait per example) alternate ROUNDS times, each running INNER rounds of every
+# workers, 2 persistent workers, plain or with a 0.2 ms wait per example) alternate ROUNDS times, each running INNER rounds of every
 # mode; prints per mode the median epoch time of each side, the ratio oxmera/torch, and per side what the loader
 # costs over hand-built batches (loader/prebuilt).
 # The data: scikit-learn's digits, exported to IDX by tests/digits/export_digits.py, and the digits CNN of
