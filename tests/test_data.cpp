@@ -732,6 +732,35 @@ TEST(DataLoader, WorkerInfoInsideFetches) {
   EXPECT_LT(*ids.rbegin(), 3);
 }
 
+TEST(DataLoader, WorkersRunOneIntraOpThread) {
+  const int before = get_num_threads();
+  set_num_threads(3);
+  std::atomic<int> seen_min{1000}, seen_max{0};
+  auto ds = data::transform(index_dataset(12), [&](data::Example ex) {
+    const int n = get_num_threads();
+    seen_min = std::min(seen_min.load(), n);
+    seen_max = std::max(seen_max.load(), n);
+    ex[0] = ex[0] + 0.0;  // a kernel in the worker
+    return ex;
+  });
+  for (bool persistent : {false, true}) {
+    seen_min = 1000;
+    seen_max = 0;
+    data::DataLoader loader(ds, {.batch_size = 2, .num_workers = 2, .persistent_workers = persistent});
+    for (int e = 0; e < 2; ++e)
+      for (auto& b : loader) EXPECT_EQ(b[0].size(0), 2);
+    EXPECT_EQ(seen_min.load(), 1) << "as torch's workers (persistent " << persistent << ")";
+    EXPECT_EQ(seen_max.load(), 1);
+    EXPECT_EQ(get_num_threads(), 3) << "the caller's count is untouched";
+  }
+  seen_min = 1000;
+  seen_max = 0;
+  data::DataLoader inline_loader(ds, {.batch_size = 2});
+  for (auto& b : inline_loader) EXPECT_EQ(b[0].size(0), 2);
+  EXPECT_EQ(seen_min.load(), 3) << "with 0 workers the fetches run in the caller's thread, with its count";
+  set_num_threads(before);
+}
+
 TEST(DataLoader, FetchesRecordNoGraphAndCopiesShareTheConfig) {
   Tensor w = arange(0.0, 6.0, 1.0, DType::F32).reshape({3, 2}).requires_grad_();
   data::DataLoader loader(data::tensor_dataset({w}), {.batch_size = 3, .num_workers = 1});

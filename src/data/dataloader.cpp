@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "backend/cpu/parallel.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/random.hpp"
@@ -371,6 +372,9 @@ void WorkerPool::detach() noexcept {
 }
 
 void WorkerPool::worker(int worker_id) noexcept {
+  // One intra-op thread, as torch's workers (torch.set_num_threads(1)): a worker's kernels do not fork teams that
+  // compete for the cores with the training step's.
+  ::oxmera::detail::set_thread_cpu_threads(1);
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
     work_cv.wait(lock, [&] { return closing || (run != nullptr && run->claimable()); });

@@ -20,8 +20,9 @@
 // - Leaving the loop early (break, exception) destroys the iterator, which stops every worker and joins them
 //   (with persistent_workers: waits until they are idle, and the next begin() reuses them).
 // Workers are threads of this process (not processes, as torch's are), so the dataset's fetch(), transforms
-// and collate function must be thread-safe. They run oxmera ops with the process-wide intra-op thread count,
-// and with gradient recording off (NoGradGuard), in the caller's thread too when num_workers is 0.
+// and collate function must be thread-safe. They run oxmera ops with one intra-op thread (get_num_threads() is 1
+// there), as torch's workers do, and with gradient recording off (NoGradGuard); with num_workers 0 the fetches run
+// in the caller's thread, with its thread count and gradient recording off.
 #include <cstdint>
 #include <functional>
 #include <iterator>
