@@ -19,7 +19,8 @@
 // The model runs with `threads` intra-op threads (default 1). Rounds alternate the modes; each prints its
 // median epoch time over the rounds.
 // Usage: oxmera_data_loader_bench [--data DIR] [threads] [rounds]; env MODES (e.g. "prebuilt,loader2"): only
-// those modes (for perf stat / perf record of one of them)
+// those modes (for perf stat / perf record of one of them); LOADER_ONLY=1: the epochs only take the batches (no
+// model step), which times what the loader itself costs the consumer, printed in ms with 3 decimals
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -66,6 +67,7 @@ std::shared_ptr<nn::Sequential> make_digits_cnn() {
 }
 
 bool g_digits = false;
+bool g_loader_only = false;  // env LOADER_ONLY=1: the epochs take the batches and train nothing
 
 // Trains one epoch on the batches `next` hands out (false: the epoch is over); returns seconds.
 double epoch_seconds(const std::function<bool(ox::Tensor&, ox::Tensor&)>& next) {
@@ -76,6 +78,7 @@ double epoch_seconds(const std::function<bool(ox::Tensor&, ox::Tensor&)>& next) 
   const auto t0 = Clock::now();
   ox::Tensor x, y;
   while (next(x, y)) {
+    if (g_loader_only) continue;
     ox::Tensor loss = nn::cross_entropy((*net)(x), y);
     opt.zero_grad();
     loss.backward();
@@ -97,6 +100,7 @@ int main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
   ox::set_num_threads(threads);
   g_digits = !data_dir.empty();
+  g_loader_only = std::getenv("LOADER_ONLY") != nullptr && std::string(std::getenv("LOADER_ONLY")) == "1";
   int64_t n = 1024, bs = 64;
   ox::Tensor images, labels;
   if (g_digits) {
@@ -189,9 +193,10 @@ int main(int argc, char** argv) {
   for (const std::string& mode : modes) {
     std::vector<double>& t = times[mode];
     std::sort(t.begin(), t.end());
-    std::printf("%s data=%s threads=%d rounds=%d median_ms=%.1f min_ms=%.1f max_ms=%.1f\n", mode.c_str(),
-                g_digits ? "digits" : "random", threads, rounds, 1e3 * t[t.size() / 2], 1e3 * t.front(),
-                1e3 * t.back());
+    const int digits = g_loader_only ? 3 : 1;
+    std::printf("%s data=%s threads=%d rounds=%d median_ms=%.*f min_ms=%.*f max_ms=%.*f\n", mode.c_str(),
+                g_digits ? "digits" : "random", threads, rounds, digits, 1e3 * t[t.size() / 2], digits, 1e3 * t.front(),
+                digits, 1e3 * t.back());
   }
   return 0;
 }
