@@ -121,7 +121,7 @@ struct WorkerPool {
   std::condition_variable idle_cv;   // detach() waits for the workers to leave the epoch
   EpochRun* run = nullptr;
   int busy = 0;          // workers making a batch of `run`
-  bool closing = false;  // set once, by close()
+  bool closing = false;  // set by close() (and cleared after a failed start)
   bool in_use = false;   // persistent: an epoch holds the pool (a second live epoch gets its own threads)
   std::vector<std::thread> threads;
 
@@ -165,7 +165,8 @@ struct WorkerPool {
     work_cv.notify_all();
   }
 
-  // Stops the served epoch and waits until no worker is inside it (a fetch already running finishes first).
+  // Once the served epoch's `stop` is set: waits until no worker is inside it (a fetch already running finishes
+  // first), then leaves the pool idle.
   void detach() noexcept;
   void worker(int worker_id) noexcept;
 };
