@@ -20,7 +20,8 @@
 // median epoch time over the rounds.
 // Usage: oxmera_data_loader_bench [--data DIR] [threads] [rounds]; env MODES (e.g. "prebuilt,loader2"): only
 // those modes (for perf stat / perf record of one of them); LOADER_ONLY=1: the epochs only take the batches (no
-// model step), which times what the loader itself costs the consumer, printed in ms with 3 decimals
+// model step), which times what the loader itself costs the consumer, printed in ms with 3 decimals; PREFETCH=n:
+// the loaders' prefetch_factor (default 2)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -144,8 +145,13 @@ int main(int argc, char** argv) {
     const std::string list = std::string(",") + only + ",";
     std::erase_if(modes, [&](const std::string& m) { return list.find("," + m + ",") == std::string::npos; });
   }
-  data::DataLoader persistent(
-      ds, {.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = 2, .persistent_workers = true});
+  const int prefetch = std::getenv("PREFETCH") ? std::atoi(std::getenv("PREFETCH")) : 2;
+  data::DataLoader persistent(ds, {.batch_size = bs,
+                                   .shuffle = true,
+                                   .seed = 1,
+                                   .num_workers = 2,
+                                   .prefetch_factor = prefetch,
+                                   .persistent_workers = true});
   for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
     for (const std::string& mode : modes) {
       double s = 0;
@@ -171,8 +177,10 @@ int main(int argc, char** argv) {
                                                          : data::DatasetPtr(ds);
         std::optional<data::DataLoader> own;
         if (mode != "persist2")
-          own.emplace(source,
-                      data::DataLoaderOptions{.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers});
+          own.emplace(
+              source,
+              data::DataLoaderOptions{
+                  .batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers, .prefetch_factor = prefetch});
         data::DataLoader& loader = own ? *own : persistent;
         loader.set_epoch(r);
         std::optional<data::DataLoader::Iterator> it;  // started inside the timed epoch

@@ -404,13 +404,17 @@ TEST(DataLoader, PrefetchIsBoundedWhileTheConsumerPauses) {
   data::DataLoader loader(ds, {.batch_size = bs, .num_workers = workers, .prefetch_factor = prefetch});
   auto it = loader.begin();
   ds->consumed_batches = 1;
-  // The workers fill the window (the first batch plus `window` more) and then stop, however long we wait.
+  // The workers fill the window (`window` batches after the first, or one less: a sleeping worker is woken once
+  // half the window is free) and then stop, however long we wait.
   const int64_t full = (window + 1) * bs;
-  for (int spins = 0; ds->fetched.load() < full && spins < 120000; ++spins)
+  for (int spins = 0; ds->fetched.load() < full - bs && spins < 120000; ++spins)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(ds->fetched.load(), full) << "the workers prefetch exactly num_workers * prefetch_factor batches";
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(ds->fetched.load(), full) << "no fetch beyond the window while the consumer pauses";
+  const int64_t filled = ds->fetched.load();
+  EXPECT_GE(filled, full - bs) << "the workers prefetch num_workers * prefetch_factor batches";
+  EXPECT_LE(filled, full) << "no fetch beyond the window while the consumer pauses";
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(ds->fetched.load(), filled);
   // Consume the rest, pausing now and then; no fetch ever runs more than the window ahead of the consumer.
   int64_t batches = 1;
   for (++it; it != loader.end(); ++it) {
