@@ -1,6 +1,8 @@
 // One training epoch of a small CNN, fed
 //   prebuilt: by hand, index_select of the epoch's permutation slice from the image and label tensors
 //   loader0 / loader2: by data::DataLoader over a TensorDataset with 0 / 2 worker threads
+//   persist2: the same with 2 persistent_workers: one loader for all rounds, its threads started in the
+//             warm-up round and kept (each timed epoch is a begin() on it)
 //   flip0 / flip2: the same through a random_transform that flips each image left-right with probability 1/2
 //                  (cheap per-example work)
 //   decode0 / decode2: a transform standing in for decoding, 200 elementwise ops on each image (per-example work
@@ -16,7 +18,10 @@
 //               Flatten-Linear(784,10), Adam lr 0.01) over 1024 random 28x28 images in batches of 64
 // The model runs with `threads` intra-op threads (default 1). Rounds alternate the modes; each prints its
 // median epoch time over the rounds.
-// Usage: oxmera_data_loader_bench [--data DIR] [threads] [rounds]
+// Usage: oxmera_data_loader_bench [--data DIR] [threads] [rounds]; env MODES (e.g. "prebuilt,loader2"): only
+// those modes (for perf stat / perf record of one of them); LOADER_ONLY=1: the epochs only take the batches (no
+// model step), which times what the loader itself costs the consumer, printed in ms with 3 decimals; PREFETCH=n:
+// the loaders' prefetch_factor (default 2)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,6 +68,7 @@ std::shared_ptr<nn::Sequential> make_digits_cnn() {
 }
 
 bool g_digits = false;
+bool g_loader_only = false;  // env LOADER_ONLY=1: the epochs take the batches and train nothing
 
 // Trains one epoch on the batches `next` hands out (false: the epoch is over); returns seconds.
 double epoch_seconds(const std::function<bool(ox::Tensor&, ox::Tensor&)>& next) {
@@ -73,6 +79,7 @@ double epoch_seconds(const std::function<bool(ox::Tensor&, ox::Tensor&)>& next) 
   const auto t0 = Clock::now();
   ox::Tensor x, y;
   while (next(x, y)) {
+    if (g_loader_only) continue;
     ox::Tensor loss = nn::cross_entropy((*net)(x), y);
     opt.zero_grad();
     loss.backward();
@@ -94,6 +101,7 @@ int main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
   ox::set_num_threads(threads);
   g_digits = !data_dir.empty();
+  g_loader_only = std::getenv("LOADER_ONLY") != nullptr && std::string(std::getenv("LOADER_ONLY")) == "1";
   int64_t n = 1024, bs = 64;
   ox::Tensor images, labels;
   if (g_digits) {
@@ -131,8 +139,19 @@ int main(int argc, char** argv) {
   });
 
   std::map<std::string, std::vector<double>> times;
-  const std::vector<std::string> modes{"prebuilt", "loader0", "loader2", "flip0", "flip2",
-                                       "decode0",  "decode2", "wait0",   "wait2"};
+  std::vector<std::string> modes{"prebuilt", "loader0", "loader2", "persist2", "flip0",
+                                 "flip2",    "decode0", "decode2", "wait0",    "wait2"};
+  if (const char* only = std::getenv("MODES")) {
+    const std::string list = std::string(",") + only + ",";
+    std::erase_if(modes, [&](const std::string& m) { return list.find("," + m + ",") == std::string::npos; });
+  }
+  const int prefetch = std::getenv("PREFETCH") ? std::atoi(std::getenv("PREFETCH")) : 2;
+  data::DataLoader persistent(ds, {.batch_size = bs,
+                                   .shuffle = true,
+                                   .seed = 1,
+                                   .num_workers = 2,
+                                   .prefetch_factor = prefetch,
+                                   .persistent_workers = true});
   for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
     for (const std::string& mode : modes) {
       double s = 0;
@@ -156,7 +175,13 @@ int main(int argc, char** argv) {
                                         : mode[0] == 'd' ? data::DatasetPtr(decoded)
                                         : mode[0] == 'w' ? data::DatasetPtr(waiting)
                                                          : data::DatasetPtr(ds);
-        data::DataLoader loader(source, {.batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers});
+        std::optional<data::DataLoader> own;
+        if (mode != "persist2")
+          own.emplace(
+              source,
+              data::DataLoaderOptions{
+                  .batch_size = bs, .shuffle = true, .seed = 1, .num_workers = workers, .prefetch_factor = prefetch});
+        data::DataLoader& loader = own ? *own : persistent;
         loader.set_epoch(r);
         std::optional<data::DataLoader::Iterator> it;  // started inside the timed epoch
         s = epoch_seconds([&](ox::Tensor& x, ox::Tensor& y) {
@@ -176,9 +201,10 @@ int main(int argc, char** argv) {
   for (const std::string& mode : modes) {
     std::vector<double>& t = times[mode];
     std::sort(t.begin(), t.end());
-    std::printf("%s data=%s threads=%d rounds=%d median_ms=%.1f min_ms=%.1f max_ms=%.1f\n", mode.c_str(),
-                g_digits ? "digits" : "random", threads, rounds, 1e3 * t[t.size() / 2], 1e3 * t.front(),
-                1e3 * t.back());
+    const int digits = g_loader_only ? 3 : 1;
+    std::printf("%s data=%s threads=%d rounds=%d median_ms=%.*f min_ms=%.*f max_ms=%.*f\n", mode.c_str(),
+                g_digits ? "digits" : "random", threads, rounds, digits, 1e3 * t[t.size() / 2], digits, 1e3 * t.front(),
+                digits, 1e3 * t.back());
   }
   return 0;
 }

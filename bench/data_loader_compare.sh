@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # oxmera's DataLoader against PyTorch 1.13's (Debian python3-torch): bench/data_loader.cpp and its twin
 # bench/data_loader_torch.py (the same CNN epoch over the same data, batches by hand or by the loader with 0 / 2
-# workers, plain or with a 0.2 ms wait per example) alternate ROUNDS times, each running INNER rounds of every
+# workers, 2 persistent workers, plain or with a 0.2 ms wait per example) alternate ROUNDS times, each running INNER rounds of every
 # mode; prints per mode the median epoch time of each side, the ratio oxmera/torch, and per side what the loader
-# costs over hand-built batches (loader/prebuilt).
+# costs over hand-built batches (loader/prebuilt: the median over the rounds of each round's ratio, min-max).
 # The data: scikit-learn's digits, exported to IDX by tests/digits/export_digits.py, and the digits CNN of
 # examples/digits_cnn.cpp (bench/digits_cnn_torch.py on the torch side); DATA=random (or no scikit-learn) runs
 # the older random 28x28 images and bench/train_step.cpp's CNN instead.
@@ -45,7 +45,10 @@ for m in th[0]:
     line = f"{m:9s} oxmera {med(ox, m):7.1f} ms  torch {med(th, m):7.1f} ms  ratio {statistics.median(ratios):.3f} " \
            f"(min {min(ratios):.3f}, max {max(ratios):.3f})"
     if m != "prebuilt":
-        line += f"   loader/prebuilt: oxmera {med(ox, m) / med(ox, 'prebuilt'):.2f}, torch {med(th, m) / med(th, 'prebuilt'):.2f}"
+        # per round (each a median of INNER epochs): this mode over that round's hand-built batches
+        lp = lambda runs: [x[m] / x["prebuilt"] for x in runs]
+        span = lambda v: f"{statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})"
+        line += f"   loader/prebuilt: oxmera {span(lp(ox))}, torch {span(lp(th))}"
     print(line)
 PY
 echo "# load at end: $(cut -d' ' -f1-3 /proc/loadavg)"

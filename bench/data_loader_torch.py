@@ -2,6 +2,8 @@
 """PyTorch twin of bench/data_loader.cpp: one training epoch of the same CNN over the same data, fed
   prebuilt: by hand, index_select of the epoch's permutation slice
   loader0 / loader2: by torch.utils.data.DataLoader over a TensorDataset with 0 / 2 worker processes
+  persist2: the same with 2 persistent_workers=True: one loader for all rounds, its processes started in the
+            warm-up round and kept
   wait0 / wait2: the same through a dataset that sleeps 0.2 ms per example (a stand-in for a file read)
 (the flip and decode modes of the C++ program have no twin here). The data and the model:
   --data DIR: the digits CNN (bench/digits_cnn_torch.py's make_model, the twin of examples/digits_cnn.cpp; Adam
@@ -10,7 +12,7 @@
   without:    Conv2d(1,8,3,p1)-ReLU-MaxPool2-Conv2d(8,16,3,p1)-ReLU-MaxPool2-Flatten-Linear(784,10), Adam lr 0.01,
               over 1024 random 28x28 images in batches of 64
 Rounds alternate the modes; each prints its median epoch time in the C++ program's format. Worker processes are
-started inside the timed epoch (no persistent_workers), as oxmera's threads are.
+started inside the timed epoch (except persist2's), as oxmera's threads are.
 Usage: data_loader_torch.py [--data DIR] [threads] [rounds]
 """
 import os
@@ -84,7 +86,9 @@ def main():
         labels = torch.tensor([(i * 7) % 10 for i in range(n)])
     ds = TensorDataset(images, labels)
     waiting = Waiting(ds)
-    modes = ["prebuilt", "loader0", "loader2", "wait0", "wait2"]
+    modes = ["prebuilt", "loader0", "loader2", "persist2", "wait0", "wait2"]
+    persistent = DataLoader(ds, batch_size=bs, shuffle=True, num_workers=2, persistent_workers=True,
+                            generator=torch.Generator().manual_seed(1))
     times = {m: [] for m in modes}
     for r in range(rounds + 1):  # round 0 warms up
         for mode in modes:
@@ -95,6 +99,9 @@ def main():
                     for at in range(0, n, bs):
                         idx = perm[at:at + bs]
                         yield images.index_select(0, idx), labels.index_select(0, idx)
+            elif mode == "persist2":
+                def batches():
+                    return iter(persistent)
             else:
                 source = waiting if mode.startswith("wait") else ds
                 workers = 2 if mode.endswith("2") else 0

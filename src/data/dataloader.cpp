@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "backend/cpu/parallel.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/random.hpp"
@@ -107,6 +108,69 @@ struct BatchResult {
   std::exception_ptr error;
 };
 
+struct EpochRun;
+
+// The worker threads and the hand-offs between them and the consumer. A pool serves one epoch at a time (`run`,
+// null while idle); everything below, and the claim / slot state of the served epoch, is guarded by `mu`. Without
+// persistent_workers each epoch makes its own pool and closes it when the epoch ends; with them the loader keeps
+// one and each begin() attaches its epoch to it.
+struct WorkerPool {
+  std::mutex mu;
+  std::condition_variable work_cv;   // workers wait for an epoch and room in its window
+  std::condition_variable ready_cv;  // the consumer waits for the next batch
+  std::condition_variable idle_cv;   // detach() waits for the workers to leave the epoch
+  EpochRun* run = nullptr;
+  int busy = 0;          // workers making a batch of `run`
+  bool closing = false;  // set by close() (and cleared after a failed start)
+  bool in_use = false;   // persistent: an epoch holds the pool (a second live epoch gets its own threads)
+  std::vector<std::thread> threads;
+
+  WorkerPool() = default;
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  ~WorkerPool() { close(); }
+
+  // Starts n threads; on failure joins those started and throws.
+  void start(int64_t n) {
+    try {
+      for (int64_t w = 0; w < n; ++w) threads.emplace_back([this, w] { worker(static_cast<int>(w)); });
+    } catch (const std::system_error& e) {
+      const size_t started = threads.size();
+      close();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        closing = false;  // a persistent pool tries again at the next epoch
+      }
+      OXM_FAIL(InvalidArgument, "DataLoader: could not start worker thread ", started + 1, " of ", n, " (", e.what(),
+               "); use fewer num_workers");
+    }
+  }
+
+  void close() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      closing = true;
+    }
+    work_cv.notify_all();
+    for (std::thread& t : threads)
+      if (t.joinable()) t.join();
+    threads.clear();
+  }
+
+  void attach(EpochRun* r) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      run = r;
+    }
+    work_cv.notify_all();
+  }
+
+  // Once the served epoch's `stop` is set: waits until no worker is inside it (a fetch already running finishes
+  // first), then leaves the pool idle.
+  void detach() noexcept;
+  void worker(int worker_id) noexcept;
+};
+
 struct EpochRun {
   std::shared_ptr<const LoaderConfig> cfg;
   int64_t epoch = 0;
@@ -120,44 +184,69 @@ struct EpochRun {
 
   // Workers (num_workers > 0): a batch b may be claimed once b < next_deliver + window, so slot b % window is
   // free (its previous batch, b - window, has been handed out) and at most `window` batches are in flight.
+  // Guarded by pool->mu, except `stop`, which fetches read between examples.
+  std::shared_ptr<WorkerPool> pool;
+  bool pool_is_persistent = false;  // the loader's (given back idle at the end), else this epoch's own
   int64_t window = 0;
-  std::mutex mu;
-  std::condition_variable work_cv;   // workers wait for room in the window
-  std::condition_variable ready_cv;  // the consumer waits for the next batch
   int64_t next_claim = 0;
   int64_t next_deliver = 0;
   std::vector<std::optional<BatchResult>> slots;
   std::atomic<bool> stop{false};
-  std::vector<std::thread> threads;
 
-  EpochRun(std::shared_ptr<const LoaderConfig> config, int64_t e)
+  // `persistent`: the loader's pool, used when it is free (else this epoch starts its own threads).
+  EpochRun(std::shared_ptr<const LoaderConfig> config, int64_t e, const std::shared_ptr<WorkerPool>& persistent)
       : cfg(std::move(config)), epoch(e), order(epoch_order(*cfg, e)), num_batches(cfg->num_batches) {
     const int workers = cfg->options.num_workers;
     if (workers == 0 || num_batches == 0) return;
     window = std::min<int64_t>(static_cast<int64_t>(workers) * cfg->options.prefetch_factor, num_batches);
     slots.resize(static_cast<size_t>(window));
     const int64_t nthreads = std::min<int64_t>(workers, num_batches);
-    try {
-      for (int64_t w = 0; w < nthreads; ++w) threads.emplace_back([this, w] { worker(static_cast<int>(w)); });
-    } catch (const std::system_error& e) {
-      const size_t started = threads.size();
-      shutdown();
-      OXM_FAIL(InvalidArgument, "DataLoader: could not start worker thread ", started + 1, " of ", nthreads, " (",
-               e.what(), "); use fewer num_workers");
+    if (persistent) {
+      std::lock_guard<std::mutex> lock(persistent->mu);
+      if (!persistent->in_use) {
+        persistent->in_use = true;
+        pool = persistent;
+        pool_is_persistent = true;
+      }
     }
+    if (!pool) {
+      pool = std::make_shared<WorkerPool>();
+      pool->start(nthreads);
+    } else if (pool->threads.empty()) {
+      try {
+        pool->start(nthreads);  // the first epoch of a persistent pool (a failed start leaves it closed)
+      } catch (...) {
+        release_pool();
+        throw;
+      }
+    }
+    pool->attach(this);
   }
 
+  EpochRun(const EpochRun&) = delete;
+  EpochRun& operator=(const EpochRun&) = delete;
   ~EpochRun() { shutdown(); }
 
+  bool claimable() const noexcept {
+    return !stop.load(std::memory_order_relaxed) && next_claim < num_batches && next_claim < next_deliver + window;
+  }
+
+  // Ends this epoch's use of the workers: a persistent pool goes back to the loader, idle; an own one is closed.
   void shutdown() noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      stop.store(true);
+    if (!pool) return;
+    stop.store(true);
+    pool->detach();
+    release_pool();
+  }
+
+  void release_pool() noexcept {
+    if (pool_is_persistent) {
+      std::lock_guard<std::mutex> lock(pool->mu);
+      pool->in_use = false;
+    } else {
+      pool->close();
     }
-    work_cv.notify_all();
-    for (std::thread& t : threads)
-      if (t.joinable()) t.join();
-    threads.clear();
+    pool.reset();  // the last owner of a persistent pool (when the loader is gone) closes it here
   }
 
   // With pin_memory: the batch's CPU tensors into page-locked memory (the device move is then non_blocking).
@@ -227,25 +316,6 @@ struct EpochRun {
     return r;
   }
 
-  void worker(int worker_id) noexcept {
-    for (;;) {
-      int64_t b = 0;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        work_cv.wait(lock,
-                     [&] { return stop.load() || next_claim >= num_batches || next_claim < next_deliver + window; });
-        if (stop.load() || next_claim >= num_batches) return;
-        b = next_claim++;
-      }
-      BatchResult r = make_batch(b, worker_id);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        slots[static_cast<size_t>(b % window)] = std::move(r);
-      }
-      ready_cv.notify_all();
-    }
-  }
-
   // Hands out the next batch (throws the batch's error, ending the epoch).
   void advance() {
     if (finished) return;
@@ -256,18 +326,25 @@ struct EpochRun {
       return;
     }
     BatchResult r;
-    if (threads.empty()) {
+    bool wake = false;
+    if (!pool) {
       r = make_batch(b, 0);
     } else {
       {
-        std::unique_lock<std::mutex> lock(mu);
+        std::unique_lock<std::mutex> lock(pool->mu);
         auto& slot = slots[static_cast<size_t>(b % window)];
-        ready_cv.wait(lock, [&] { return slot.has_value(); });
+        pool->ready_cv.wait(lock, [&] { return slot.has_value(); });
         r = std::move(*slot);
         slot.reset();
         next_deliver = b + 1;
+        // A slot came free. Workers that are awake claim it; a sleeping one is woken only once half the window is
+        // free (and each further free slot wakes one more), so fast batches are refilled in runs of window / 2
+        // with a wake-up each, not one per batch, while the other half still waits for the consumer; none once
+        // every batch is claimed. A wake-up is what the 2-worker epoch lost to the hand-built one on a 2-vCPU VM
+        // (docs/LIMITATIONS.md).
+        wake = next_claim < num_batches && next_deliver + window - next_claim >= std::max<int64_t>(1, window / 2);
       }
-      work_cv.notify_all();
+      if (wake) pool->work_cv.notify_one();
     }
     current_index = b;
     if (r.error) {
@@ -294,6 +371,36 @@ struct EpochRun {
     shutdown();
   }
 };
+
+void WorkerPool::detach() noexcept {
+  std::unique_lock<std::mutex> lock(mu);
+  idle_cv.wait(lock, [&] { return busy == 0; });
+  run = nullptr;
+}
+
+void WorkerPool::worker(int worker_id) noexcept {
+  // One intra-op thread, as torch's workers (torch.set_num_threads(1)): a worker's kernels do not fork teams that
+  // compete for the cores with the training step's.
+  ::oxmera::detail::set_thread_cpu_threads(1);
+  std::unique_lock<std::mutex> lock(mu);
+  for (;;) {
+    work_cv.wait(lock, [&] { return closing || (run != nullptr && run->claimable()); });
+    if (closing) return;
+    EpochRun* r = run;
+    const int64_t b = r->next_claim++;
+    ++busy;
+    lock.unlock();
+    BatchResult result = r->make_batch(b, worker_id);
+    lock.lock();
+    r->slots[static_cast<size_t>(b % r->window)] = std::move(result);
+    --busy;
+    const bool last_out = busy == 0 && r->stop.load(std::memory_order_relaxed);
+    lock.unlock();
+    ready_cv.notify_one();
+    if (last_out) idle_cv.notify_all();
+    lock.lock();
+  }
+}
 
 }  // namespace detail
 
@@ -323,6 +430,13 @@ int64_t DataLoader::Iterator::epoch() const { return run_ ? run_->epoch : -1; }
 
 // ---- DataLoader
 
+namespace {
+std::shared_ptr<detail::WorkerPool> persistent_pool(const detail::LoaderConfig& cfg) {
+  if (!cfg.options.persistent_workers || cfg.options.num_workers == 0) return nullptr;
+  return std::make_shared<detail::WorkerPool>();  // its threads start with the first epoch
+}
+}  // namespace
+
 DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) {
   OXM_CHECK(dataset != nullptr, InvalidArgument, "DataLoader: the dataset is null");
   OXM_CHECK(options.batch_size >= 1, InvalidArgument, "DataLoader: batch_size must be >= 1, got ", options.batch_size);
@@ -330,6 +444,8 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) {
             options.num_workers);
   OXM_CHECK(options.prefetch_factor >= 1, InvalidArgument, "DataLoader: prefetch_factor must be >= 1, got ",
             options.prefetch_factor);
+  OXM_CHECK(!options.persistent_workers || options.num_workers > 0, InvalidArgument,
+            "DataLoader: persistent_workers needs num_workers > 0 (as in torch)");
   OXM_CHECK(!(options.sampler && options.shuffle), InvalidArgument,
             "DataLoader: shuffle and sampler are exclusive (as in torch); use a RandomSampler, or shuffle without one");
   auto cfg = std::make_shared<detail::LoaderConfig>();
@@ -339,12 +455,22 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) {
   cfg->pin = options.pin_memory && pinned_memory_available();
   cfg->dataset = std::move(dataset);
   cfg->options = std::move(options);
+  pool_ = persistent_pool(*cfg);
   config_ = std::move(cfg);
 }
 
 DataLoader::~DataLoader() = default;
-DataLoader::DataLoader(const DataLoader&) = default;
-DataLoader& DataLoader::operator=(const DataLoader&) = default;
+// A copy gets its own workers (started at its first epoch).
+DataLoader::DataLoader(const DataLoader& other)
+    : config_(other.config_), pool_(persistent_pool(*other.config_)), next_epoch_(other.next_epoch_) {}
+DataLoader& DataLoader::operator=(const DataLoader& other) {
+  if (this != &other) {
+    pool_ = persistent_pool(*other.config_);
+    config_ = other.config_;
+    next_epoch_ = other.next_epoch_;
+  }
+  return *this;
+}
 DataLoader::DataLoader(DataLoader&&) noexcept = default;
 DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 
@@ -367,7 +493,7 @@ DataLoader::Iterator DataLoader::begin() { return iterate(next_epoch_++); }
 
 DataLoader::Iterator DataLoader::iterate(int64_t epoch) const {
   OXM_CHECK(epoch >= 0, InvalidArgument, "DataLoader::iterate: epoch must be >= 0, got ", epoch);
-  Iterator it(std::make_unique<detail::EpochRun>(config_, epoch));
+  Iterator it(std::make_unique<detail::EpochRun>(config_, epoch, pool_));
   it.run_->advance();  // the first batch (or the end of an empty epoch)
   return it;
 }

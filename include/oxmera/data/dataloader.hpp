@@ -13,14 +13,17 @@
 //   order[b * batch_size ...]; batches arrive in that order for any num_workers (0 included), so a run is
 //   reproducible whatever the worker count.
 // - Memory is bounded: at most num_workers * prefetch_factor batches are being fetched or waiting, on top of the
-//   one the consumer holds, however slowly it consumes.
+//   one the consumer holds, however slowly it consumes. Sleeping workers are woken once half of that window is
+//   free, so fast batches are refilled in runs (a larger prefetch_factor means fewer wake-ups).
 // - An exception while fetching, transforming or collating is rethrown in the caller's thread, when the loop
 //   reaches that batch, as an oxmera::Error of the original kind (InvalidArgument for a non-oxmera exception)
 //   whose message names the example index, the batch and the original message; the epoch then ends.
-// - Leaving the loop early (break, exception) destroys the iterator, which stops and joins every worker.
+// - Leaving the loop early (break, exception) destroys the iterator, which stops every worker and joins them
+//   (with persistent_workers: waits until they are idle, and the next begin() reuses them).
 // Workers are threads of this process (not processes, as torch's are), so the dataset's fetch(), transforms
-// and collate function must be thread-safe. They run oxmera ops with the process-wide intra-op thread count,
-// and with gradient recording off (NoGradGuard), in the caller's thread too when num_workers is 0.
+// and collate function must be thread-safe. They run oxmera ops with one intra-op thread (get_num_threads() is 1
+// there), as torch's workers do, and with gradient recording off (NoGradGuard); with num_workers 0 the fetches run
+// in the caller's thread, with its thread count and gradient recording off.
 #include <cstdint>
 #include <functional>
 #include <iterator>
@@ -56,6 +59,11 @@ struct DataLoaderOptions {
   bool drop_last = false;   // drop the last batch when it is short
   int num_workers = 0;      // 0: batches are fetched in the caller's thread, when asked for
   int prefetch_factor = 2;  // batches fetched ahead per worker (num_workers > 0 only)
+  // torch's persistent_workers=True (num_workers > 0 only): the worker threads start with the first epoch and
+  // wait, idle, between epochs; each begin() hands them its epoch's order. They are joined when the loader and
+  // every iterator from it are gone. Without it each epoch starts its threads in begin() and joins them at its
+  // end. While one epoch holds them, another epoch begun from the same loader starts threads of its own.
+  bool persistent_workers = false;
   Collate collate{};        // empty: default_collate
   ProgressHook on_batch{};  // empty: none
   // Each batch tensor is moved with .to(device), in the caller's thread, before it is handed out; a pinned one
@@ -72,12 +80,13 @@ struct DataLoaderOptions {
 namespace detail {
 struct EpochRun;
 struct LoaderConfig;
+struct WorkerPool;
 }  // namespace detail
 
 class DataLoader {
  public:
   // Move-only input iterator over one epoch's batches. It owns the epoch's workers: destroying it (or reaching
-  // the end) stops and joins them.
+  // the end) stops and joins them (with persistent_workers: stops them and leaves them idle for the next epoch).
   class Iterator {
    public:
     using iterator_concept = std::input_iterator_tag;
@@ -105,10 +114,12 @@ class DataLoader {
     std::unique_ptr<detail::EpochRun> run_;
   };
 
-  // InvalidArgument: a null dataset, batch_size < 1, num_workers < 0, prefetch_factor < 1, shuffle with a sampler.
+  // InvalidArgument: a null dataset, batch_size < 1, num_workers < 0, prefetch_factor < 1, shuffle with a sampler,
+  // persistent_workers with num_workers 0.
   explicit DataLoader(DatasetPtr dataset, DataLoaderOptions options = {});
   ~DataLoader();
-  // Copies share the dataset and options (both immutable) and start at the same epoch().
+  // Copies share the dataset and options (both immutable) and start at the same epoch(); with
+  // persistent_workers each copy has its own workers.
   DataLoader(const DataLoader&);
   DataLoader& operator=(const DataLoader&);
   DataLoader(DataLoader&&) noexcept;
@@ -138,6 +149,7 @@ class DataLoader {
 
  private:
   std::shared_ptr<const detail::LoaderConfig> config_;
+  std::shared_ptr<detail::WorkerPool> pool_;  // persistent_workers: the threads kept across epochs (else null)
   int64_t next_epoch_ = 0;
 };
 

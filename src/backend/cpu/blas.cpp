@@ -86,7 +86,7 @@ void load() {
     auto core = reinterpret_cast<corename_fn>(dlsym(h, "openblas_get_corename"));
     auto cfg = reinterpret_cast<config_fn>(dlsym(h, "openblas_get_config"));
     b->name = std::string(cfg ? cfg() : "OpenBLAS") + " core=" + (core ? core() : "?") + " (" + origin + ")";
-    if (b->set_threads) b->set_threads(cpu_threads());
+    if (b->set_threads) b->set_threads(process_cpu_threads());
     return;
   }
   if (!load_error.empty()) b->name = "builtin blocked GEMM (OpenBLAS found but not loaded: " + load_error + ")";

@@ -198,7 +198,15 @@ Backend& cpu_backend() {
   return *be;
 }
 
-int cpu_threads() noexcept {
+namespace {
+constinit thread_local int t_threads = 0;
+}  // namespace
+
+int cpu_threads() noexcept { return t_threads > 0 ? t_threads : process_cpu_threads(); }
+
+void set_thread_cpu_threads(int n) noexcept { t_threads = n > 0 ? n : 0; }
+
+int process_cpu_threads() noexcept {
   int n = g_threads.load(std::memory_order_relaxed);
   if (n > 0) return n;
   int hw = static_cast<int>(std::thread::hardware_concurrency());

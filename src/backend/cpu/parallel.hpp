@@ -10,7 +10,13 @@
 
 namespace oxmera::detail {
 
+// The intra-op thread count of the calling thread: its own (set_thread_cpu_threads) if set, else the process-wide
+// one (set_num_threads, else OMP_NUM_THREADS / the hardware's).
 int cpu_threads() noexcept;
+int process_cpu_threads() noexcept;
+// The calling thread's own count (0: the process-wide one again); the DataLoader's workers run with 1, as torch's.
+// oxmera's kernels follow it; BLAS keeps the process-wide count (OpenBLAS has one for the process).
+void set_thread_cpu_threads(int n) noexcept;
 
 // Calls fn(begin, end) over [0, n) split into contiguous ranges, one per thread when n >= grain.
 template <class F>
