@@ -481,6 +481,58 @@ TEST(NoFusedOps, ConvolutionAndPoolingMatchTheCpu) {
 
 // Every optimizer, with the options that change its formula, over five steps: per-parameter tensor ops on the
 // device against the CPU's fused kernel.
+// The recurrent layers on the test device, with its fused cells (the CPU kernels) and without them (the composite
+// fallbacks there): outputs, final states and every parameter gradient match the CPU's fused kernels.
+TEST(NoFusedOps, RecurrentLayersMatchTheCpuWithAndWithoutFusedCells) {
+  NEED_FAKE_DEVICE();
+  nn::RNNOptions o;
+  o.num_layers = 2;
+  o.bidirectional = true;
+  for (bool offered : {true, false})
+    for (const char* kind : {"LSTM", "GRU", "RNN"}) {
+      g_device->offer_fused = offered;
+      const std::string tag = std::string(kind) + (offered ? " (device kernels)" : " (fallback)");
+      auto make = [&]() -> std::shared_ptr<nn::RNNBase> {
+        Generator gen(7);
+        if (std::string(kind) == "LSTM") return std::make_shared<nn::LSTM>(3, 4, o, gen);
+        if (std::string(kind) == "GRU") return std::make_shared<nn::GRU>(3, 4, o, gen);
+        return std::make_shared<nn::RNN>(3, 4, o, gen);
+      };
+      auto cpu_net = make(), dev_net = make();
+      dev_net->to(kDev);
+      auto run = [&](nn::RNNBase& net, const Tensor& x) -> std::pair<Tensor, Tensor> {
+        if (auto* l = dynamic_cast<nn::LSTM*>(&net)) {
+          auto [y, st] = l->forward(x);
+          return {y, std::get<0>(st) + std::get<1>(st) * 0.5};
+        }
+        if (auto* g = dynamic_cast<nn::GRU*>(&net)) {
+          auto [y, h] = g->forward(x);
+          return {y, h};
+        }
+        auto [y, h] = static_cast<nn::RNN&>(net).forward(x);
+        return {y, h};
+      };
+      Tensor x = randn({5, 2, 3}, 11);
+      const int64_t calls0 = g_device->fused_kernel_calls;
+      auto [y, h] = run(*cpu_net, x);
+      auto [yd, hd] = run(*dev_net, dev(x));
+      expect_match(yd, y, "output " + tag, 1e-5, 1e-5);
+      expect_match(hd, h, "final state " + tag, 1e-5, 1e-5);
+      Tensor wy = randn(y.shape(), 12), wh = randn(h.shape(), 13);
+      ((y * wy).sum() + (h * wh).sum()).backward();
+      ((yd * dev(wy)).sum() + (hd * dev(wh)).sum()).backward();
+      const auto pc = cpu_net->named_parameters(), pd = dev_net->named_parameters();
+      ASSERT_EQ(pc.size(), pd.size());
+      for (size_t i = 0; i < pc.size(); ++i)
+        expect_match(pd[i].second.grad(), pc[i].second.grad(), pc[i].first + " " + tag, 1e-5, 1e-5);
+      if (offered)
+        EXPECT_GT(g_device->fused_kernel_calls, calls0) << tag;
+      else
+        EXPECT_EQ(g_device->fused_kernel_calls, calls0) << tag;
+    }
+  g_device->offer_fused = true;
+}
+
 TEST(NoFusedOps, OptimizersMatchTheCpusFusedKernel) {
   NEED_FAKE_DEVICE();
   NoFusedOps off;

@@ -1,5 +1,5 @@
-// Recurrent layers (nn/rnn.hpp): the fused LSTM cell against its composite fallback (values and gradients, f32
-// and f64), gradcheck / gradgradcheck of the cell and of RNN / LSTM / GRU in f64 (2 layers, bidirectional,
+// Recurrent layers (nn/rnn.hpp): the fused LSTM and GRU cells against their composite fallbacks (values and gradients,
+// f32 and f64), gradcheck / gradgradcheck of the cell and of RNN / LSTM / GRU in f64 (2 layers, bidirectional,
 // batch_first, initial states), shapes, parameter names, and the typed errors. torch parity: tests/rnn_torch.
 #include <optional>
 #include <string>
@@ -65,6 +65,56 @@ TEST(RnnFused, LstmCellGatesGradcheckAndGradgradcheck) {
   auto fh = [](const std::vector<Tensor>& in) { return std::get<0>(nn::lstm_cell_gates(in[0], in[1])); };
   GradcheckResult rh = gradcheck(fh, {gates, cp});
   EXPECT_TRUE(rh.ok) << rh.message;
+}
+
+TEST(RnnFused, GruCellKernelMatchesTheFallback) {
+  ASSERT_STREQ(ops::fused_op_name(ops::FusedOp::GruCell), "gru_cell");
+  for (DType dt : {DType::F32, DType::F64})
+    for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {16, 64}}) {
+      const std::string what =
+          std::string(dt == DType::F64 ? "f64" : "f32") + " B=" + std::to_string(B) + " H=" + std::to_string(H);
+      Tensor gi = randn({B, 3 * H}, 1, dt) * 2.0, gh = randn({B, 3 * H}, 2, dt) * 2.0, hp = randn({B, H}, 3, dt);
+      Tensor a1 = empty({B, 4 * H}, dt), h1 = empty({B, H}, dt), a2 = empty({B, 4 * H}, dt), h2 = empty({B, H}, dt);
+      ops::FusedCall k = ops::GruCellCall{gi.impl(), gh.impl(), hp.impl(), B, H, a1.impl(), h1.impl()};
+      ops::FusedCall f = ops::GruCellCall{gi.impl(), gh.impl(), hp.impl(), B, H, a2.impl(), h2.impl()};
+      ASSERT_TRUE(ops::fused_supported(k, Device::cpu()));
+      ops::run_fused(k, Device::cpu());
+      ops::run_fused_fallback(f, Device::cpu());
+      expect_close(values(a2), values(a1), tol(dt), tol(dt), "acts " + what);
+      expect_close(values(h2), values(h1), tol(dt), tol(dt), "h " + what);
+      Tensor g = randn({B, H}, 4, dt);
+      Tensor di1 = empty({B, 3 * H}, dt), dh1 = empty({B, 3 * H}, dt), dp1 = empty({B, H}, dt);
+      Tensor di2 = empty({B, 3 * H}, dt), dh2 = empty({B, 3 * H}, dt), dp2 = empty({B, H}, dt);
+      ops::FusedCall kb =
+          ops::GruCellBackwardCall{a1.impl(), hp.impl(), g.impl(), B, H, di1.impl(), dh1.impl(), dp1.impl()};
+      ops::FusedCall fb =
+          ops::GruCellBackwardCall{a1.impl(), hp.impl(), g.impl(), B, H, di2.impl(), dh2.impl(), dp2.impl()};
+      ASSERT_TRUE(ops::fused_supported(kb, Device::cpu()));
+      ops::run_fused(kb, Device::cpu());
+      ops::run_fused_fallback(fb, Device::cpu());
+      expect_close(values(di2), values(di1), 5 * tol(dt), 5 * tol(dt), "grad gi " + what);
+      expect_close(values(dh2), values(dh1), 5 * tol(dt), 5 * tol(dt), "grad gh " + what);
+      expect_close(values(dp2), values(dp1), 5 * tol(dt), 5 * tol(dt), "grad h_prev " + what);
+    }
+}
+
+TEST(RnnFused, GruCellGatesMatchTheCompositeAndGradgradcheck) {
+  Tensor gi = (randn({3, 6}, 5, DType::F64) * 1.5).requires_grad_(true);
+  Tensor gh = (randn({3, 6}, 7, DType::F64) * 1.5).requires_grad_(true);
+  Tensor hp = randn({3, 2}, 6, DType::F64).requires_grad_(true);
+  // The composite the fused step replaced, written out with torch's formula.
+  const std::vector<Tensor> i = gi.chunk(3, 1), h = gh.chunk(3, 1);
+  const Tensor r = (i[0] + h[0]).sigmoid(), z = (i[1] + h[1]).sigmoid(), n = (i[2] + r * h[2]).tanh();
+  expect_close(values((1.0 - z) * n + z * hp), values(nn::gru_cell_gates(gi, gh, hp)), 1e-14, 1e-14, "gru h");
+  auto f = [](const std::vector<Tensor>& in) { return nn::gru_cell_gates(in[0], in[1], in[2]); };
+  GradcheckResult res = gradcheck(f, {gi, gh, hp});
+  EXPECT_TRUE(res.ok) << res.message;
+  GradcheckResult rr = gradgradcheck(f, {gi, gh, hp});
+  EXPECT_TRUE(rr.ok) << rr.message;
+  // Only h_prev requires a gradient.
+  auto fp = [&](const std::vector<Tensor>& in) { return nn::gru_cell_gates(gi.detach(), gh.detach(), in[0]); };
+  GradcheckResult rp = gradcheck(fp, {hp});
+  EXPECT_TRUE(rp.ok) << rp.message;
 }
 
 nn::RNNOptions f64_opts(int64_t layers, bool bidir, bool batch_first) {
@@ -176,6 +226,18 @@ TEST(RnnLayers, TypedErrors) {
   EXPECT_EQ(kind_of([&] { nn::RNN(4, 6, {.nonlinearity = "gelu"}); }), ErrorKind::InvalidArgument);
   EXPECT_EQ(kind_of([&] { nn::GRU(4, 0); }), ErrorKind::InvalidArgument);
   EXPECT_EQ(kind_of([&] { nn::lstm_cell_gates(randn({2, 7}, 1), randn({2, 1}, 2)); }), ErrorKind::ShapeMismatch);
+  EXPECT_EQ(kind_of([&] {
+              nn::gru_cell_gates(randn({2, 7}, 1), randn({2, 7}, 2), randn({2, 2}, 3));
+            }),
+            ErrorKind::ShapeMismatch);
+  EXPECT_EQ(kind_of([&] {
+              nn::gru_cell_gates(randn({2, 6}, 1), randn({2, 6}, 2), randn({2, 3}, 3));
+            }),
+            ErrorKind::ShapeMismatch);
+  EXPECT_EQ(kind_of([&] {
+              nn::gru_cell_gates(randn({2, 6}, 1), randn({2, 6}, 2, DType::F64), randn({2, 2}, 3));
+            }),
+            ErrorKind::DTypeMismatch);
 }
 
 TEST(RnnLayers, DropoutBetweenLayersOnlyInTraining) {

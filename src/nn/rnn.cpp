@@ -110,6 +110,51 @@ struct LstmCellNode final : detail::Node {
 
 detail::Edge edge_or_none(const Tensor& t) { return t.defined() ? detail::edge_of(t) : detail::Edge{}; }
 
+struct GruCellNode final : detail::Node {
+  detail::SavedTensor gi, gh, h_prev;
+  Tensor acts;
+  int64_t batch = 0, hidden = 0;
+  bool release_saved() override {
+    const bool had = acts.defined();
+    gi.reset();
+    gh.reset();
+    h_prev.reset();
+    acts = Tensor();
+    return had;
+  }
+  const char* name() const override { return "gru_cell"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const Tensor& g = gout[0];
+    if (grad_enabled()) {
+      // The backward formulas as recorded ops of the re-attached inputs, so the gradient is differentiable.
+      const std::vector<Tensor> i = gi.get(name()).chunk(3, 1), h = gh.get(name()).chunk(3, 1);
+      const Tensor hp = h_prev.get(name());
+      const Tensor r = (i[0] + h[0]).sigmoid(), z = (i[1] + h[1]).sigmoid();
+      const Tensor n = (i[2] + r * h[2]).tanh();
+      const Tensor dn = g * (1.0 - z) * (1.0 - n * n);
+      const Tensor dz = g * (hp - n) * z * (1.0 - z);
+      const Tensor dr = dn * h[2] * r * (1.0 - r);
+      if (needs_grad(0)) gin[0] = cat({dr, dz, dn}, 1);
+      if (needs_grad(1)) gin[1] = cat({dr, dz, dn * r}, 1);
+      if (needs_grad(2)) gin[2] = g * z;
+      return;
+    }
+    const Tensor hp = h_prev.get(name()), gc = g.contiguous();
+    const DType dt = acts.dtype();
+    const Device dev = acts.device();
+    Tensor dgi = detail::make_empty({batch, 3 * hidden}, dt, dev, "gru_cell backward");
+    Tensor dgh = detail::make_empty({batch, 3 * hidden}, dt, dev, "gru_cell backward");
+    Tensor dhp = detail::make_empty({batch, hidden}, dt, dev, "gru_cell backward");
+    ops::FusedCall call =
+        ops::GruCellBackwardCall{acts.impl(), hp.impl(), gc.impl(), batch, hidden, dgi.impl(), dgh.impl(), dhp.impl()};
+    ops::run_fused(call, dev);
+    if (needs_grad(0)) gin[0] = dgi;
+    if (needs_grad(1)) gin[1] = dgh;
+    if (needs_grad(2)) gin[2] = dhp;
+  }
+};
+
 // The per-step slices of the input projection [T, B, G] as one node with T outputs: its backward stacks the T
 // step gradients once (O(T)), where T select nodes would each scatter into a zero-filled [T, B, G] (O(T^2)).
 struct SeqUnbindNode final : detail::Node {
@@ -183,6 +228,46 @@ std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates_in, const Tensor&
     detail::set_history(c, node, 1);
   }
   return {h, c};
+}
+
+Tensor gru_cell_gates(const Tensor& gi_in, const Tensor& gh_in, const Tensor& h_prev_in) {
+  detail::check_defined(gi_in, "gru_cell_gates", "gi");
+  detail::check_defined(gh_in, "gru_cell_gates", "gh");
+  detail::check_defined(h_prev_in, "gru_cell_gates", "h_prev");
+  OXM_CHECK(gi_in.dim() == 2 && gi_in.size(1) % 3 == 0 && gh_in.shape() == gi_in.shape(), ShapeMismatch,
+            "gru_cell_gates: gi and gh must both be [B, 3*H], got ", shape_str(gi_in.shape()), " and ",
+            shape_str(gh_in.shape()));
+  const int64_t B = gi_in.size(0), H = gi_in.size(1) / 3;
+  OXM_CHECK(h_prev_in.shape() == Shape({B, H}), ShapeMismatch, "gru_cell_gates: h_prev must be [", B, ", ", H,
+            "] for gates ", shape_str(gi_in.shape()), ", got ", shape_str(h_prev_in.shape()));
+  OXM_CHECK(is_floating(gi_in.dtype()) && gh_in.dtype() == gi_in.dtype() && h_prev_in.dtype() == gi_in.dtype(),
+            DTypeMismatch, "gru_cell_gates: gi (", gi_in.dtype(), "), gh (", gh_in.dtype(), ") and h_prev (",
+            h_prev_in.dtype(), ") must share one float dtype");
+  OXM_CHECK(gh_in.device() == gi_in.device() && h_prev_in.device() == gi_in.device(), DeviceMismatch,
+            "gru_cell_gates: gi, gh and h_prev must be on one device");
+  const Tensor gi = gi_in.contiguous(), gh = gh_in.contiguous(), h_prev = h_prev_in.contiguous();
+  const DType dt = gi.dtype();
+  const Device dev = gi.device();
+  Tensor acts = detail::make_empty({B, 4 * H}, dt, dev, "gru_cell");
+  Tensor h = detail::make_empty({B, H}, dt, dev, "gru_cell");
+  if (B * H > 0) {
+    ops::FusedCall call = ops::GruCellCall{gi.impl(), gh.impl(), h_prev.impl(), B, H, acts.impl(), h.impl()};
+    ops::run_fused(call, dev);
+  }
+  if (grad_enabled() && (gi.requires_grad() || gh.requires_grad() || h_prev.requires_grad())) {
+    auto* node = new GruCellNode();
+    node->next.push_back(edge_or_none(gi));
+    node->next.push_back(edge_or_none(gh));
+    node->next.push_back(edge_or_none(h_prev));
+    node->gi.save(gi, false);
+    node->gh.save(gh, false);
+    node->h_prev.save(h_prev, false);
+    node->acts = acts;
+    node->batch = B;
+    node->hidden = H;
+    detail::set_history(h, node, 0);
+  }
+  return h;
 }
 
 RNNBase::RNNBase(Mode mode, int64_t input_size_, int64_t hidden_size_, RNNOptions opts, Generator& gen)
@@ -290,7 +375,8 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
       for (int64_t s = 0; s < T; ++s) {
         const int64_t t = d == 0 ? s : T - 1 - s;
         const Tensor& xt = xsteps[static_cast<size_t>(t)];
-        Tensor hh = h.matmul(w_hhT);
+        // GRU's b_hh stays inside r * (...): its recurrent product is the fused linear over it.
+        Tensor hh = mode_ == Mode::GRU ? functional::linear(h, w[1], w[3]) : h.matmul(w_hhT);
         switch (mode_) {
           case Mode::RnnTanh:
             h = (xt + hh).tanh();
@@ -303,11 +389,7 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
             break;
           }
           case Mode::GRU: {
-            if (w[3].defined()) hh = hh + w[3];
-            const std::vector<Tensor> gi = xt.chunk(3, 1), gh = hh.chunk(3, 1);
-            const Tensor r = (gi[0] + gh[0]).sigmoid(), z = (gi[1] + gh[1]).sigmoid();
-            const Tensor n = (gi[2] + r * gh[2]).tanh();
-            h = n + z * (h - n);  // (1 - z) n + z h
+            h = gru_cell_gates(xt, hh, h);
             break;
           }
         }

@@ -476,6 +476,31 @@ void lstm_cell_backward_fallback(FusedCall& call, Device) {
   borrow(c.grad_c_prev).copy_(dc * f);
 }
 
+// ---------------------------------------------------------------- GRU cell
+void gru_cell_fallback(FusedCall& call, Device) {
+  auto& c = std::get<GruCellCall>(call);
+  NoGradGuard no_grad;
+  const std::vector<Tensor> i = borrow(c.gi).chunk(3, 1), h = borrow(c.gh).chunk(3, 1);
+  const Tensor r = (i[0] + h[0]).sigmoid(), z = (i[1] + h[1]).sigmoid();
+  const Tensor n = (i[2] + r * h[2]).tanh();
+  borrow(c.acts).copy_(cat({r, z, n, h[2]}, 1));
+  borrow(c.h).copy_(n + z * (borrow(c.h_prev) - n));
+}
+
+void gru_cell_backward_fallback(FusedCall& call, Device) {
+  auto& c = std::get<GruCellBackwardCall>(call);
+  NoGradGuard no_grad;
+  const std::vector<Tensor> a = borrow(c.acts).chunk(4, 1);
+  const Tensor &r = a[0], &z = a[1], &n = a[2], &ghn = a[3];
+  const Tensor g = borrow(c.g), hp = borrow(c.h_prev);
+  const Tensor dn = g * (1.0 - z) * (1.0 - n * n);
+  const Tensor dz = g * (hp - n) * z * (1.0 - z);
+  const Tensor dr = dn * ghn * r * (1.0 - r);
+  borrow(c.grad_gi).copy_(cat({dr, dz, dn}, 1));
+  borrow(c.grad_gh).copy_(cat({dr, dz, dn * r}, 1));
+  borrow(c.grad_h_prev).copy_(g * z);
+}
+
 // ---------------------------------------------------------------- linear
 // The product into out, then the bias added in place: the two passes the fused kernel makes one.
 void linear_fallback(FusedCall& call, Device device) {
@@ -525,6 +550,8 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::Attention, "scaled_dot_product_attention", attention_fallback,
      "cpu (f32, f64; key tiles with an online softmax)"},
     {FusedOp::Linear, "linear", linear_fallback, "cpu (f32, f64; the bias rows, then GEMM with beta = 1)"},
+    {FusedOp::GruCell, "gru_cell", gru_cell_fallback, "cpu (f32, f64)"},
+    {FusedOp::GruCellBackward, "gru_cell backward", gru_cell_backward_fallback, "cpu (f32, f64)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

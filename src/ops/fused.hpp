@@ -80,7 +80,9 @@ namespace oxmera::ops {
   X(LstmCell, LstmCellCall)                         \
   X(LstmCellBackward, LstmCellBackwardCall)         \
   X(Attention, AttentionCall)                       \
-  X(Linear, LinearCall)
+  X(Linear, LinearCall)                             \
+  X(GruCell, GruCellCall)                           \
+  X(GruCellBackward, GruCellBackwardCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -304,11 +306,37 @@ struct LinearCall {
   bool accumulate = false;
 };
 
+// One GRU step's gate math after the two matrix products (torch's order r, z, n; contiguous, one float dtype):
+// gi = x W_ih^T + b_ih and gh = h W_hh^T + b_hh, both [B, 3H]; h_prev [B, H]. Writes acts [B, 4H] = (r, z, n,
+// gh_n) for the backward, with r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r gh_n), and
+// h [B, H] = (1 - z) n + z h_prev.
+struct GruCellCall {
+  static constexpr FusedOp kOp = FusedOp::GruCell;
+  const TensorImpl* gi = nullptr;
+  const TensorImpl* gh = nullptr;
+  const TensorImpl* h_prev = nullptr;
+  int64_t batch = 0, hidden = 0;
+  TensorImpl* acts = nullptr;
+  TensorImpl* h = nullptr;
+};
+// Its gradient from acts, h_prev and g = dL/dh (contiguous [B, H]): dn = g (1 - z) (1 - n^2), dz = g (h_prev - n)
+// z (1 - z), dr = dn gh_n r (1 - r); grad_gi = (dr, dz, dn), grad_gh = (dr, dz, dn r) ([B, 3H]), grad_h_prev = g z.
+struct GruCellBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::GruCellBackward;
+  const TensorImpl* acts = nullptr;
+  const TensorImpl* h_prev = nullptr;
+  const TensorImpl* g = nullptr;
+  int64_t batch = 0, hidden = 0;
+  TensorImpl* grad_gi = nullptr;
+  TensorImpl* grad_gh = nullptr;
+  TensorImpl* grad_h_prev = nullptr;
+};
+
 // One fused call; its index is its FusedOp.
 using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
                                LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
                                SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
-                               LstmCellBackwardCall, AttentionCall, LinearCall>;
+                               LstmCellBackwardCall, AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

@@ -123,6 +123,10 @@ class CpuBackend final : public Backend {
         return cpu_attention_supported(std::get<ops::AttentionCall>(call));
       case ops::FusedOp::Linear:
         return real(std::get<ops::LinearCall>(call).out->dtype);
+      case ops::FusedOp::GruCell:
+        return real(std::get<ops::GruCellCall>(call).gi->dtype);
+      case ops::FusedOp::GruCellBackward:
+        return real(std::get<ops::GruCellBackwardCall>(call).acts->dtype);
       case ops::FusedOp::Col2im:
         return real(std::get<ops::Col2imCall>(call).cols->dtype);
       case ops::FusedOp::OptimizerSteps: {
@@ -166,6 +170,10 @@ class CpuBackend final : public Backend {
         return cpu_attention(std::get<ops::AttentionCall>(call));
       case ops::FusedOp::Linear:
         return cpu_linear(std::get<ops::LinearCall>(call));
+      case ops::FusedOp::GruCell:
+        return k_->gru_cell(std::get<ops::GruCellCall>(call));
+      case ops::FusedOp::GruCellBackward:
+        return k_->gru_cell_backward(std::get<ops::GruCellBackwardCall>(call));
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);
         return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value);

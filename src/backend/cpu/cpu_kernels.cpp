@@ -30,6 +30,8 @@ void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const
 // rnn_kernels.cpp (the same ISA namespace)
 void lstm_cell(const ops::LstmCellCall& c);
 void lstm_cell_backward(const ops::LstmCellBackwardCall& c);
+void gru_cell(const ops::GruCellCall& c);
+void gru_cell_backward(const ops::GruCellBackwardCall& c);
 
 namespace {
 
@@ -1250,7 +1252,9 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           cross_entropy,
                           cross_entropy_backward,
                           lstm_cell,
-                          lstm_cell_backward};
+                          lstm_cell_backward,
+                          gru_cell,
+                          gru_cell_backward};
 
 }  // namespace
 

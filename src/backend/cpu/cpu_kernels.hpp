@@ -7,6 +7,8 @@
 namespace oxmera::ops {
 struct LstmCellCall;
 struct LstmCellBackwardCall;
+struct GruCellCall;
+struct GruCellBackwardCall;
 }  // namespace oxmera::ops
 
 namespace oxmera::detail {
@@ -46,6 +48,8 @@ struct CpuKernels {
   // rnn_kernels.cpp: one LSTM step's gate math and its backward (ops/fused.hpp's LstmCellCall contracts)
   void (*lstm_cell)(const ops::LstmCellCall&);
   void (*lstm_cell_backward)(const ops::LstmCellBackwardCall&);
+  void (*gru_cell)(const ops::GruCellCall&);
+  void (*gru_cell_backward)(const ops::GruCellBackwardCall&);
 };
 
 namespace isa_base {

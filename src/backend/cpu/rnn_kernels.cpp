@@ -101,6 +101,61 @@ void lstm_cell_backward_t(const ops::LstmCellBackwardCall& c) {
   }
 }
 
+template <class T>
+__attribute__((flatten)) void gru_cell_t(const ops::GruCellCall& c) {
+  const int64_t B = c.batch, H = c.hidden;
+  const T* gi = reinterpret_cast<const T*>(c.gi->byte_ptr());
+  const T* gh = reinterpret_cast<const T*>(c.gh->byte_ptr());
+  const T* hp = reinterpret_cast<const T*>(c.h_prev->byte_ptr());
+  T* acts = reinterpret_cast<T*>(c.acts->byte_ptr());
+  T* h = reinterpret_cast<T*>(c.h->byte_ptr());
+  for (int64_t b = 0; b < B; ++b) {
+    const T* __restrict x = gi + b * 3 * H;
+    const T* __restrict y = gh + b * 3 * H;
+    T* __restrict a = acts + b * 4 * H;
+    for (int64_t j = 0; j < 2 * H; ++j) a[j] = sigmoid(x[j] + y[j]);  // r, z
+    for (int64_t j = 0; j < H; ++j) {
+      a[3 * H + j] = y[2 * H + j];
+      a[2 * H + j] = tanh_(x[2 * H + j] + a[j] * y[2 * H + j]);  // n
+    }
+    const T* __restrict hr = hp + b * H;
+    T* __restrict out = h + b * H;
+    for (int64_t j = 0; j < H; ++j) out[j] = a[2 * H + j] + a[H + j] * (hr[j] - a[2 * H + j]);
+  }
+}
+
+template <class T>
+__attribute__((flatten)) void gru_cell_backward_t(const ops::GruCellBackwardCall& c) {
+  const int64_t B = c.batch, H = c.hidden;
+  const T* acts = reinterpret_cast<const T*>(c.acts->byte_ptr());
+  const T* hp = reinterpret_cast<const T*>(c.h_prev->byte_ptr());
+  const T* gp = reinterpret_cast<const T*>(c.g->byte_ptr());
+  T* dgi = reinterpret_cast<T*>(c.grad_gi->byte_ptr());
+  T* dgh = reinterpret_cast<T*>(c.grad_gh->byte_ptr());
+  T* dhp = reinterpret_cast<T*>(c.grad_h_prev->byte_ptr());
+  for (int64_t b = 0; b < B; ++b) {
+    const T* __restrict a = acts + b * 4 * H;
+    const T* __restrict g = gp + b * H;
+    const T* __restrict hr = hp + b * H;
+    T* __restrict di = dgi + b * 3 * H;
+    T* __restrict dh = dgh + b * 3 * H;
+    T* __restrict dp = dhp + b * H;
+    for (int64_t j = 0; j < H; ++j) {
+      const T r = a[j], z = a[H + j], n = a[2 * H + j], ghn = a[3 * H + j], gv = g[j];
+      const T dn = gv * (T(1) - z) * (T(1) - n * n);
+      const T dz = gv * (hr[j] - n) * z * (T(1) - z);
+      const T dr = dn * ghn * r * (T(1) - r);
+      di[j] = dr;
+      di[H + j] = dz;
+      di[2 * H + j] = dn;
+      dh[j] = dr;
+      dh[H + j] = dz;
+      dh[2 * H + j] = dn * r;
+      dp[j] = gv * z;
+    }
+  }
+}
+
 }  // namespace
 
 void lstm_cell(const ops::LstmCellCall& c) {
@@ -121,6 +176,27 @@ void lstm_cell_backward(const ops::LstmCellBackwardCall& c) {
       return lstm_cell_backward_t<double>(c);
     default:
       OXM_FAIL(UnsupportedDType, "lstm_cell backward: dtype ", c.acts->dtype, " is not supported (f32, f64)");
+  }
+}
+
+void gru_cell(const ops::GruCellCall& c) {
+  switch (c.gi->dtype) {
+    case DType::F32:
+      return gru_cell_t<float>(c);
+    case DType::F64:
+      return gru_cell_t<double>(c);
+    default:
+      OXM_FAIL(UnsupportedDType, "gru_cell: dtype ", c.gi->dtype, " is not supported (f32, f64)");
+  }
+}
+void gru_cell_backward(const ops::GruCellBackwardCall& c) {
+  switch (c.acts->dtype) {
+    case DType::F32:
+      return gru_cell_backward_t<float>(c);
+    case DType::F64:
+      return gru_cell_backward_t<double>(c);
+    default:
+      OXM_FAIL(UnsupportedDType, "gru_cell backward: dtype ", c.acts->dtype, " is not supported (f32, f64)");
   }
 }
 

@@ -405,6 +405,8 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::LstmCellBackward:
       case ops::FusedOp::Attention:
       case ops::FusedOp::Linear:  // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
+      case ops::FusedOp::GruCell:
+      case ops::FusedOp::GruCellBackward:
         return false;
     }
     return false;
@@ -459,6 +461,8 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::LstmCellBackward:
       case ops::FusedOp::Attention:
       case ops::FusedOp::Linear:
+      case ops::FusedOp::GruCell:
+      case ops::FusedOp::GruCellBackward:
         break;
     }
     Backend::run(call);  // not offered (supports() said so)
