@@ -4,7 +4,7 @@
 // on plain NCHW / OIHW memory (what oxmera could hand it without a layout of its own), and with the layouts it
 // chooses ("any", its blocked formats) plus the reorders from and to NCHW that oxmera would need, counted in.
 // Medians of ROUNDS batches of REPS calls, alternating the three. Built only where libdnnl-dev is installed.
-// Usage: conv_vs_onednn [rounds] [reps]
+// Usage: conv_vs_onednn [rounds] [reps]; env OXMERA_ONLY=1: oxmera's side only (for perf record)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 11;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 50;
   ox::set_num_threads(1);
+  const bool oxmera_only = std::getenv("OXMERA_ONLY") != nullptr;
   const Layer layers[] = {
       {"train_step conv1 (64x1x28x28 -> 8, 3x3 p1)", 64, 1, 28, 28, 8, 3, 1, false},
       {"train_step conv2 (64x8x14x14 -> 16, 3x3 p1)", 64, 8, 14, 14, 16, 3, 1, true},
@@ -158,8 +159,14 @@ int main(int argc, char** argv) {
     std::vector<double> t_ours, t_plain, t_blocked;
     for (int r = 0; r < 3; ++r) {  // alternate
       median_us(ours, rounds, reps, t_ours);
+      if (oxmera_only) continue;
       median_us([&] { plain.step(); }, rounds, reps, t_plain);
       median_us([&] { blocked.step(); }, rounds, reps, t_blocked);
+    }
+    if (oxmera_only) {
+      std::sort(t_ours.begin(), t_ours.end());
+      std::printf("%-46s oxmera %8.1f\n", l.name, t_ours[t_ours.size() / 2]);
+      continue;
     }
     auto med = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
