@@ -426,46 +426,6 @@ TEST(DataLoader, PrefetchIsBoundedWhileTheConsumerPauses) {
   EXPECT_LE(ds->peak_ahead.load(), (window + 1) * bs);
 }
 
-// Once the consumer's pace is known it no longer wakes a worker for each batch it takes: the workers poll a full
-// window on a timer. A slot freed while they sleep is refilled by that poll (nobody wakes them), the window stays
-// bounded, and a consumer that speeds up after a long pause (the window drained) still gets every batch in order.
-TEST(DataLoader, PacedWorkersRefillTheWindowOnTheirOwnTimer) {
-  const int workers = 2, prefetch = 2;
-  const int64_t bs = 2, window = workers * prefetch;
-  auto ds = std::make_shared<CountingDataset>(200, bs);
-  data::DataLoader loader(ds, {.batch_size = bs, .num_workers = workers, .prefetch_factor = prefetch});
-  auto wait_for_fetched = [&](int64_t want) {
-    for (int spins = 0; ds->fetched.load() < want && spins < 5000; ++spins)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return ds->fetched.load();
-  };
-  int64_t batches = 0, expect_first = 0;
-  auto take = [&](data::DataLoader::Iterator& it) {
-    EXPECT_EQ((*it)[0].to_vector<int64_t>()[0], expect_first) << "batch " << batches;
-    expect_first += bs;
-    ds->consumed_batches = ++batches;
-  };
-  auto it = loader.begin();
-  take(it);
-  for (int k = 0; k < 8; ++k) {  // a steady pace of about 1 ms a batch
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ++it;
-    take(it);
-  }
-  for (int k = 0; k < 3; ++k) {
-    // The window refills to `window` batches ahead of the consumer after each take, by the workers' polls.
-    EXPECT_EQ(wait_for_fetched((batches + window) * bs), (batches + window) * bs) << "after batch " << batches;
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    EXPECT_EQ(ds->fetched.load(), (batches + window) * bs) << "no fetch beyond the window";
-    ++it;
-    take(it);
-  }
-  for (++it; it != loader.end(); ++it) take(it);  // as fast as it can
-  EXPECT_EQ(batches, 100);
-  EXPECT_EQ(ds->fetched.load(), 200);
-  EXPECT_LE(ds->peak_ahead.load(), (window + 1) * bs);
-}
-
 TEST(DataLoader, WorkerExceptionIsRethrownNamingTheExample) {
   for (int workers : {0, 1, 3}) {
     for (bool oxmera_error : {true, false}) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -194,41 +193,6 @@ struct EpochRun {
   std::vector<std::optional<BatchResult>> slots;
   std::atomic<bool> stop{false};
 
-  // The consumer's pace (guarded by pool->mu): the time between its takes, smoothed. Once known, workers that
-  // find the window full poll it on a timer of about window / 2 takes, and the consumer wakes a worker only
-  // when the next batch it will take is not being made; before that it wakes one per half window freed.
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point last_take{};
-  int64_t takes = 0;
-  double take_interval_s = 0;
-
-  static constexpr int64_t kPacedAfter = 3;  // takes
-  bool paced() const noexcept { return takes >= kPacedAfter; }
-  void note_take() noexcept {
-    const Clock::time_point now = Clock::now();
-    if (takes > 0) {
-      double dt = std::chrono::duration<double>(now - last_take).count();
-      if (takes == 1) {
-        take_interval_s = dt;
-      } else {
-        dt = std::min(dt, 4 * take_interval_s);  // one long pause (an evaluation) does not stretch the polls
-        take_interval_s += 0.25 * (dt - take_interval_s);
-      }
-    }
-    last_take = now;
-    ++takes;
-  }
-  // How long a worker that finds the window full sleeps before looking again: 3/4 of the time the consumer takes
-  // for half the window (at least 50 us, at most 20 ms; an earlier wake-up comes if the consumer would starve).
-  std::chrono::microseconds poll_period() const noexcept {
-    const double s = 0.75 * take_interval_s * static_cast<double>(std::max<int64_t>(1, window / 2));
-    return std::chrono::microseconds(static_cast<int64_t>(std::clamp(s * 1e6, 50.0, 20000.0)));
-  }
-  // Workers' view: batches remain but the window is full (no claim until the consumer takes one).
-  bool window_full() const noexcept {
-    return !stop.load(std::memory_order_relaxed) && next_claim < num_batches && next_claim >= next_deliver + window;
-  }
-
   // `persistent`: the loader's pool, used when it is free (else this epoch starts its own threads).
   EpochRun(std::shared_ptr<const LoaderConfig> config, int64_t e, const std::shared_ptr<WorkerPool>& persistent)
       : cfg(std::move(config)), epoch(e), order(epoch_order(*cfg, e)), num_batches(cfg->num_batches) {
@@ -362,40 +326,25 @@ struct EpochRun {
       return;
     }
     BatchResult r;
-    bool wake = false, wake_all = false;
+    bool wake = false;
     if (!pool) {
       r = make_batch(b, 0);
     } else {
       {
         std::unique_lock<std::mutex> lock(pool->mu);
         auto& slot = slots[static_cast<size_t>(b % window)];
-        if (!slot.has_value()) {
-          if (next_claim <= b) pool->work_cv.notify_all();  // nobody is making batch b (the workers poll)
-          pool->ready_cv.wait(lock, [&] { return slot.has_value(); });
-        }
+        pool->ready_cv.wait(lock, [&] { return slot.has_value(); });
         r = std::move(*slot);
         slot.reset();
         next_deliver = b + 1;
-        note_take();
-        // A slot came free. Waking a sleeping worker is what the 2-worker epoch lost to the hand-built one on a
-        // 2-vCPU VM (about 30 us of the consumer's time each, docs/LIMITATIONS.md), so the consumer avoids it:
-        // once its pace is known, workers poll the window on a timer of their own and the consumer wakes one only
-        // when the next batch it takes is not being made (the window drained); before that, a sleeping worker is
-        // woken once half the window is free (each further free slot wakes one more), so fast batches are refilled
-        // in runs of window / 2. None once every batch is claimed.
-        if (next_claim < num_batches) {
-          if (takes == kPacedAfter)
-            wake_all = true;  // workers asleep without a timer learn the pace
-          else if (paced())
-            wake = next_claim <= next_deliver;
-          else
-            wake = next_deliver + window - next_claim >= std::max<int64_t>(1, window / 2);
-        }
+        // A slot came free. Workers that are awake claim it; a sleeping one is woken only once half the window is
+        // free (and each further free slot wakes one more), so fast batches are refilled in runs of window / 2
+        // with a wake-up each, not one per batch, while the other half still waits for the consumer; none once
+        // every batch is claimed. A wake-up is what the 2-worker epoch lost to the hand-built one on a 2-vCPU VM
+        // (docs/LIMITATIONS.md).
+        wake = next_claim < num_batches && next_deliver + window - next_claim >= std::max<int64_t>(1, window / 2);
       }
-      if (wake_all)
-        pool->work_cv.notify_all();
-      else if (wake)
-        pool->work_cv.notify_one();
+      if (wake) pool->work_cv.notify_one();
     }
     current_index = b;
     if (r.error) {
@@ -435,16 +384,8 @@ void WorkerPool::worker(int worker_id) noexcept {
   ::oxmera::detail::set_thread_cpu_threads(1);
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
+    work_cv.wait(lock, [&] { return closing || (run != nullptr && run->claimable()); });
     if (closing) return;
-    if (run == nullptr || !run->claimable()) {
-      // A full window of an epoch whose consumer's pace is known: look again after the poll period (the consumer
-      // does not wake us for each batch it takes); otherwise sleep until woken (attach, a freed slot, close).
-      if (run != nullptr && run->paced() && run->window_full())
-        work_cv.wait_for(lock, run->poll_period());
-      else
-        work_cv.wait(lock);
-      continue;
-    }
     EpochRun* r = run;
     const int64_t b = r->next_claim++;
     ++busy;

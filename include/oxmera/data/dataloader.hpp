@@ -13,9 +13,8 @@
 //   order[b * batch_size ...]; batches arrive in that order for any num_workers (0 included), so a run is
 //   reproducible whatever the worker count.
 // - Memory is bounded: at most num_workers * prefetch_factor batches are being fetched or waiting, on top of the
-//   one the consumer holds, however slowly it consumes. Workers that find the window full poll it on a timer
-//   paced by the consumer (about the time it takes for half the window); the consumer wakes a worker itself only
-//   when the next batch it takes is not being made, so handing out a batch costs it no wake-up of a thread.
+//   one the consumer holds, however slowly it consumes. Sleeping workers are woken once half of that window is
+//   free, so fast batches are refilled in runs (a larger prefetch_factor means fewer wake-ups).
 // - An exception while fetching, transforming or collating is rethrown in the caller's thread, when the loop
 //   reaches that batch, as an oxmera::Error of the original kind (InvalidArgument for a non-oxmera exception)
 //   whose message names the example index, the batch and the original message; the epoch then ends.
