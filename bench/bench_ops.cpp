@@ -259,6 +259,23 @@ void BM_Repeat2x2(benchmark::State& state) {
   structured(state, [&] { return x.repeat({2, 2}); });
 }
 BENCHMARK(BM_Repeat2x2)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// Transposing copies (contiguous() of a permuted view), f32: a square matrix, the per-image [K, L] -> [L, K] of a
+// folded convolution, and attention's [B, L, H, E] -> [B, H, L, E] head split (contiguous runs of E).
+void BM_TransposeCopy1024(benchmark::State& state) {
+  ox::Tensor x = ox::randn({1024, 1024}, 1);
+  structured(state, [&] { return x.t().contiguous(); });
+}
+BENCHMARK(BM_TransposeCopy1024)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_TransposeCopyBatched(benchmark::State& state) {
+  ox::Tensor x = ox::randn({32, 144, 16}, 1);
+  structured(state, [&] { return x.transpose(1, 2).contiguous(); });
+}
+BENCHMARK(BM_TransposeCopyBatched)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_HeadSplitCopy(benchmark::State& state) {
+  ox::Tensor x = ox::randn({16, 64, 4, 16}, 1);
+  structured(state, [&] { return x.permute({0, 2, 1, 3}).contiguous(); });
+}
+BENCHMARK(BM_HeadSplitCopy)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
 // ---------------------------------------------------------------- transcendental ops, [1024, 4096] f32
 // Forward (BM_Tx/<op>/fwd) and forward + backward with a given output gradient (BM_Tx/<op>/fwdbwd) of each op the
 // CPU runs with vectorised math; bench/transcendental_compare.sh runs these next to bench/transcendental_torch.py

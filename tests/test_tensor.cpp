@@ -88,6 +88,51 @@ TEST(Views, PermuteTransposeNarrowSliceSelect) {
   EXPECT_OXM_ERROR(a.select(1, -4), IndexOutOfBounds, "index -4");
 }
 
+// contiguous() of transposed and permuted views takes a tiled path when the two innermost dims swap (and a
+// short-row path for permutes that keep runs contiguous): every element lands where the index math says, for
+// sizes around the tile (16), batched, with offsets, for every dtype, and for a copy into a transposed view.
+TEST(Views, TransposedCopiesMatchTheIndexMath) {
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{8, 8}, {15, 17}, {16, 16}, {33, 70}, {100, 9}, {1, 40}}) {
+    const std::string what = std::to_string(r) + "x" + std::to_string(c);
+    // Values below 251, so that u8 holds them too.
+    Tensor x = arange(static_cast<double>(3 * r * c), DType::F64).remainder(251.0).reshape({3, r, c});
+    for (DType dt : {DType::F32, DType::F64, DType::I64, DType::U8}) {
+      Tensor xt = x.to(dt).transpose(1, 2).contiguous();  // [3, c, r]
+      ASSERT_EQ(xt.shape(), Shape({3, c, r}));
+      const std::vector<double> v = values(xt.to(DType::F64));
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t i = 0; i < c; ++i)
+          for (int64_t j = 0; j < r; ++j) {
+            const double want = static_cast<double>((b * r * c + j * c + i) % 251);
+            ASSERT_EQ(v[static_cast<size_t>((b * c + i) * r + j)], want) << what << " " << dtype_name(dt);
+          }
+    }
+    // An offset, strided source (a column slice of a wider matrix, transposed).
+    Tensor wide = arange(static_cast<double>(r * (c + 5)), DType::F32).reshape({r, c + 5});
+    Tensor sub = wide.narrow(1, 2, c).t().contiguous();  // [c, r]
+    const std::vector<double> sv = values(sub);
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < r; ++j)
+        ASSERT_EQ(sv[static_cast<size_t>(i * r + j)], static_cast<double>(j * (c + 5) + i + 2)) << what;
+    // Into a transposed destination.
+    Tensor dst = zeros({c, r}, DType::F32);
+    dst.t().copy_(x.select(0, 1).to(DType::F32));
+    const std::vector<double> dv = values(dst);
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = 0; j < r; ++j)
+        ASSERT_EQ(dv[static_cast<size_t>(i * r + j)], static_cast<double>((r * c + j * c + i) % 251));
+  }
+  // A head split: [B, L, H, E] -> [B, H, L, E].
+  Tensor h = arange(2.0 * 5 * 3 * 4, DType::F32).reshape({2, 5, 3, 4});
+  const std::vector<double> hv = values(h.permute({0, 2, 1, 3}).contiguous());
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t k = 0; k < 3; ++k)
+      for (int64_t l = 0; l < 5; ++l)
+        for (int64_t e = 0; e < 4; ++e)
+          ASSERT_EQ(hv[static_cast<size_t>(((b * 3 + k) * 5 + l) * 4 + e)],
+                    static_cast<double>(((b * 5 + l) * 3 + k) * 4 + e));
+}
+
 TEST(Views, SqueezeUnsqueezeFlattenBroadcast) {
   Tensor a = zeros({2, 1, 3});
   EXPECT_EQ(a.squeeze().shape(), Shape({2, 3}));
