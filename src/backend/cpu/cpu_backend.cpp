@@ -86,8 +86,8 @@ class CpuBackend final : public Backend {
   void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
     cpu_scatter_add(out, dim, idx, src);
   }
-  // Fused ops: cross entropy, the optimizer steps and im2col / col2im in f32 and f64; no small linalg (linalg's
-  // host path is the CPU's own).
+  // Fused ops: cross entropy, the optimizer steps, im2col / col2im, layer norm, the LSTM cell, attention, linear and
+  // max pooling in f32 and f64; no small linalg (linalg's host path is the CPU's own).
   bool supports(const ops::FusedCall& call) const override {
     auto real = [](DType d) { return d == DType::F32 || d == DType::F64; };
     switch (ops::fused_op(call)) {
@@ -125,6 +125,12 @@ class CpuBackend final : public Backend {
         return real(std::get<ops::LinearCall>(call).out->dtype);
       case ops::FusedOp::Col2im:
         return real(std::get<ops::Col2imCall>(call).cols->dtype);
+      case ops::FusedOp::MaxPool2d:
+        return real(std::get<ops::MaxPool2dCall>(call).x->dtype);
+      case ops::FusedOp::MaxPool2dBackward: {
+        const auto& c = std::get<ops::MaxPool2dBackwardCall>(call);
+        return real(c.grad_x->dtype) && c.g->contiguous && c.indices->contiguous && c.grad_x->contiguous;
+      }
       case ops::FusedOp::OptimizerSteps: {
         const auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i)
@@ -173,6 +179,14 @@ class CpuBackend final : public Backend {
       case ops::FusedOp::Col2im: {
         auto& c = std::get<ops::Col2imCall>(call);
         return cpu_col2im(*c.cols, *c.x_grad, c.geometry);
+      }
+      case ops::FusedOp::MaxPool2d: {
+        auto& c = std::get<ops::MaxPool2dCall>(call);
+        return cpu_max_pool2d(*c.x, *c.out, *c.indices, c.geometry);
+      }
+      case ops::FusedOp::MaxPool2dBackward: {
+        auto& c = std::get<ops::MaxPool2dBackwardCall>(call);
+        return cpu_max_pool2d_backward(*c.g, *c.indices, *c.grad_x);
       }
       case ops::FusedOp::OptimizerSteps: {
         auto& c = std::get<ops::OptimizerStepsCall>(call);
