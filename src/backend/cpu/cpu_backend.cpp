@@ -180,14 +180,10 @@ class CpuBackend final : public Backend {
         auto& c = std::get<ops::Col2imCall>(call);
         return cpu_col2im(*c.cols, *c.x_grad, c.geometry);
       }
-      case ops::FusedOp::MaxPool2d: {
-        auto& c = std::get<ops::MaxPool2dCall>(call);
-        return cpu_max_pool2d(*c.x, *c.out, *c.indices, c.geometry);
-      }
-      case ops::FusedOp::MaxPool2dBackward: {
-        auto& c = std::get<ops::MaxPool2dBackwardCall>(call);
-        return cpu_max_pool2d_backward(*c.g, *c.indices, *c.grad_x);
-      }
+      case ops::FusedOp::MaxPool2d:
+        return k_->max_pool2d(std::get<ops::MaxPool2dCall>(call));
+      case ops::FusedOp::MaxPool2dBackward:
+        return k_->max_pool2d_backward(std::get<ops::MaxPool2dBackwardCall>(call));
       case ops::FusedOp::OptimizerSteps: {
         auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i) {

@@ -1,14 +1,10 @@
 // CPU kernels of the index ops (gathers and deterministic scatters). Memory-bound: one build for all ISAs.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <utility>
-#include <vector>
 
 #include "backend/cpu/cpu_index.hpp"
 #include "backend/cpu/parallel.hpp"
-#include "ops/fused.hpp"
 
 namespace oxmera::detail {
 namespace {
@@ -244,76 +240,6 @@ void col2im_t(const TensorImpl& cols, TensorImpl& xg, const ConvGeometry& g) {
   });
 }
 
-// One (n, c) plane per task; the taps inside the image of each output row and column are found once
-// (taps_inside), so the window loop has no bounds tests. Torch's rule: the first in-image tap is held, a later
-// one replaces it when greater or NaN.
-template <class T>
-void max_pool2d_t(const TensorImpl& x, TensorImpl& out, TensorImpl& indices, const ConvGeometry& g) {
-  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
-  const int64_t s0 = x.strides[0], s1 = x.strides[1], s2 = x.strides[2], s3 = x.strides[3];
-  const int64_t L = g.oh * g.ow;
-  const T* xp = x.ptr<T>();
-  T* op = out.ptr<T>();
-  int64_t* ip = indices.ptr<int64_t>();
-  std::vector<TapRange> rows(static_cast<size_t>(g.oh)), cols(static_cast<size_t>(g.ow));
-  for (int64_t y = 0; y < g.oh; ++y) rows[static_cast<size_t>(y)] = taps_inside(y * g.sh - g.ph, H, g.kh, g.dh);
-  for (int64_t z = 0; z < g.ow; ++z) cols[static_cast<size_t>(z)] = taps_inside(z * g.sw - g.pw, W, g.kw, g.dw);
-  const T ninf = -std::numeric_limits<T>::infinity();
-  parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(L * g.kh * g.kw, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t nc = b; nc < e; ++nc) {
-      const T* plane = xp + (nc / C) * s0 + (nc % C) * s1;
-      T* o = op + nc * L;
-      int64_t* ix = ip + nc * L;
-      for (int64_t y = 0; y < g.oh; ++y) {
-        const TapRange r = rows[static_cast<size_t>(y)];
-        const int64_t h0 = y * g.sh - g.ph;
-        for (int64_t z = 0; z < g.ow; ++z) {
-          const TapRange q = cols[static_cast<size_t>(z)];
-          const int64_t w0 = z * g.sw - g.pw;
-          T best = ninf;
-          int64_t at = -1;
-          if (r.lo < r.hi && q.lo < q.hi) {
-            at = (h0 + r.lo * g.dh) * W + w0 + q.lo * g.dw;
-            for (int64_t i = r.lo; i < r.hi; ++i) {
-              const int64_t h = h0 + i * g.dh;
-              const T* xrow = plane + h * s2;
-              for (int64_t j = q.lo; j < q.hi; ++j) {
-                const int64_t w = w0 + j * g.dw;
-                const T v = xrow[w * s3];
-                if (v > best || std::isnan(v)) {
-                  best = v;
-                  at = h * W + w;
-                }
-              }
-            }
-          }
-          o[y * g.ow + z] = best;
-          ix[y * g.ow + z] = at;
-        }
-      }
-    }
-  });
-}
-
-template <class T>
-void max_pool2d_backward_t(const TensorImpl& gout, const TensorImpl& indices, TensorImpl& xg) {
-  const int64_t N = xg.shape[0], C = xg.shape[1], HW = xg.shape[2] * xg.shape[3];
-  const int64_t L = indices.shape[2] * indices.shape[3];
-  const T* gp = gout.ptr<T>();
-  const int64_t* ip = indices.ptr<int64_t>();
-  T* xp = xg.ptr<T>();
-  // One plane per task: its writes come from its own outputs, in increasing position.
-  parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(L, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t nc = b; nc < e; ++nc) {
-      T* plane = xp + nc * HW;
-      const T* g = gp + nc * L;
-      const int64_t* ix = ip + nc * L;
-      for (int64_t l = 0; l < L; ++l)
-        if (static_cast<uint64_t>(ix[l]) < static_cast<uint64_t>(HW)) plane[ix[l]] += g[l];
-    }
-  });
-}
-
 #define OXM_DISPATCH(dtype, fn, ...)   \
   switch (dtype) {                     \
     case DType::F32:                   \
@@ -349,26 +275,6 @@ void cpu_im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, do
       return im2col_t<double>(x, cols, g, pad_value);
     default:
       OXM_FAIL(UnsupportedDType, "im2col: dtype ", x.dtype, " is not supported (f32, f64)");
-  }
-}
-void cpu_max_pool2d(const TensorImpl& x, TensorImpl& out, TensorImpl& indices, const ConvGeometry& g) {
-  switch (x.dtype) {
-    case DType::F32:
-      return max_pool2d_t<float>(x, out, indices, g);
-    case DType::F64:
-      return max_pool2d_t<double>(x, out, indices, g);
-    default:
-      OXM_FAIL(UnsupportedDType, "max_pool2d: dtype ", x.dtype, " is not supported (f32, f64)");
-  }
-}
-void cpu_max_pool2d_backward(const TensorImpl& g, const TensorImpl& indices, TensorImpl& x_grad) {
-  switch (x_grad.dtype) {
-    case DType::F32:
-      return max_pool2d_backward_t<float>(g, indices, x_grad);
-    case DType::F64:
-      return max_pool2d_backward_t<double>(g, indices, x_grad);
-    default:
-      OXM_FAIL(UnsupportedDType, "max_pool2d backward: dtype ", x_grad.dtype, " is not supported (f32, f64)");
   }
 }
 void cpu_col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {

@@ -8,7 +8,4 @@ void cpu_gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorI
 void cpu_scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src);
 void cpu_im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value);
 void cpu_col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g);
-// ops/fused.hpp's MaxPool2dCall / MaxPool2dBackwardCall contracts (f32, f64).
-void cpu_max_pool2d(const TensorImpl& x, TensorImpl& out, TensorImpl& indices, const ConvGeometry& g);
-void cpu_max_pool2d_backward(const TensorImpl& g, const TensorImpl& indices, TensorImpl& x_grad);
 }  // namespace oxmera::detail

@@ -30,6 +30,9 @@ void cross_entropy_backward(const TensorImpl& x, const TensorImpl& target, const
 // rnn_kernels.cpp (the same ISA namespace)
 void lstm_cell(const ops::LstmCellCall& c);
 void lstm_cell_backward(const ops::LstmCellBackwardCall& c);
+// pool_kernels.cpp (the same ISA namespace)
+void max_pool2d(const ops::MaxPool2dCall& c);
+void max_pool2d_backward(const ops::MaxPool2dBackwardCall& c);
 
 namespace {
 
@@ -1250,7 +1253,9 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           cross_entropy,
                           cross_entropy_backward,
                           lstm_cell,
-                          lstm_cell_backward};
+                          lstm_cell_backward,
+                          max_pool2d,
+                          max_pool2d_backward};
 
 }  // namespace
 

@@ -7,6 +7,8 @@
 namespace oxmera::ops {
 struct LstmCellCall;
 struct LstmCellBackwardCall;
+struct MaxPool2dCall;
+struct MaxPool2dBackwardCall;
 }  // namespace oxmera::ops
 
 namespace oxmera::detail {
@@ -46,6 +48,9 @@ struct CpuKernels {
   // rnn_kernels.cpp: one LSTM step's gate math and its backward (ops/fused.hpp's LstmCellCall contracts)
   void (*lstm_cell)(const ops::LstmCellCall&);
   void (*lstm_cell_backward)(const ops::LstmCellBackwardCall&);
+  // pool_kernels.cpp: max pooling with its indices, and the backward's scatter (ops/fused.hpp's MaxPool2dCall)
+  void (*max_pool2d)(const ops::MaxPool2dCall&);
+  void (*max_pool2d_backward)(const ops::MaxPool2dBackwardCall&);
 };
 
 namespace isa_base {
