@@ -57,6 +57,29 @@ template <class T>
   }
 }
 
+// A 2 x 2 window in one pass over the plane: the four taps' gathers and selects stay in registers (no rereading
+// and rewriting of the held values and indices per tap). d10 / d01: the offsets of tap (1, 0) and (0, 1) in x,
+// p10 / p01 the same in the plane's index.
+template <class T>
+[[gnu::noinline]] void window2x2_plane(const T* __restrict plane, const int32_t* __restrict off,
+                                       const int32_t* __restrict pos, int32_t d10, int32_t d01, int32_t p10,
+                                       int32_t p01, int64_t L, T* __restrict out, int64_t* __restrict at) {
+  for (int64_t l = 0; l < L; ++l) {
+    const int32_t o = off[l];
+    T best = plane[o];
+    int32_t k = pos[l];
+    const int32_t taps_off[3] = {d01, d10, d10 + d01}, taps_pos[3] = {p01, p10, p10 + p01};
+    for (int t = 0; t < 3; ++t) {
+      const T v = plane[o + taps_off[t]];
+      const bool take = (v > best) | (v != v);
+      best = take ? v : best;
+      k = take ? pos[l] + taps_pos[t] : k;
+    }
+    out[l] = best;
+    at[l] = k;
+  }
+}
+
 template <class T>
 void max_pool2d_unpadded(const ops::MaxPool2dCall& call) {
   const TensorImpl& x = *call.x;
@@ -75,24 +98,29 @@ void max_pool2d_unpadded(const ops::MaxPool2dCall& call) {
     }
   const int32_t* __restrict offp = off.data();
   const int32_t* __restrict posp = pos.data();
-  parallel_for(x.shape[0] * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(L * g.kh * g.kw, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t nc = b; nc < e; ++nc) {
-                   const T* __restrict plane = xp + (nc / C) * s0 + (nc % C) * s1;
-                   T* __restrict best = op + nc * L;
-                   int64_t* __restrict at = ip + nc * L;
-                   for (int64_t l = 0; l < L; ++l) {
-                     best[l] = plane[offp[l]];
-                     at[l] = posp[l];
-                   }
-                   for (int64_t i = 0; i < g.kh; ++i)
-                     for (int64_t j = (i == 0 ? 1 : 0); j < g.kw; ++j) {
-                       const auto toff = static_cast<int32_t>(i * g.dh * s2 + j * g.dw * s3),
-                                  tpos = static_cast<int32_t>(i * g.dh * W + j * g.dw);
-                       tap_plane(plane, offp, posp, toff, tpos, L, best, at);
-                     }
-                 }
-               });
+  parallel_for(
+      x.shape[0] * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(L * g.kh * g.kw, 1)), [&](int64_t b, int64_t e) {
+        for (int64_t nc = b; nc < e; ++nc) {
+          const T* __restrict plane = xp + (nc / C) * s0 + (nc % C) * s1;
+          T* __restrict best = op + nc * L;
+          int64_t* __restrict at = ip + nc * L;
+          if (g.kh == 2 && g.kw == 2) {
+            window2x2_plane(plane, offp, posp, static_cast<int32_t>(g.dh * s2), static_cast<int32_t>(g.dw * s3),
+                            static_cast<int32_t>(g.dh * W), static_cast<int32_t>(g.dw), L, best, at);
+            continue;
+          }
+          for (int64_t l = 0; l < L; ++l) {
+            best[l] = plane[offp[l]];
+            at[l] = posp[l];
+          }
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = (i == 0 ? 1 : 0); j < g.kw; ++j) {
+              const auto toff = static_cast<int32_t>(i * g.dh * s2 + j * g.dw * s3),
+                         tpos = static_cast<int32_t>(i * g.dh * W + j * g.dw);
+              tap_plane(plane, offp, posp, toff, tpos, L, best, at);
+            }
+        }
+      });
 }
 
 template <class T>
