@@ -225,6 +225,63 @@ TEST(FusedFallback, Im2colAndCol2imMatchTheCpuKernels) {
       }
 }
 
+// max pooling: values and indices (bit for bit) and the backward scatter against the fallback, f32 and f64, a
+// strided input, padding, dilation, stride != kernel, ties, NaN and -inf, an empty batch and a window that lies
+// entirely in the padding (-inf, index -1, no gradient).
+TEST(FusedFallback, MaxPool2dAndItsBackwardMatchTheCpuKernels) {
+  struct G {
+    int64_t N, H, W, kh, kw, sh, sw, ph, pw, dh, dw;
+  };
+  const std::vector<G> geoms = {{2, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1}, {2, 7, 5, 3, 2, 2, 1, 1, 1, 1, 1},
+                                {1, 9, 8, 3, 3, 1, 2, 1, 1, 2, 2}, {2, 5, 7, 2, 4, 3, 1, 1, 2, 1, 1},
+                                {2, 4, 4, 1, 1, 1, 1, 0, 0, 1, 1}, {0, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1},
+                                {1, 1, 3, 2, 2, 1, 1, 1, 1, 2, 1}};
+  for (DType dt : {DType::F32, DType::F64})
+    for (const G& q : geoms)
+      for (int values_kind = 0; values_kind < 3; ++values_kind) {  // distinct, ties, ties + NaN + -inf
+        d::ConvGeometry g{q.kh, q.kw, q.sh, q.sw, q.ph, q.pw, q.dh, q.dw, 0, 0};
+        g.oh = (q.H + 2 * q.ph - q.dh * (q.kh - 1) - 1) / q.sh + 1;
+        g.ow = (q.W + 2 * q.pw - q.dw * (q.kw - 1) - 1) / q.sw + 1;
+        const std::string what = dname(dt) + " N" + std::to_string(q.N) + " H" + std::to_string(q.H) + " k" +
+                                 std::to_string(q.kh) + "x" + std::to_string(q.kw) + " values " +
+                                 std::to_string(values_kind);
+        const int64_t C = 3;
+        Tensor base = randn({C, q.N, q.H, q.W}, 21, dt);
+        if (values_kind > 0) base = (base * 1.5).round();
+        if (values_kind == 2) {
+          std::vector<double> v = values(base);
+          for (size_t i = 0; i < v.size(); ++i) {
+            if (i % 5 == 1) v[i] = NAN;
+            if (i % 7 == 3) v[i] = -INFINITY;
+          }
+          base = from_vector<double>(v, base.shape()).to(dt);
+        }
+        Tensor x = base.transpose(0, 1);  // any strides
+        const Shape os{q.N, C, g.oh, g.ow};
+        Tensor o1 = empty(os, dt), o2 = empty(os, dt), i1 = empty(os, DType::I64), i2 = empty(os, DType::I64);
+        ops::FusedCall k = ops::MaxPool2dCall{x.impl(), o1.impl(), i1.impl(), g};
+        ops::FusedCall f = ops::MaxPool2dCall{x.impl(), o2.impl(), i2.impl(), g};
+        run_both(k, f);
+        EXPECT_EQ(bits(o2), bits(o1)) << "max_pool2d values " << what;
+        EXPECT_EQ(i2.to_vector<int64_t>(), i1.to_vector<int64_t>()) << "max_pool2d indices " << what;
+        if (q.H == 1) {  // every window has no in-image row
+          for (double v : values(o1)) EXPECT_EQ(v, -INFINITY) << what;
+          for (int64_t v : i1.to_vector<int64_t>()) EXPECT_EQ(v, -1) << what;
+        }
+        Tensor gy = randn(os, 22, dt);
+        Tensor x1 = zeros({q.N, C, q.H, q.W}, dt), x2 = zeros({q.N, C, q.H, q.W}, dt);
+        ops::FusedCall kb = ops::MaxPool2dBackwardCall{gy.impl(), i1.impl(), x1.impl()};
+        ops::FusedCall fb = ops::MaxPool2dBackwardCall{gy.impl(), i1.impl(), x2.impl()};
+        run_both(kb, fb);
+        expect_close(values(x2), values(x1), tol(dt), tol(dt), "max_pool2d backward " + what);
+        double gsum = 0;  // what reaches x: every output's gradient but those of empty windows
+        const std::vector<int64_t> iv = i1.to_vector<int64_t>();
+        const std::vector<double> gv = values(gy);
+        for (size_t l = 0; l < iv.size(); ++l) gsum += iv[l] >= 0 ? gv[l] : 0.0;
+        EXPECT_NEAR(values(x1.sum())[0], gsum, 1e-4) << what;
+      }
+}
+
 // Every optimizer kind and option the kernels branch on, three steps each, f32 and f64.
 TEST(FusedFallback, OptimizerStepsMatchTheCpuKernel) {
   using K = d::OptimizerStep::Kind;
@@ -463,9 +520,10 @@ TEST(NoFusedOps, ConvolutionAndPoolingMatchTheCpu) {
     Tensor y = nn::functional::conv2d(x, w, b, {2, 1}, {1, 2}, {1, 2}, 2);
     Tensor yd = nn::functional::conv2d(xd, wd, bd, {2, 1}, {1, 2}, {1, 2}, 2);
     expect_match(yd, y, "conv2d " + dname(dt), t, t);
-    Tensor m = nn::functional::max_pool2d(x, {3, 2}, {2, 2}, {1, 1});
-    Tensor md = nn::functional::max_pool2d(xd, {3, 2}, {2, 2}, {1, 1});
+    auto [m, mi] = nn::functional::max_pool2d_with_indices(x, {3, 2}, {2, 2}, {1, 1});
+    auto [md, mid] = nn::functional::max_pool2d_with_indices(xd, {3, 2}, {2, 2}, {1, 1});
     expect_match(md, m, "max_pool2d " + dname(dt), 0, 0);
+    EXPECT_EQ(bits(mid), bits(mi)) << "max_pool2d indices";
     Tensor a = nn::functional::avg_pool2d(x, {2, 2});
     Tensor ad = nn::functional::avg_pool2d(xd, {2, 2});
     expect_match(ad, a, "avg_pool2d " + dname(dt), t, t);

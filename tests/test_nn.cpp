@@ -146,6 +146,140 @@ TEST(Pooling, MaxAndAvgAgainstLoops) {
   EXPECT_OXM_ERROR(F::max_pool2d(x, {2, 2}, {0, 0}, {2, 2}), InvalidArgument, "half the kernel");
 }
 
+// torch's max_pool2d(return_indices=True) rule as a loop: the first in-image tap of the window is held and a later
+// one (row-major) replaces it when greater or NaN; index h * W + w; a window without in-image taps: -inf, -1.
+void max_pool_ref(const Tensor& x, Pair k, Pair s, Pair p, Pair d, std::vector<double>& out, std::vector<int64_t>& idx,
+                  Shape& shape) {
+  if (s[0] == 0 && s[1] == 0) s = k;  // torch's default stride
+  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  const int64_t OH = (H + 2 * p[0] - d[0] * (k[0] - 1) - 1) / s[0] + 1,
+                OW = (W + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1] + 1;
+  shape = {N, C, OH, OW};
+  const std::vector<double> xv = values(x.contiguous());
+  out.clear();
+  idx.clear();
+  for (int64_t nc = 0; nc < N * C; ++nc)
+    for (int64_t y = 0; y < OH; ++y)
+      for (int64_t z = 0; z < OW; ++z) {
+        double best = -INFINITY;
+        int64_t at = -1;
+        for (int64_t i = 0; i < k[0]; ++i)
+          for (int64_t j = 0; j < k[1]; ++j) {
+            const int64_t h = y * s[0] - p[0] + i * d[0], w = z * s[1] - p[1] + j * d[1];
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            const double v = xv[static_cast<size_t>(nc * H * W + h * W + w)];
+            if (at < 0 || v > best || std::isnan(v)) {
+              best = v;
+              at = h * W + w;
+            }
+          }
+        out.push_back(best);
+        idx.push_back(at);
+      }
+}
+
+TEST(Pooling, MaxPool2dWithIndicesFollowsTorchsRule) {
+  struct Case {
+    Shape shape;
+    Pair k, s, p, d;
+  };
+  const std::vector<Case> cases = {{{2, 3, 6, 5}, {2, 2}, {0, 0}, {0, 0}, {1, 1}},
+                                   {{1, 2, 7, 6}, {3, 2}, {2, 1}, {1, 1}, {1, 1}},
+                                   {{2, 2, 9, 8}, {3, 3}, {1, 2}, {1, 1}, {2, 2}},
+                                   {{1, 2, 5, 7}, {2, 4}, {3, 1}, {1, 2}, {1, 1}},
+                                   {{1, 1, 1, 3}, {2, 2}, {1, 1}, {1, 1}, {2, 1}}};
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Case& c : cases)
+      for (int kind = 0; kind < 3; ++kind) {  // distinct values, ties, ties with NaN and -inf
+        std::vector<double> v = values(rand(c.shape, 31, DType::F64) * 6.0 - 3.0);
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (kind > 0) v[i] = std::round(v[i]);
+          if (kind == 2 && i % 5 == 2) v[i] = NAN;
+          if (kind == 2 && i % 7 == 4) v[i] = -INFINITY;
+        }
+        Tensor x = from_vector<double>(v, c.shape).to(dt).requires_grad_();
+        const std::string what = std::string(dt == DType::F64 ? "f64" : "f32") + " " + std::to_string(c.shape[2]) +
+                                 "x" + std::to_string(c.shape[3]) + " kind " + std::to_string(kind);
+        std::vector<double> want;
+        std::vector<int64_t> want_idx;
+        Shape shape;
+        max_pool_ref(x.detach(), c.k, c.s, c.p, c.d, want, want_idx, shape);
+        auto [out, idx] = F::max_pool2d_with_indices(x, c.k, c.s, c.p, c.d);
+        ASSERT_EQ(out.shape(), shape) << what;
+        ASSERT_EQ(idx.dtype(), DType::I64);
+        EXPECT_FALSE(idx.requires_grad());
+        const std::vector<double> got = values(out);
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (std::isnan(want[i]))
+            EXPECT_TRUE(std::isnan(got[i])) << what << " at " << i;
+          else
+            EXPECT_EQ(got[i], want[i]) << what << " at " << i;
+        }
+        EXPECT_EQ(idx.to_vector<int64_t>(), want_idx) << what;
+        EXPECT_EQ(bits(F::max_pool2d(x, c.k, c.s, c.p, c.d)), bits(out)) << what;
+        // The gradient: each output's seed at its index (empty windows: nowhere), summed where windows overlap.
+        Tensor gy = rand(shape, 32, DType::F64).to(dt);
+        (out * gy).sum().backward();
+        const int64_t HW = c.shape[2] * c.shape[3], L = shape[2] * shape[3];
+        std::vector<double> gx(static_cast<size_t>(x.numel()), 0.0);
+        const std::vector<double> gv = values(gy);
+        for (size_t l = 0; l < want_idx.size(); ++l)
+          if (want_idx[l] >= 0) gx[static_cast<size_t>(static_cast<int64_t>(l) / L * HW + want_idx[l])] += gv[l];
+        expect_close(values(x.grad()), gx, 1e-6, 1e-6, "max_pool2d gradient " + what);
+      }
+}
+
+TEST(Pooling, MaxPool2dGradcheckEmptyBatchAndErrors) {
+  Tensor g = u64({2, 2, 6, 5}, 33);
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return F::max_pool2d(v[0], {3, 2}, {2, 1}, {1, 1}, {1, 2});
+      },
+      {g}, "max_pool2d dilation");
+  expect_gc(
+      [](const std::vector<Tensor>& v) {
+        return F::max_pool2d(v[0].transpose(2, 3), {2, 3}, {1, 1});
+      },
+      {g}, "max_pool2d strided input, overlapping windows");
+  // create_graph: the gradient is recorded (a scatter by the indices), so gradgradcheck sees the seed's path.
+  GradcheckResult r = gradgradcheck(
+      [](const std::vector<Tensor>& v) {
+        return F::max_pool2d(v[0], {2, 2}, {1, 2}, {1, 1}).square();
+      },
+      {g});
+  EXPECT_TRUE(r.ok) << r.message;
+  // Windows entirely in the padding (-inf outputs): no gradient, with and without create_graph.
+  for (bool create_graph : {false, true}) {
+    Tensor w = u64({1, 1, 1, 3}, 34);
+    Tensor y = F::max_pool2d(w, {2, 2}, {1, 1}, {1, 1}, {2, 2});
+    ASSERT_EQ(y.shape(), Shape({1, 1, 1, 3}));
+    Tensor seed = ones_like(y).requires_grad_(create_graph);  // the recorded gradient depends on it
+    std::vector<Tensor> gw = autograd::grad({y}, {w}, {seed}, false, create_graph);
+    EXPECT_EQ(values(gw[0]), std::vector<double>(3, 0.0));
+    EXPECT_EQ(gw[0].requires_grad(), create_graph);
+  }
+  // An empty batch: an empty output, and a zero gradient of x's shape.
+  Tensor e = zeros({0, 3, 6, 6}, DType::F64).requires_grad_();
+  auto [eo, ei] = F::max_pool2d_with_indices(e, {2, 2});
+  EXPECT_EQ(eo.shape(), Shape({0, 3, 3, 3}));
+  EXPECT_EQ(ei.shape(), Shape({0, 3, 3, 3}));
+  eo.sum().backward();
+  EXPECT_EQ(e.grad().shape(), e.shape());
+  // Writing the returned indices in place before backward is an error (they are saved), as in torch.
+  Tensor x = u64({1, 1, 4, 4}, 35);
+  auto [y, yi] = F::max_pool2d_with_indices(x, {2, 2});
+  yi.fill_(0.0);
+  EXPECT_OXM_ERROR(y.sum().backward(), InvalidArgument, "max_pool2d");
+  Tensor f = u64({1, 1, 4, 4}, 36, false);
+  EXPECT_OXM_ERROR(F::max_pool2d(f.reshape({4, 4}), {2, 2}), ShapeMismatch, "max_pool2d");
+  EXPECT_OXM_ERROR(F::max_pool2d(f.to(DType::I64), {2, 2}), UnsupportedDType, "max_pool2d");
+  EXPECT_OXM_ERROR(F::max_pool2d(f, {0, 2}), InvalidArgument, "kernel size");
+  EXPECT_OXM_ERROR(F::max_pool2d(f, {2, 2}, {1, -1}), InvalidArgument, "stride");
+  EXPECT_OXM_ERROR(F::max_pool2d(f, {2, 2}, {1, 1}, {0, 0}, {1, 0}), InvalidArgument, "dilation");
+  EXPECT_OXM_ERROR(F::max_pool2d(f, {2, 2}, {1, 1}, {0, 2}), InvalidArgument, "half the kernel");
+  EXPECT_OXM_ERROR(F::max_pool2d(f, {5, 2}), InvalidArgument, "smaller than the kernel");
+}
+
 TEST(Norms, LayerNormAndBatchNorm) {
   Tensor x = u64({4, 3, 5}, 11, false);
   Tensor w = u64({5}, 12, false), b = u64({5}, 13, false);

@@ -1,5 +1,6 @@
-// nn functional ops. unfold is the fused op Im2col with its own backward (Col2im); everything else is composed
-// from differentiable tensor ops.
+// nn functional ops. unfold is the fused op Im2col with its own backward (Col2im); max_pool2d the fused MaxPool2d
+// with its own backward (a scatter by the saved indices); linear and layer_norm fused ops too; everything else is
+// composed from differentiable tensor ops.
 #include "oxmera/nn/functional.hpp"
 
 #include <climits>
@@ -145,17 +146,98 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
   return out;
 }
 
-Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation) {
+namespace {
+
+// g [N, C, oh, ow] scattered into zeros [N, C, H, W] at the saved plane indices, from recorded ops (scatter_add's
+// gradient is a gather by the same indices): the backward under create_graph. `empty_window`: some index is the
+// -1 of a window with no in-image tap, which gets position 0 and a zero gradient.
+Tensor scatter_by_indices(const Tensor& g, const Tensor& indices, const Shape& in_shape, bool empty_window) {
+  const int64_t N = in_shape[0], C = in_shape[1], L = indices.size(2) * indices.size(3);
+  Tensor idx = indices.reshape({N, C, L}), gv = g.reshape({N, C, L});
+  if (empty_window) {
+    const Tensor inside = idx.ge(scalar(0, DType::I64)).to(DType::U8);
+    gv = where(inside, gv, zeros_like(gv));
+    idx = maximum(idx, scalar(0, DType::I64));
+  }
+  return zeros(Shape{N, C, in_shape[2] * in_shape[3]}, g.dtype(), g.device()).scatter_add(2, idx, gv).view(in_shape);
+}
+
+// max_pool2d's backward: the fused scatter by the forward's indices (ops/fused.hpp, MaxPool2dBackwardCall);
+// under create_graph the same scatter from recorded ops. The indices are the tensor max_pool2d_with_indices
+// returns: saved with its version, so writing it in place before backward is an error, as in torch.
+struct MaxPool2dNode final : detail::Node {
+  detail::SavedTensor indices;
+  Shape in_shape;
+  bool empty_window = false;
+  bool release_saved() override {
+    const bool had = indices.defined();
+    indices.reset();
+    return had;
+  }
+  const char* name() const override { return "max_pool2d"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const Tensor idx = indices.get(name());
+    if (grad_enabled()) {
+      gin[0] = scatter_by_indices(gout[0], idx, in_shape, empty_window);
+      return;
+    }
+    const Tensor g = gout[0].contiguous();
+    Tensor gx = zeros(in_shape, g.dtype(), g.device());
+    if (g.numel() > 0) {
+      ops::FusedCall call = ops::MaxPool2dBackwardCall{g.impl(), idx.impl(), gx.impl()};
+      ops::run_fused(call, gx.device());
+    }
+    gin[0] = gx;
+  }
+};
+
+// Whether some window has no in-image tap (only with dilation: its taps jump over the image).
+bool has_empty_window(const detail::ConvGeometry& g, int64_t H, int64_t W) {
+  for (int64_t y = 0; y < g.oh; ++y) {
+    const detail::TapRange r = detail::taps_inside(y * g.sh - g.ph, H, g.kh, g.dh);
+    if (r.lo >= r.hi) return true;
+  }
+  for (int64_t z = 0; z < g.ow; ++z) {
+    const detail::TapRange r = detail::taps_inside(z * g.sw - g.pw, W, g.kw, g.dw);
+    if (r.lo >= r.hi) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel, Pair stride, Pair padding,
+                                                   Pair dilation) {
   const char* op = "max_pool2d";
   check_4d(x, op);
   stride = default_stride(stride, kernel);
+  check_pair(kernel, 1, op, "kernel size");
   OXM_CHECK(padding[0] <= kernel[0] / 2 && padding[1] <= kernel[1] / 2, InvalidArgument, op,
             ": padding must be at most half the kernel size (torch's rule), got padding [", padding[0], ", ",
             padding[1], "] for kernel [", kernel[0], ", ", kernel[1], "]");
-  auto g = geometry(x, kernel, dilation, padding, stride, op);
+  const auto g = geometry(x, kernel, dilation, padding, stride, op);
   const int64_t N = x.shape()[0], C = x.shape()[1];
-  Tensor cols = unfold_impl(x, g, -std::numeric_limits<double>::infinity(), op);
-  return cols.view({N, C, g.kh * g.kw, g.oh * g.ow}).max({2}).view({N, C, g.oh, g.ow});
+  const Shape out_shape{N, C, g.oh, g.ow};
+  Tensor out = detail::make_empty(out_shape, x.dtype(), x.device(), op);
+  Tensor indices = detail::make_empty(out_shape, DType::I64, x.device(), op);
+  if (out.numel() > 0) {
+    ops::FusedCall call = ops::MaxPool2dCall{x.impl(), out.impl(), indices.impl(), g};
+    ops::run_fused(call, x.device());
+  }
+  if (detail::needs_tape(x)) {
+    auto* n = new MaxPool2dNode();
+    n->indices.save(indices, false);
+    n->in_shape = x.shape();
+    n->empty_window = has_empty_window(g, x.shape()[2], x.shape()[3]);
+    n->next.push_back(detail::edge_of(x));
+    detail::set_history(out, n);
+  }
+  return {out, indices};
+}
+
+Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation) {
+  return std::get<0>(max_pool2d_with_indices(x, kernel, stride, padding, dilation));
 }
 
 Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, bool count_include_pad) {

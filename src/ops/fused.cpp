@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -227,6 +228,60 @@ void col2im_fallback(FusedCall& call, Device) {
   const Tensor plane =
       zeros(Shape{N, C, Hp * Wp}, xg.dtype(), xg.device()).index_add(2, window_index(g, Wp, xg.device()), cols);
   xg.copy_(xg + plane.reshape({N, C, Hp, Wp}).narrow(2, g.ph, H).narrow(3, g.pw, W));
+}
+
+// ---------------------------------------------------------------- max pooling
+// The windows' taps as im2col's columns of the -inf-padded input (window_index), then one elementwise pass per
+// tap in window order: the held value is replaced where the tap is greater or NaN (padding is -inf, never greater
+// and never NaN), its plane position taken from a host table. A window starts at its first in-image tap (or -1).
+void max_pool2d_fallback(FusedCall& call, Device) {
+  auto& c = std::get<MaxPool2dCall>(call);
+  const detail::ConvGeometry& g = c.geometry;
+  NoGradGuard no_grad;
+  Tensor x = borrow(c.x);
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t Hp = H + 2 * g.ph, Wp = W + 2 * g.pw, K = g.kh * g.kw, L = g.oh * g.ow;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  if (g.ph) x = pad(x, 2, g.ph, g.ph, ninf);
+  if (g.pw) x = pad(x, 3, g.pw, g.pw, ninf);
+  const Tensor cols = x.reshape({N, C, Hp * Wp}).index_select(2, window_index(g, Wp, x.device())).reshape({N, C, K, L});
+  std::vector<int64_t> pos(static_cast<size_t>(K * L)), first(static_cast<size_t>(L), -1);
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j)
+      for (int64_t y = 0; y < g.oh; ++y)
+        for (int64_t z = 0; z < g.ow; ++z) {
+          const int64_t h = y * g.sh - g.ph + i * g.dh, w = z * g.sw - g.pw + j * g.dw, l = y * g.ow + z;
+          const bool inside = h >= 0 && h < H && w >= 0 && w < W;
+          pos[static_cast<size_t>((i * g.kw + j) * L + l)] = inside ? h * W + w : -1;
+          if (inside && first[static_cast<size_t>(l)] < 0) first[static_cast<size_t>(l)] = h * W + w;
+        }
+  const Tensor positions = from_vector<int64_t>(pos, Shape{K, L}).to(x.device());
+  Tensor best = full({N, C, L}, ninf, x.dtype(), x.device());
+  Tensor index = from_vector<int64_t>(first, Shape{L}).to(x.device()).expand({N, C, L});
+  for (int64_t k = 0; k < K; ++k) {
+    const Tensor v = cols.select(2, k);
+    const Tensor take = v.gt(best) + v.isnan();  // 0/1 masks of x's dtype, never both 1
+    best = where(take, v, best);
+    index = where(take.to(DType::U8), positions.select(0, k), index);
+  }
+  borrow(c.out).copy_(best.reshape(c.out->shape));
+  borrow(c.indices).copy_(index.reshape(c.indices->shape));
+}
+
+// scatter_add along each plane (increasing output position, the kernel's order); the -1 of an empty window is
+// sent to position 0 with a zero gradient.
+void max_pool2d_backward_fallback(FusedCall& call, Device) {
+  auto& c = std::get<MaxPool2dBackwardCall>(call);
+  NoGradGuard no_grad;
+  Tensor gx = borrow(c.grad_x);
+  const int64_t N = gx.size(0), C = gx.size(1), HW = gx.size(2) * gx.size(3);
+  const int64_t L = c.indices->shape[2] * c.indices->shape[3];
+  const Tensor idx = borrow(c.indices).reshape({N, C, L});
+  const Tensor inside = idx.ge(scalar(0, DType::I64)).to(DType::U8);
+  const Tensor g = borrow(c.g).reshape({N, C, L});
+  const Tensor plane = zeros(Shape{N, C, HW}, gx.dtype(), gx.device())
+                           .scatter_add(2, maximum(idx, scalar(0, DType::I64)), where(inside, g, zeros_like(g)));
+  gx.copy_(gx + plane.reshape(gx.shape()));
 }
 
 // ---------------------------------------------------------------- small SPD linear algebra
@@ -552,6 +607,9 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::Linear, "linear", linear_fallback, "cpu (f32, f64; the bias rows, then GEMM with beta = 1)"},
     {FusedOp::GruCell, "gru_cell", gru_cell_fallback, "cpu (f32, f64)"},
     {FusedOp::GruCellBackward, "gru_cell backward", gru_cell_backward_fallback, "cpu (f32, f64)"},
+    {FusedOp::MaxPool2d, "max_pool2d", max_pool2d_fallback, "cpu (f32, f64; one pass, no unfold buffer)"},
+    {FusedOp::MaxPool2dBackward, "max_pool2d backward", max_pool2d_backward_fallback,
+     "cpu (f32, f64; a scatter by the saved indices)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

@@ -1,8 +1,8 @@
 #pragma once
 // Fused ops: kernels a backend may offer for work that ordinary ops can also do (cross entropy and its
 // backward, the grouped optimizer step, im2col / col2im, the small SPD linear algebra, scans and sorting along a
-// dim). Each op has an id, a typed call struct (inputs, outputs, scalars) and a composite fallback built from
-// ordinary ops (or a host loop). The Backend
+// dim, layer norm, the LSTM cell, attention, linear, max pooling). Each op has an id, a typed call struct
+// (inputs, outputs, scalars) and a composite fallback built from ordinary ops (or a host loop). The Backend
 // contract has two entry points for all of them, `supports(call)` and `run(call)`; `ops::run_fused` asks the
 // backend and otherwise runs the fallback, so a backend that offers none still runs every model. The registry
 // (name, id, fallback, who offers it) is `fused_ops()` in fused.cpp. Adding a fused op: one X-macro entry and
@@ -56,6 +56,18 @@ struct ConvGeometry {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, oh = 0, ow = 0;
 };
 
+// The kernel taps [lo, hi) of one pooling window along one dim whose positions start + t * d (t in [0, k)) lie
+// inside [0, n): start = y * stride - padding. Ceilings as (a - 1) / d + 1 for a > 0, so a dilation near INT64_MAX
+// does not overflow. lo >= hi: the window has no in-image position along this dim.
+struct TapRange {
+  int64_t lo = 0, hi = 0;
+};
+inline TapRange taps_inside(int64_t start, int64_t n, int64_t k, int64_t d) {
+  const int64_t lo = start >= 0 ? 0 : (-start - 1) / d + 1;
+  const int64_t hi = n - start <= 0 ? 0 : (n - start - 1) / d + 1;
+  return {lo < k ? lo : k, hi < k ? hi : k};
+}
+
 }  // namespace oxmera::detail
 
 namespace oxmera::ops {
@@ -82,7 +94,9 @@ namespace oxmera::ops {
   X(Attention, AttentionCall)                       \
   X(Linear, LinearCall)                             \
   X(GruCell, GruCellCall)                           \
-  X(GruCellBackward, GruCellBackwardCall)
+  X(GruCellBackward, GruCellBackwardCall)          \
+  X(MaxPool2d, MaxPool2dCall)                       \
+  X(MaxPool2dBackward, MaxPool2dBackwardCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -331,12 +345,35 @@ struct GruCellBackwardCall {
   TensorImpl* grad_gh = nullptr;
   TensorImpl* grad_h_prev = nullptr;
 };
+// 2-d max pooling in one pass over x [N, C, H, W] (any strides; f32, f64): out (x's dtype) and indices (I64), both
+// contiguous [N, C, oh, ow]. Window (y, z) holds the taps (i, j) at row y*sh - ph + i*dh, column z*sw - pw + j*dw;
+// taps in the padding are skipped. Walking the in-image taps in (i, j) row-major order, the first is held and a
+// later one replaces the held one when it is greater or NaN, as torch's CPU and CUDA kernels do: out is the
+// window's max (NaN when it holds one), indices its flat position h*W + w in the input plane (ties: the first;
+// NaNs: the last one). A window with no in-image tap (possible with dilation) gives -inf and index -1.
+struct MaxPool2dCall {
+  static constexpr FusedOp kOp = FusedOp::MaxPool2d;
+  const TensorImpl* x = nullptr;
+  TensorImpl* out = nullptr;
+  TensorImpl* indices = nullptr;
+  detail::ConvGeometry geometry;
+};
+// Its gradient: grad_x (contiguous [N, C, H, W], zero-filled by the caller) += g at indices, plane by plane, in
+// increasing output position; g and indices are contiguous [N, C, oh, ow] (g of grad_x's dtype). An index
+// outside [0, H*W) (the -1 of an empty window) adds nothing.
+struct MaxPool2dBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::MaxPool2dBackward;
+  const TensorImpl* g = nullptr;
+  const TensorImpl* indices = nullptr;
+  TensorImpl* grad_x = nullptr;
+};
 
 // One fused call; its index is its FusedOp.
 using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
                                LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
                                SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
-                               LstmCellBackwardCall, AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall>;
+                               LstmCellBackwardCall, AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall,
+                               MaxPool2dCall, MaxPool2dBackwardCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

@@ -38,6 +38,7 @@
 
 #include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
+#include "oxmera/nn/functional.hpp"
 #include "oxmera/op_registry.hpp"
 #include "oxmera/tensor.hpp"
 
@@ -334,6 +335,16 @@ Tensor apply(const std::string& op, const Params& p, const std::vector<Tensor>& 
   if (op == "topk") {
     need(1);
     return pick(in[0].topk(p.i("k"), p.i("dim"), p.b("largest")));
+  }
+  if (op == "max_pool2d") {
+    need(1);
+    auto pair = [&](const char* k) {
+      const std::vector<int64_t> v = p.list(k);
+      if (v.size() != 2) throw ProtocolError(std::string(k) + " must be two ints");
+      return nn::functional::Pair(v[0], v[1]);
+    };
+    return pick(nn::functional::max_pool2d_with_indices(in[0], pair("kernel"), pair("stride"), pair("padding"),
+                                                        pair("dilation")));
   }
   if (op == "max_dim" || op == "min_dim") {
     need(1);

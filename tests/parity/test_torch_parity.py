@@ -197,6 +197,8 @@ STRUCTURED_C_OPS = {
     "flip": lambda p, x: torch.flip(x, p["dims"]),
     "roll": lambda p, x: torch.roll(x, p["shifts"], p["dims"]) if p["dims"] else torch.roll(x, p["shifts"]),
     "any": t_any_all(torch.any), "all": t_any_all(torch.all),
+    "max_pool2d": lambda p, x: torch.nn.functional.max_pool2d(x, p["kernel"], p["stride"], p["padding"],
+                                                              p["dilation"], return_indices=True)[p["out"]],
 }
 
 
@@ -303,6 +305,31 @@ def structured_c_cases(add, dt):
                     add(Case(op, dt, [(x, nc, 0)], params={"dims": dims, "keepdim": keep}, grad=False, exact=True))
         add(Case(op, "i64", [(rng.integers(0, 2, size=[3, 4]), 0, 0)], params={"dims": [1], "keepdim": 0},
                  grad=False, exact=True))
+
+
+def max_pool_cases(add, dt):
+    """max_pool2d (the fused kernel, issue #15): values and gradients (out=0), indices (out=1); ties, NaN, -inf."""
+    geoms = (([2, 3, 6, 6], [2, 2], [2, 2], [0, 0], [1, 1]), ([2, 2, 7, 5], [3, 2], [2, 1], [1, 1], [1, 1]),
+             ([1, 2, 9, 8], [3, 3], [1, 2], [1, 1], [2, 2]), ([2, 2, 5, 7], [2, 4], [3, 1], [1, 2], [1, 1]),
+             ([2, 1, 4, 4], [1, 1], [1, 1], [0, 0], [1, 1]), ([0, 2, 6, 6], [2, 2], [2, 2], [0, 0], [1, 1]))
+    for shape, k, s, pd, dl in geoms:
+        for nc in (0, 1, 2):
+            for x, note in ((rnd(shape, dt), ""), (rnd_int(shape, dt), "ties")):
+                prm = {"kernel": k, "stride": s, "padding": pd, "dilation": dl}
+                add(Case("max_pool2d", dt, [(x, nc, 1)], params={**prm, "out": 0}, exact=True, note=note))
+                add(Case("max_pool2d", dt, [(x, nc, 0)], params={**prm, "out": 1}, grad=False, exact=True,
+                         note=note))
+    x = rnd_int([1, 2, 6, 6], dt)
+    x.reshape(-1)[::5] = math.nan
+    x.reshape(-1)[2::7] = -math.inf
+    for out in (0, 1):
+        add(Case("max_pool2d", dt, [(x, 0, 0)], params={"kernel": [3, 3], "stride": [1, 2], "padding": [1, 1],
+                                                         "dilation": [1, 1], "out": out}, grad=False, exact=True,
+                 note="NaN (the last one's index) and -inf"))
+    add(Case("max_pool2d", dt, [(rnd([1, 1, 4, 4], dt), 0, 0)], params={"kernel": [2, 2], "stride": [2, 2],
+                                                                         "padding": [2, 0], "dilation": [1, 1],
+                                                                         "out": 0}, grad=False,
+             error="InvalidArgument", note="padding above half the kernel"))
 
 
 TORCH_OPS = {
@@ -624,6 +651,7 @@ def gen_cases():
             add(Case(op, dt, [(tie, 0, 1)], params={"dims": [], "keepdim": False}, note="ties"))
     for dt in ("f32", "f64"):
         structured_c_cases(add, dt)
+        max_pool_cases(add, dt)
     # ---- error cases: the oxmera ErrorKind must match
     f32, f64 = "f32", "f64"
     add(Case("add", f32, [(rnd([2], f32), 0, 0), (rnd([2], f64), 0, 0)], grad=False, error="DTypeMismatch"))

@@ -2,6 +2,7 @@
 // Functional forms of the nn layers. They work for f32 and f64 (so they can be gradchecked in f64);
 // the Module classes hold f32 parameters and call these.
 #include <array>
+#include <tuple>
 
 #include "oxmera/random.hpp"
 #include "oxmera/tensor.hpp"
@@ -24,6 +25,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pa
               Pair padding = {0, 0}, Pair dilation = {1, 1}, int64_t groups = 1);
 // stride {0, 0} means stride = kernel (torch's default). Padding is implicit -inf (max) or 0 (avg).
 Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0}, Pair dilation = {1, 1});
+// As torch's max_pool2d(..., return_indices=True): the output and, per output, the flat position h * W + w of its
+// max in the input plane (I64, [N, C, oh, ow]). Ties take the first in window order (row-major), a NaN in the
+// window is the max (the last NaN's position); a window entirely in the padding (possible with dilation) gives
+// -inf and index -1. The indices are not differentiable.
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel, Pair stride = {0, 0},
+                                                   Pair padding = {0, 0}, Pair dilation = {1, 1});
 Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0},
                   bool count_include_pad = true);
 // y = x W^T + b with weight [out, in] (torch layout).

@@ -86,8 +86,8 @@ class CpuBackend final : public Backend {
   void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
     cpu_scatter_add(out, dim, idx, src);
   }
-  // Fused ops: cross entropy, the optimizer steps and im2col / col2im in f32 and f64; no small linalg (linalg's
-  // host path is the CPU's own).
+  // Fused ops: cross entropy, the optimizer steps, im2col / col2im, layer norm, the LSTM cell, attention, linear and
+  // max pooling in f32 and f64; no small linalg (linalg's host path is the CPU's own).
   bool supports(const ops::FusedCall& call) const override {
     auto real = [](DType d) { return d == DType::F32 || d == DType::F64; };
     switch (ops::fused_op(call)) {
@@ -129,6 +129,12 @@ class CpuBackend final : public Backend {
         return real(std::get<ops::GruCellBackwardCall>(call).acts->dtype);
       case ops::FusedOp::Col2im:
         return real(std::get<ops::Col2imCall>(call).cols->dtype);
+      case ops::FusedOp::MaxPool2d:
+        return real(std::get<ops::MaxPool2dCall>(call).x->dtype);
+      case ops::FusedOp::MaxPool2dBackward: {
+        const auto& c = std::get<ops::MaxPool2dBackwardCall>(call);
+        return real(c.grad_x->dtype) && c.g->contiguous && c.indices->contiguous && c.grad_x->contiguous;
+      }
       case ops::FusedOp::OptimizerSteps: {
         const auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i)
@@ -182,6 +188,10 @@ class CpuBackend final : public Backend {
         auto& c = std::get<ops::Col2imCall>(call);
         return cpu_col2im(*c.cols, *c.x_grad, c.geometry);
       }
+      case ops::FusedOp::MaxPool2d:
+        return k_->max_pool2d(std::get<ops::MaxPool2dCall>(call));
+      case ops::FusedOp::MaxPool2dBackward:
+        return k_->max_pool2d_backward(std::get<ops::MaxPool2dBackwardCall>(call));
       case ops::FusedOp::OptimizerSteps: {
         auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i) {

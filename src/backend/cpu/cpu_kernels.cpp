@@ -32,6 +32,9 @@ void lstm_cell(const ops::LstmCellCall& c);
 void lstm_cell_backward(const ops::LstmCellBackwardCall& c);
 void gru_cell(const ops::GruCellCall& c);
 void gru_cell_backward(const ops::GruCellBackwardCall& c);
+// pool_kernels.cpp (the same ISA namespace)
+void max_pool2d(const ops::MaxPool2dCall& c);
+void max_pool2d_backward(const ops::MaxPool2dBackwardCall& c);
 
 namespace {
 
@@ -1308,7 +1311,9 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           lstm_cell,
                           lstm_cell_backward,
                           gru_cell,
-                          gru_cell_backward};
+                          gru_cell_backward,
+                          max_pool2d,
+                          max_pool2d_backward};
 
 }  // namespace
 

@@ -9,6 +9,8 @@ struct LstmCellCall;
 struct LstmCellBackwardCall;
 struct GruCellCall;
 struct GruCellBackwardCall;
+struct MaxPool2dCall;
+struct MaxPool2dBackwardCall;
 }  // namespace oxmera::ops
 
 namespace oxmera::detail {
@@ -50,6 +52,9 @@ struct CpuKernels {
   void (*lstm_cell_backward)(const ops::LstmCellBackwardCall&);
   void (*gru_cell)(const ops::GruCellCall&);
   void (*gru_cell_backward)(const ops::GruCellBackwardCall&);
+  // pool_kernels.cpp: max pooling with its indices, and the backward's scatter (ops/fused.hpp's MaxPool2dCall)
+  void (*max_pool2d)(const ops::MaxPool2dCall&);
+  void (*max_pool2d_backward)(const ops::MaxPool2dBackwardCall&);
 };
 
 namespace isa_base {

@@ -407,6 +407,8 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::Linear:  // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
       case ops::FusedOp::GruCell:
       case ops::FusedOp::GruCellBackward:
+      case ops::FusedOp::MaxPool2d:
+      case ops::FusedOp::MaxPool2dBackward:
         return false;
     }
     return false;
@@ -463,6 +465,8 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::Linear:
       case ops::FusedOp::GruCell:
       case ops::FusedOp::GruCellBackward:
+      case ops::FusedOp::MaxPool2d:
+      case ops::FusedOp::MaxPool2dBackward:
         break;
     }
     Backend::run(call);  // not offered (supports() said so)
