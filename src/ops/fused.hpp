@@ -94,7 +94,7 @@ namespace oxmera::ops {
   X(Attention, AttentionCall)                       \
   X(Linear, LinearCall)                             \
   X(GruCell, GruCellCall)                           \
-  X(GruCellBackward, GruCellBackwardCall)          \
+  X(GruCellBackward, GruCellBackwardCall)           \
   X(MaxPool2d, MaxPool2dCall)                       \
   X(MaxPool2dBackward, MaxPool2dBackwardCall)
 
@@ -369,11 +369,11 @@ struct MaxPool2dBackwardCall {
 };
 
 // One fused call; its index is its FusedOp.
-using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
-                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
-                               SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
-                               LstmCellBackwardCall, AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall,
-                               MaxPool2dCall, MaxPool2dBackwardCall>;
+using FusedCall =
+    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
+                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall,
+                 SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall, LstmCellBackwardCall,
+                 AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall, MaxPool2dCall, MaxPool2dBackwardCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);
