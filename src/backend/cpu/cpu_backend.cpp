@@ -86,8 +86,8 @@ class CpuBackend final : public Backend {
   void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src) override {
     cpu_scatter_add(out, dim, idx, src);
   }
-  // Fused ops: cross entropy, the optimizer steps, im2col / col2im, layer norm, the LSTM cell, attention, linear and
-  // max pooling in f32 and f64; no small linalg (linalg's host path is the CPU's own).
+  // Fused ops: cross entropy, the optimizer steps, im2col / col2im, layer norm, the LSTM and GRU cells, attention,
+  // linear and max pooling in f32 and f64; no small linalg (linalg's host path is the CPU's own).
   bool supports(const ops::FusedCall& call) const override {
     auto real = [](DType d) { return d == DType::F32 || d == DType::F64; };
     switch (ops::fused_op(call)) {

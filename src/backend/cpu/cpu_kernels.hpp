@@ -47,7 +47,8 @@ struct CpuKernels {
                         TensorImpl& loss, TensorImpl& lse);
   void (*cross_entropy_backward)(const TensorImpl& x, const TensorImpl& target, const TensorImpl& lse,
                                  const TensorImpl& g, double label_smoothing, double scale, TensorImpl& grad_x);
-  // rnn_kernels.cpp: one LSTM step's gate math and its backward (ops/fused.hpp's LstmCellCall contracts)
+  // rnn_kernels.cpp: one LSTM / GRU step's gate math and its backward (ops/fused.hpp's LstmCellCall and GruCellCall
+  // contracts)
   void (*lstm_cell)(const ops::LstmCellCall&);
   void (*lstm_cell_backward)(const ops::LstmCellBackwardCall&);
   void (*gru_cell)(const ops::GruCellCall&);

@@ -1,5 +1,5 @@
-// One pass over a batch row per LSTM step, forward and backward: the composite is ~10 elementwise ops (and a
-// cat) forward and ~20 backward, each a full pass and an allocation. exp / tanh are vec_math's inline versions:
+// One pass over a batch row per LSTM or GRU step, forward and backward: the LSTM's composite is ~10 elementwise ops
+// (and a cat) forward and ~20 backward, each a full pass and an allocation. exp / tanh are vec_math's inline versions:
 // libm's scalar calls were ~1/3 of a training step and block vectorisation of the loops. Compiled once per ISA
 // level with the other CPU kernels (cpu_kernels.hpp's table): the baseline build ran the gate math scalar.
 #include "backend/cpu/cpu_kernels.hpp"
