@@ -34,8 +34,11 @@ class Backend {
   // before the call (copy_from_pinned_host may still be reading it when its tensor dies).
   virtual bool can_pin_host() const { return false; }
   // OutOfMemory when the driver refuses; BackendUnavailable from a backend that cannot pin (the default).
-  virtual void* allocate_pinned_host(size_t nbytes);
-  virtual void deallocate_pinned_host(void* ptr, size_t nbytes) noexcept;
+  virtual void* allocate_pinned_host(size_t nbytes) {
+    OXM_FAIL(BackendUnavailable, "pin_memory: the ", name(), " backend cannot allocate page-locked host memory (",
+             nbytes, " bytes asked)");
+  }
+  virtual void deallocate_pinned_host(void* ptr, size_t nbytes) noexcept {}
   // Host -> device copy whose source lies in a block of allocate_pinned_host: enqueued on the device's stream
   // and not waited for (later work on that stream sees the data). The caller must not write the source before
   // the stream passes the copy (synchronize()); freeing it is safe (see deallocate_pinned_host). The default
@@ -91,7 +94,12 @@ class Backend {
   // call `supports` accepted. A backend that offers none keeps the defaults: ops::run_fused then runs each op's
   // composite fallback through the kernels above.
   virtual bool supports(const ops::FusedCall& call) const { return false; }
-  virtual void run(ops::FusedCall& call);
+  virtual void run(ops::FusedCall& call) {
+    OXM_FAIL(NotImplemented, ops::fused_op_name(ops::fused_op(call)), ": the ", name(),
+             " backend was asked to run a fused kernel it does not offer (ops::run_fused asks supports() first)");
+  }
+  // Every member is defined here (no key function): a backend compiled into another shared object, as the CUDA
+  // module is, carries its own copy of this class's vtable and type info and needs no symbol of the library.
 };
 
 // The backend for `device`; BackendUnavailable (naming `op`) when none is registered for it.

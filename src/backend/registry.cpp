@@ -9,7 +9,7 @@
 #ifdef OXMERA_WITH_CUDA
 #include <string>
 
-#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda_loader.hpp"
 #endif
 
 namespace oxmera::detail {
@@ -26,11 +26,6 @@ std::string g_cuda_why;
 std::atomic<bool> g_cuda_probed{false};
 }  // namespace
 
-void Backend::run(ops::FusedCall& call) {
-  OXM_FAIL(NotImplemented, ops::fused_op_name(ops::fused_op(call)), ": the ", name(),
-           " backend was asked to run a fused kernel it does not offer (ops::run_fused asks supports() first)");
-}
-
 void register_backend(Backend* backend) {
   std::lock_guard<std::mutex> lock(g_register_mu);
   auto& slot = g_backends[static_cast<int>(backend->kind())];
@@ -40,12 +35,6 @@ void register_backend(Backend* backend) {
   }
   slot.store(backend);
 }
-
-void* Backend::allocate_pinned_host(size_t nbytes) {
-  OXM_FAIL(BackendUnavailable, "pin_memory: the ", name(), " backend cannot allocate page-locked host memory (", nbytes,
-           " bytes asked)");
-}
-void Backend::deallocate_pinned_host(void*, size_t) noexcept {}
 
 Backend* pinning_backend() noexcept {
   for (DeviceKind kind : {DeviceKind::CUDA, DeviceKind::Metal}) {
@@ -107,8 +96,9 @@ void init() {
 #ifdef OXMERA_WITH_CUDA
   static std::once_flag once;
   std::call_once(once, [] {
-    std::string why;
-    if (detail::Backend* be = detail::create_cuda_backend(why)) {
+    // The CUDA backend is a module loaded only where a driver is present (backend/cuda_loader.hpp).
+    std::string why, module;
+    if (detail::Backend* be = detail::create_cuda_backend_from_module(why, module)) {
       detail::register_backend(be);
     } else {
       detail::g_cuda_why = why.empty() ? std::string("unknown reason") : why;

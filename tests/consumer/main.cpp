@@ -4,7 +4,16 @@
 
 #include <oxmera/oxmera.hpp>
 
-int main() {
+int main(int argc, char** argv) {
+  // A CUDA-built oxmera loads its backend module at run time: say whether cuda:0 came up, or why not.
+  if (argc > 1 && std::string(argv[1]) == "--cuda-status") {
+    oxmera::init();
+    const auto gpu = oxmera::Device::cuda();
+    std::printf("cuda:0: %s\n", oxmera::device_available(gpu)
+                                    ? "available"
+                                    : ("unavailable: " + oxmera::device_description(gpu)).c_str());
+    return 0;
+  }
   oxmera::Tensor w = oxmera::ones({2, 2}).requires_grad_();
   oxmera::Tensor y = w.matmul(oxmera::ones({2, 1})).sum();
   y.backward();

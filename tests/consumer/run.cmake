@@ -1,10 +1,10 @@
 # Installs the build tree into a scratch prefix, then configures, builds and runs the consumer against it:
 #  1. as is;
-#  2. with the CUDA toolkit hidden (no nvcc on PATH, its directories ignored, CUDAToolkit_ROOT elsewhere): a
-#     CUDA-built oxmera must still configure, link and run with only the CUDA runtime libraries (symlinked into a
-#     scratch "runtime-only" directory, versioned names only), a CPU-only oxmera with nothing at all;
-#  3. CUDA-built oxmera only: with no CUDA libraries anywhere, configuring fails with the message that says what
-#     to install or to build with -DOXMERA_CUDA=OFF.
+#  2. with the CUDA toolkit and every CUDA library hidden (no nvcc on PATH, its directories ignored,
+#     CUDAToolkit_ROOT an empty folder): a CUDA-built oxmera links no CUDA library (its backend is the module
+#     <libdir>/oxmera/liboxmera_cuda.so, loaded at run time), so it must configure, link and run as a CPU-only one;
+#  3. CUDA-built oxmera only: the consumer links no CUDA library, the module was installed, and the consumer run
+#     with OXMERA_CUDA_MODULE pointing at the installed module reports cuda:0 available or says why not.
 # -DBUILD_DIR= -DSRC= -DWORK= [-DWITH_CUDA=ON -DCUDA_COMPILER=<nvcc> -DCUDA_LIBRARY_DIR=<dir of libcudart>]
 file(REMOVE_RECURSE ${WORK})
 
@@ -54,43 +54,32 @@ file(WRITE ${WORK}/hide-cuda.cmake "set(CMAKE_IGNORE_PATH \"${ignored_dirs}\" CA
                                   "set(CMAKE_IGNORE_PREFIX_PATH \"${ignored_roots}\" CACHE STRING \"\")\n")
 set(hidden_env ${CMAKE_COMMAND} -E env PATH=/usr/bin:/bin --unset=CUDA_PATH --unset=CUDAToolkit_ROOT --unset=CUDACXX)
 
-set(runtime_root ${WORK}/cuda-runtime-only)
-file(MAKE_DIRECTORY ${runtime_root}/lib64)
-if(WITH_CUDA)
-  file(GLOB runtime_libraries ${CUDA_LIBRARY_DIR}/libcudart.so.* ${CUDA_LIBRARY_DIR}/libcublas.so.*
-       ${CUDA_LIBRARY_DIR}/libcublasLt.so.*)
-  foreach(lib IN LISTS runtime_libraries)
-    get_filename_component(name ${lib} NAME)
-    file(REAL_PATH ${lib} target)
-    file(CREATE_LINK ${target} ${runtime_root}/lib64/${name} SYMBOLIC)
-  endforeach()
-endif()
+file(MAKE_DIRECTORY ${WORK}/no-cuda)
 run_step("configure without the CUDA toolkit" ${hidden_env} ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/build-no-toolkit
-         -G Ninja -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCUDAToolkit_ROOT=${runtime_root}
+         -G Ninja -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCUDAToolkit_ROOT=${WORK}/no-cuda
          -C ${WORK}/hide-cuda.cmake
          -DOXMERA_CONSUMER_EXPECT_NO_CUDA_TOOLKIT=ON)
 run_step("build without the CUDA toolkit" ${hidden_env} ${CMAKE_COMMAND} --build ${WORK}/build-no-toolkit)
 run_step("run without the CUDA toolkit" ${WORK}/build-no-toolkit/consumer)
 
 if(WITH_CUDA)
-  # CUDAToolkit_ROOT: an empty directory (FindCUDAToolkit ignores a missing one and searches /usr/local/cuda-*).
-  file(MAKE_DIRECTORY ${WORK}/no-cuda)
-  execute_process(COMMAND ${hidden_env} ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/build-no-cuda -G Ninja
-                          -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCUDAToolkit_ROOT=${WORK}/no-cuda
-                          -C ${WORK}/hide-cuda.cmake
-                          -DOXMERA_CONSUMER_EXPECT_NO_CUDA_TOOLKIT=ON
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  string(REPLACE "\n" " " flat "${out} ${err}")
-  string(REGEX REPLACE " +" " " flat "${flat}")
-  if(rc EQUAL 0)
-    message(FATAL_ERROR "consumer configure without any CUDA library succeeded; expected the clear error:\n${out}\n${err}")
+  file(GLOB_RECURSE installed_module ${WORK}/prefix/*/oxmera/liboxmera_cuda.so)
+  if(NOT installed_module)
+    message(FATAL_ERROR "a CUDA-built oxmera installed no CUDA module (<libdir>/oxmera/liboxmera_cuda.so)")
   endif()
-  foreach(needle IN ITEMS "built with its CUDA backend" "libcudart.so" "libcublas.so" "-DOXMERA_CUDA=OFF")
-    string(FIND "${flat}" "${needle}" at)
-    if(at LESS 0)
-      message(FATAL_ERROR "consumer configure without any CUDA library failed without naming '${needle}':\n${out}\n${err}")
-    endif()
-  endforeach()
-  message(STATUS "without CUDA libraries find_package(oxmera) fails clearly")
+  execute_process(COMMAND readelf -d ${WORK}/build-no-toolkit/consumer OUTPUT_VARIABLE dyn RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "readelf -d on the consumer failed (${rc})")
+  endif()
+  if(dyn MATCHES "NEEDED[^\n]*(libcuda|libcudart|libcublas)")
+    message(FATAL_ERROR "the consumer links a CUDA library at load time:\n${dyn}")
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env OXMERA_CUDA_MODULE=${installed_module}
+                          ${WORK}/build-no-toolkit/consumer --cuda-status
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "cuda:0: (available|unavailable: .+)")
+    message(FATAL_ERROR "consumer --cuda-status with the installed module failed (${rc}):\n${out}\n${err}")
+  endif()
+  message(STATUS "CUDA-built oxmera: the consumer links no CUDA library; ${out}")
 endif()
 message(STATUS "find_package(oxmera) consumer built and ran (also with the CUDA toolkit hidden)")
