@@ -276,6 +276,23 @@ void BM_HeadSplitCopy(benchmark::State& state) {
   structured(state, [&] { return x.permute({0, 2, 1, 3}).contiguous(); });
 }
 BENCHMARK(BM_HeadSplitCopy)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// ---------------------------------------------------------------- the plain RNN step, [16, 64] f32
+// One step's activation of xt + hh, forward and backward (the LSTM benchmark's batch and hidden size): the fused
+// nn::rnn_cell_gates (one pass forward) against the composite it replaced, (xt + hh).tanh().
+void rnn_step(benchmark::State& state, bool fused) {
+  ox::Tensor xt = ox::randn({16, 64}, 1).requires_grad_(), hh = ox::randn({16, 64}, 2).requires_grad_();
+  const ox::Tensor g = ox::randn({16, 64}, 3);
+  for (auto _ : state) {
+    ox::Tensor h = fused ? ox::nn::rnn_cell_gates(xt, hh) : (xt + hh).tanh();
+    auto grads = ox::autograd::grad({h}, {xt, hh}, {g});
+    benchmark::DoNotOptimize(grads[0].impl());
+  }
+}
+void BM_RnnStepFused(benchmark::State& state) { rnn_step(state, true); }
+BENCHMARK(BM_RnnStepFused)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond);
+void BM_RnnStepComposite(benchmark::State& state) { rnn_step(state, false); }
+BENCHMARK(BM_RnnStepComposite)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond);
+
 // ---------------------------------------------------------------- transcendental ops, [1024, 4096] f32
 // Forward (BM_Tx/<op>/fwd) and forward + backward with a given output gradient (BM_Tx/<op>/fwdbwd) of each op the
 // CPU runs with vectorised math; bench/transcendental_compare.sh runs these next to bench/transcendental_torch.py

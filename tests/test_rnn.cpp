@@ -117,6 +117,63 @@ TEST(RnnFused, GruCellGatesMatchTheCompositeAndGradgradcheck) {
   EXPECT_TRUE(rp.ok) << rp.message;
 }
 
+TEST(RnnFused, RnnCellKernelMatchesTheFallback) {
+  ASSERT_STREQ(ops::fused_op_name(ops::FusedOp::RnnCell), "rnn_cell");
+  for (DType dt : {DType::F32, DType::F64})
+    for (bool relu : {false, true})
+      for (int64_t n : {1, 7, 16 * 64, 1000}) {
+        const std::string what =
+            std::string(dt == DType::F64 ? "f64" : "f32") + (relu ? " relu" : " tanh") + " n=" + std::to_string(n);
+        Tensor xt = randn({n}, 1, dt) * 3.0, hh = randn({n}, 2, dt) * 3.0;
+        if (n >= 7) {  // the special values: NaN propagates through both activations, +-inf saturates tanh
+          xt.index_put_({0}, std::nan(""));
+          xt.index_put_({1}, INFINITY);
+          xt.index_put_({2}, -INFINITY);
+          hh.index_put_({3}, -0.0);
+          xt.index_put_({3}, 0.0);
+        }
+        Tensor h1 = empty({n}, dt), h2 = empty({n}, dt);
+        ops::FusedCall k = ops::RnnCellCall{xt.impl(), hh.impl(), n, relu, h1.impl()};
+        ops::FusedCall f = ops::RnnCellCall{xt.impl(), hh.impl(), n, relu, h2.impl()};
+        ASSERT_TRUE(ops::fused_supported(k, Device::cpu()));
+        ops::run_fused(k, Device::cpu());
+        ops::run_fused_fallback(f, Device::cpu());
+        const std::vector<double> a = values(h1), b = values(h2);
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (std::isnan(b[i])) {
+            EXPECT_TRUE(std::isnan(a[i])) << what << " at " << i;
+            continue;
+          }
+          EXPECT_EQ(a[i], b[i]) << what << " at " << i;  // the same registry activation: bit for bit
+        }
+      }
+}
+
+TEST(RnnFused, RnnCellGatesMatchTheCompositeAndGradgradcheck) {
+  for (const char* act : {"tanh", "relu"}) {
+    const bool relu = std::string(act) == "relu";
+    Tensor xt = (randn({3, 4}, 5, DType::F64) * 1.5).requires_grad_(true);
+    Tensor hh = (randn({3, 4}, 7, DType::F64) * 1.5).requires_grad_(true);
+    const Tensor ref = relu ? (xt + hh).relu() : (xt + hh).tanh();
+    const Tensor h = nn::rnn_cell_gates(xt, hh, act);
+    expect_close(values(ref), values(h), 0, 0, std::string("rnn h ") + act);
+    // First-order gradients equal the composite's.
+    Tensor g = randn({3, 4}, 8, DType::F64);
+    const std::vector<Tensor> gf = autograd::grad({h}, {xt, hh}, {g}), gr = autograd::grad({ref}, {xt, hh}, {g});
+    expect_close(values(gr[0]), values(gf[0]), 1e-15, 1e-15, std::string("grad xt ") + act);
+    expect_close(values(gr[1]), values(gf[1]), 1e-15, 1e-15, std::string("grad hh ") + act);
+    auto f = [act](const std::vector<Tensor>& in) { return nn::rnn_cell_gates(in[0], in[1], act); };
+    GradcheckResult r = gradcheck(f, {xt, hh});
+    EXPECT_TRUE(r.ok) << act << ": " << r.message;
+    GradcheckResult rr = gradgradcheck(f, {xt, hh});
+    EXPECT_TRUE(rr.ok) << act << ": " << rr.message;
+    // Only hh requires a gradient (the recurrent path of the first step of a layer whose input is data).
+    auto fh = [&](const std::vector<Tensor>& in) { return nn::rnn_cell_gates(xt.detach(), in[0], act); };
+    GradcheckResult rh = gradcheck(fh, {hh});
+    EXPECT_TRUE(rh.ok) << act << ": " << rh.message;
+  }
+}
+
 nn::RNNOptions f64_opts(int64_t layers, bool bidir, bool batch_first) {
   nn::RNNOptions o;
   o.num_layers = layers;
@@ -238,6 +295,21 @@ TEST(RnnLayers, TypedErrors) {
               nn::gru_cell_gates(randn({2, 6}, 1), randn({2, 6}, 2, DType::F64), randn({2, 2}, 3));
             }),
             ErrorKind::DTypeMismatch);
+  EXPECT_EQ(kind_of([&] { nn::rnn_cell_gates(randn({2, 6}, 1), randn({2, 5}, 2)); }), ErrorKind::ShapeMismatch);
+  EXPECT_EQ(kind_of([&] { nn::rnn_cell_gates(randn({6}, 1), randn({6}, 2)); }), ErrorKind::ShapeMismatch);
+  EXPECT_EQ(kind_of([&] {
+              nn::rnn_cell_gates(randn({2, 6}, 1), randn({2, 6}, 2, DType::F64));
+            }),
+            ErrorKind::DTypeMismatch);
+  EXPECT_EQ(kind_of([&] {
+              nn::rnn_cell_gates(arange(6).reshape({2, 3}), arange(6).reshape({2, 3}));
+            }),
+            ErrorKind::DTypeMismatch);
+  EXPECT_EQ(kind_of([&] {
+              nn::rnn_cell_gates(randn({2, 6}, 1), randn({2, 6}, 2), "gelu");
+            }),
+            ErrorKind::InvalidArgument);
+  EXPECT_EQ(kind_of([&] { nn::rnn_cell_gates(Tensor(), randn({2, 6}, 2)); }), ErrorKind::InvalidArgument);
 }
 
 TEST(RnnLayers, DropoutBetweenLayersOnlyInTraining) {

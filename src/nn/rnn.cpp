@@ -8,6 +8,7 @@
 
 #include "autograd/node.hpp"
 #include "ops/fused.hpp"
+#include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/nn/functional.hpp"
@@ -109,6 +110,31 @@ struct LstmCellNode final : detail::Node {
 };
 
 detail::Edge edge_or_none(const Tensor& t) { return t.defined() ? detail::edge_of(t) : detail::Edge{}; }
+
+// The plain RNN step's backward: the activation's gradient from the output (as tanh's and relu's own nodes), the
+// same for both summands.
+struct RnnCellNode final : detail::Node {
+  detail::SavedTensor h;
+  bool relu = false;
+  bool release_saved() override {
+    const bool had = h.defined();
+    h.reset();
+    return had;
+  }
+  const char* name() const override { return "rnn_cell"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const Tensor& g = gout[0];
+    const Tensor y = h.get(name());
+    Tensor d;
+    if (grad_enabled())  // recorded ops of the re-attached output, so the gradient is differentiable
+      d = relu ? ops::defs::Relu::grad_graph<Tensor>(g, y, y, {}) : ops::defs::Tanh::grad_graph<Tensor>(g, y, y, {});
+    else
+      d = ops::unary_grad(relu ? ops::UnaryOp::Relu : ops::UnaryOp::Tanh, g, y, y, {});
+    if (needs_grad(0)) gin[0] = d;
+    if (needs_grad(1)) gin[1] = d;
+  }
+};
 
 struct GruCellNode final : detail::Node {
   detail::SavedTensor gi, gh, h_prev;
@@ -270,6 +296,36 @@ Tensor gru_cell_gates(const Tensor& gi_in, const Tensor& gh_in, const Tensor& h_
   return h;
 }
 
+Tensor rnn_cell_gates(const Tensor& xt_in, const Tensor& hh_in, const std::string& nonlinearity) {
+  const char* op = "rnn_cell_gates";
+  detail::check_defined(xt_in, op, "xt");
+  detail::check_defined(hh_in, op, "hh");
+  OXM_CHECK(nonlinearity == "tanh" || nonlinearity == "relu", InvalidArgument, op,
+            ": nonlinearity must be \"tanh\" or \"relu\", got \"", nonlinearity, "\"");
+  OXM_CHECK(xt_in.dim() == 2 && hh_in.shape() == xt_in.shape(), ShapeMismatch, op,
+            ": xt and hh must both be [B, H], got ", shape_str(xt_in.shape()), " and ", shape_str(hh_in.shape()));
+  OXM_CHECK(is_floating(xt_in.dtype()) && hh_in.dtype() == xt_in.dtype(), DTypeMismatch, op, ": xt (", xt_in.dtype(),
+            ") and hh (", hh_in.dtype(), ") must share one float dtype");
+  OXM_CHECK(hh_in.device() == xt_in.device(), DeviceMismatch, op, ": xt is on ", xt_in.device(), " but hh on ",
+            hh_in.device());
+  const bool relu = nonlinearity == "relu";
+  const Tensor xt = xt_in.contiguous(), hh = hh_in.contiguous();
+  Tensor h = detail::make_empty(xt.shape(), xt.dtype(), xt.device(), op);
+  if (xt.numel() > 0) {
+    ops::FusedCall call = ops::RnnCellCall{xt.impl(), hh.impl(), xt.numel(), relu, h.impl()};
+    ops::run_fused(call, xt.device());
+  }
+  if (grad_enabled() && (xt.requires_grad() || hh.requires_grad())) {
+    auto* node = new RnnCellNode();
+    node->next.push_back(edge_or_none(xt));
+    node->next.push_back(edge_or_none(hh));
+    node->relu = relu;
+    node->h.save(h, true);
+    detail::set_history(h, node, 0);
+  }
+  return h;
+}
+
 RNNBase::RNNBase(Mode mode, int64_t input_size_, int64_t hidden_size_, RNNOptions opts, Generator& gen)
     : input_size(input_size_), hidden_size(hidden_size_), options(std::move(opts)), mode_(mode) {
   const char* nm = mode_name(mode);
@@ -379,10 +435,10 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
         Tensor hh = mode_ == Mode::GRU ? functional::linear(h, w[1], w[3]) : h.matmul(w_hhT);
         switch (mode_) {
           case Mode::RnnTanh:
-            h = (xt + hh).tanh();
+            h = rnn_cell_gates(xt, hh, "tanh");
             break;
           case Mode::RnnRelu:
-            h = (xt + hh).relu();
+            h = rnn_cell_gates(xt, hh, "relu");
             break;
           case Mode::LSTM: {
             std::tie(h, c) = lstm_cell_gates(xt + hh, c);

@@ -556,6 +556,14 @@ void gru_cell_backward_fallback(FusedCall& call, Device) {
   borrow(c.grad_h_prev).copy_(g * z);
 }
 
+// ---------------------------------------------------------------- plain RNN cell
+void rnn_cell_fallback(FusedCall& call, Device) {
+  auto& c = std::get<RnnCellCall>(call);
+  NoGradGuard no_grad;
+  const Tensor pre = borrow(c.xt) + borrow(c.hh);
+  borrow(c.h).copy_(c.relu ? pre.relu() : pre.tanh());
+}
+
 // ---------------------------------------------------------------- linear
 // The product into out, then the bias added in place: the two passes the fused kernel makes one.
 void linear_fallback(FusedCall& call, Device device) {
@@ -610,6 +618,7 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::MaxPool2d, "max_pool2d", max_pool2d_fallback, "cpu (f32, f64; one pass, no unfold buffer)"},
     {FusedOp::MaxPool2dBackward, "max_pool2d backward", max_pool2d_backward_fallback,
      "cpu (f32, f64; a scatter by the saved indices)"},
+    {FusedOp::RnnCell, "rnn_cell", rnn_cell_fallback, "cpu (f32, f64)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

@@ -96,7 +96,8 @@ namespace oxmera::ops {
   X(GruCell, GruCellCall)                           \
   X(GruCellBackward, GruCellBackwardCall)           \
   X(MaxPool2d, MaxPool2dCall)                       \
-  X(MaxPool2dBackward, MaxPool2dBackwardCall)
+  X(MaxPool2dBackward, MaxPool2dBackwardCall)       \
+  X(RnnCell, RnnCellCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -368,12 +369,24 @@ struct MaxPool2dBackwardCall {
   TensorImpl* grad_x = nullptr;
 };
 
+// One plain RNN step after the two matrix products: h = act(xt + hh) over `count` elements (xt and hh contiguous,
+// one float dtype; act = tanh, or relu when `relu`), one pass instead of an add and an activation. Its backward
+// is the activation's (one unary_grad pass from h), so it has no fused op of its own.
+struct RnnCellCall {
+  static constexpr FusedOp kOp = FusedOp::RnnCell;
+  const TensorImpl* xt = nullptr;
+  const TensorImpl* hh = nullptr;
+  int64_t count = 0;
+  bool relu = false;
+  TensorImpl* h = nullptr;
+};
+
 // One fused call; its index is its FusedOp.
-using FusedCall =
-    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
-                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall,
-                 SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall, LstmCellBackwardCall,
-                 AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall, MaxPool2dCall, MaxPool2dBackwardCall>;
+using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
+                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
+                               SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
+                               LstmCellBackwardCall, AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall,
+                               MaxPool2dCall, MaxPool2dBackwardCall, RnnCellCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

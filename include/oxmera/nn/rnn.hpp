@@ -25,6 +25,10 @@ std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates, const Tensor& c_
 // b_ih and gh = h_prev W_hh^T + b_hh ([B, 3H], torch's order r, z, n), h_prev [B, H] -> h = (1 - z) n + z h_prev with
 // r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r gh_n). Differentiable to any order.
 Tensor gru_cell_gates(const Tensor& gi, const Tensor& gh, const Tensor& h_prev);
+// One plain RNN step after the two matrix products, one fused kernel forward: xt = x W_ih^T + b_ih (+ b_hh) and
+// hh = h_prev W_hh^T, both [B, H] -> h = tanh(xt + hh), or relu(xt + hh) with nonlinearity "relu" (torch's
+// nn.RNN). Its backward is the activation's from h; differentiable to any order.
+Tensor rnn_cell_gates(const Tensor& xt, const Tensor& hh, const std::string& nonlinearity = "tanh");
 
 struct RNNOptions {
   int64_t num_layers = 1;

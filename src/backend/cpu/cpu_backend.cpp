@@ -127,6 +127,8 @@ class CpuBackend final : public Backend {
         return real(std::get<ops::GruCellCall>(call).gi->dtype);
       case ops::FusedOp::GruCellBackward:
         return real(std::get<ops::GruCellBackwardCall>(call).acts->dtype);
+      case ops::FusedOp::RnnCell:
+        return real(std::get<ops::RnnCellCall>(call).xt->dtype);
       case ops::FusedOp::Col2im:
         return real(std::get<ops::Col2imCall>(call).cols->dtype);
       case ops::FusedOp::MaxPool2d:
@@ -180,6 +182,8 @@ class CpuBackend final : public Backend {
         return k_->gru_cell(std::get<ops::GruCellCall>(call));
       case ops::FusedOp::GruCellBackward:
         return k_->gru_cell_backward(std::get<ops::GruCellBackwardCall>(call));
+      case ops::FusedOp::RnnCell:
+        return k_->rnn_cell(std::get<ops::RnnCellCall>(call));
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);
         return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value);

@@ -32,6 +32,7 @@ void lstm_cell(const ops::LstmCellCall& c);
 void lstm_cell_backward(const ops::LstmCellBackwardCall& c);
 void gru_cell(const ops::GruCellCall& c);
 void gru_cell_backward(const ops::GruCellBackwardCall& c);
+void rnn_cell(const ops::RnnCellCall& c);
 // pool_kernels.cpp (the same ISA namespace)
 void max_pool2d(const ops::MaxPool2dCall& c);
 void max_pool2d_backward(const ops::MaxPool2dBackwardCall& c);
@@ -1313,7 +1314,8 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           gru_cell,
                           gru_cell_backward,
                           max_pool2d,
-                          max_pool2d_backward};
+                          max_pool2d_backward,
+                          rnn_cell};
 
 }  // namespace
 

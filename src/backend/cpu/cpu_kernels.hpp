@@ -9,6 +9,7 @@ struct LstmCellCall;
 struct LstmCellBackwardCall;
 struct GruCellCall;
 struct GruCellBackwardCall;
+struct RnnCellCall;
 struct MaxPool2dCall;
 struct MaxPool2dBackwardCall;
 }  // namespace oxmera::ops
@@ -56,6 +57,8 @@ struct CpuKernels {
   // pool_kernels.cpp: max pooling with its indices, and the backward's scatter (ops/fused.hpp's MaxPool2dCall)
   void (*max_pool2d)(const ops::MaxPool2dCall&);
   void (*max_pool2d_backward)(const ops::MaxPool2dBackwardCall&);
+  // rnn_kernels.cpp: a plain RNN step, h = tanh or relu of xt + hh (RnnCellCall)
+  void (*rnn_cell)(const ops::RnnCellCall&);
 };
 
 namespace isa_base {

@@ -1,7 +1,7 @@
-// One pass over a batch row per LSTM or GRU step, forward and backward: the LSTM's composite is ~10 elementwise ops
-// (and a cat) forward and ~20 backward, each a full pass and an allocation. exp / tanh are vec_math's inline versions:
-// libm's scalar calls were ~1/3 of a training step and block vectorisation of the loops. Compiled once per ISA
-// level with the other CPU kernels (cpu_kernels.hpp's table): the baseline build ran the gate math scalar.
+// One pass over a batch row per LSTM, GRU or plain RNN step, forward and backward: the LSTM's composite is ~10
+// elementwise ops (and a cat) forward and ~20 backward, each a full pass and an allocation. exp / tanh are vec_math's
+// inline versions: libm's scalar calls were ~1/3 of a training step and block vectorisation of the loops. Compiled once
+// per ISA level with the other CPU kernels (cpu_kernels.hpp's table): the baseline build ran the gate math scalar.
 #include "backend/cpu/cpu_kernels.hpp"
 
 #include <cmath>
@@ -156,6 +156,20 @@ __attribute__((flatten)) void gru_cell_backward_t(const ops::GruCellBackwardCall
   }
 }
 
+// The plain RNN step: the registry's activation of the sum, one loop per activation so each vectorises.
+template <class T>
+__attribute__((flatten)) void rnn_cell_t(const ops::RnnCellCall& c) {
+  const T* __restrict x = reinterpret_cast<const T*>(c.xt->byte_ptr());
+  const T* __restrict y = reinterpret_cast<const T*>(c.hh->byte_ptr());
+  T* __restrict h = reinterpret_cast<T*>(c.h->byte_ptr());
+  const int64_t n = c.count;
+  if (c.relu) {
+    for (int64_t i = 0; i < n; ++i) h[i] = ops::defs::Relu::fwd<T, VecMath>(x[i] + y[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) h[i] = tanh_(x[i] + y[i]);
+  }
+}
+
 }  // namespace
 
 void lstm_cell(const ops::LstmCellCall& c) {
@@ -197,6 +211,16 @@ void gru_cell_backward(const ops::GruCellBackwardCall& c) {
       return gru_cell_backward_t<double>(c);
     default:
       OXM_FAIL(UnsupportedDType, "gru_cell backward: dtype ", c.acts->dtype, " is not supported (f32, f64)");
+  }
+}
+void rnn_cell(const ops::RnnCellCall& c) {
+  switch (c.xt->dtype) {
+    case DType::F32:
+      return rnn_cell_t<float>(c);
+    case DType::F64:
+      return rnn_cell_t<double>(c);
+    default:
+      OXM_FAIL(UnsupportedDType, "rnn_cell: dtype ", c.xt->dtype, " is not supported (f32, f64)");
   }
 }
 

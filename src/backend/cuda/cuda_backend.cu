@@ -407,6 +407,7 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::Linear:  // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
       case ops::FusedOp::GruCell:
       case ops::FusedOp::GruCellBackward:
+      case ops::FusedOp::RnnCell:
       case ops::FusedOp::MaxPool2d:
       case ops::FusedOp::MaxPool2dBackward:
         return false;
@@ -465,6 +466,7 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::Linear:
       case ops::FusedOp::GruCell:
       case ops::FusedOp::GruCellBackward:
+      case ops::FusedOp::RnnCell:
       case ops::FusedOp::MaxPool2d:
       case ops::FusedOp::MaxPool2dBackward:
         break;
