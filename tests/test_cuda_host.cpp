@@ -237,6 +237,52 @@ TEST(CudaIndexMath, ReduceGroupsMatchNaiveWalk) {
   EXPECT_EQ(kept.numel(), 1);
 }
 
+// reduce_t's kernel choice (cuda_reduce.cu), for the shapes each path is for.
+ReduceKernel kernel_for(std::vector<int64_t> shape, std::vector<int64_t> strides, uint64_t mask,
+                        Group* kept_out = nullptr, Group* red_out = nullptr) {
+  std::vector<int64_t> out_shape = shape;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (mask >> d & 1) out_shape[d] = 1;
+  const std::vector<int64_t> os = contiguous(out_shape);
+  Group kept, red;
+  EXPECT_TRUE(
+      make_reduce_groups(static_cast<int>(shape.size()), shape.data(), strides.data(), os.data(), mask, kept, red));
+  if (kept_out) *kept_out = kept;
+  if (red_out) *red_out = red;
+  return choose_reduce_kernel(kept, red);
+}
+
+TEST(CudaIndexMath, ReduceKernelChoice) {
+  // sum(-1) of [8192, 256]: many short contiguous runs, a warp per row.
+  Group kept, red;
+  EXPECT_EQ(kernel_for({8192, 256}, contiguous({8192, 256}), 0b10, &kept, &red), ReduceKernel::WarpRows);
+  // The warp's walk: lane i reads elements i, i + 32, ... of its row, so the 32 lanes read 32 adjacent elements at
+  // each step, and every element is read exactly once.
+  for (int64_t m : {int64_t{0}, int64_t{4095}, int64_t{8191}}) {
+    std::vector<int> reads(256, 0);
+    for (int64_t step = 0; step * 32 < red.numel(); ++step)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int64_t r = step * 32 + lane;
+        if (r >= red.numel()) continue;
+        const int64_t at = kept.offset(m) + r * red.stride[0];
+        EXPECT_EQ(at, m * 256 + step * 32 + lane);
+        ++reads[static_cast<size_t>(r)];
+      }
+    for (int v : reads) EXPECT_EQ(v, 1);
+  }
+  // Short runs: a thread per row reads its few elements (lanes 3 elements apart: one segment per warp).
+  EXPECT_EQ(kernel_for({8192, 3}, contiguous({8192, 3}), 0b10), ReduceKernel::Thread);
+  // The same rows read through a transposed view are not contiguous runs: a thread per output, and adjacent
+  // outputs are adjacent in memory.
+  EXPECT_EQ(kernel_for({8192, 256}, {1, 8192}, 0b10), ReduceKernel::Thread);
+  EXPECT_EQ(kernel_for({256, 8192}, contiguous({256, 8192}), 0b01), ReduceKernel::Thread);
+  // Few outputs: a column reduction when the outputs are contiguous in x, else a block per output.
+  EXPECT_EQ(kernel_for({100000, 64}, contiguous({100000, 64}), 0b01), ReduceKernel::Cols);
+  EXPECT_EQ(kernel_for({64, 100000}, contiguous({64, 100000}), 0b10), ReduceKernel::Block);
+  // Nothing to reduce: the identity.
+  EXPECT_EQ(kernel_for({8, 0}, contiguous({8, 0}), 0b10), ReduceKernel::Fill);
+}
+
 TEST(CudaIndexMath, LinesAlongADim) {
   std::vector<int64_t> shape = {2, 5, 3}, xs = contiguous(shape), os = contiguous(shape);
   Lines l;

@@ -278,6 +278,26 @@ inline int64_t col_reduce_chunks(int64_t M, int64_t R) {
   return c < 1 ? 1 : c;
 }
 
+// Which kernel reduces M = kept.numel() outputs of R = red.numel() elements each (cuda_reduce.cu; host-tested):
+//  Fill      no element to reduce: each output is the identity;
+//  WarpRows  many short contiguous runs (sum(-1) of [N, 256]): a warp per output, lanes reading adjacent elements
+//            (one thread per output would read R elements apart in each lane: uncoalesced);
+//  Thread    many short runs otherwise (the kept outputs adjacent, or runs under 16): a thread per output;
+//  Cols      the kept outputs contiguous in x: a warp reads 32 adjacent outputs' values;
+//  Block     long runs: a block per output (and chunk).
+enum class ReduceKernel { Fill, WarpRows, Thread, Cols, Block };
+inline constexpr int64_t kWarpRowsMin = 16;
+inline ReduceKernel choose_reduce_kernel(const Group& kept, const Group& red) {
+  const int64_t M = kept.numel(), R = red.numel();
+  if (R == 0) return ReduceKernel::Fill;
+  if (M >= 4096 && R <= 256) {
+    const bool contiguous_runs = red.ndim == 1 && red.stride[0] == 1;
+    return contiguous_runs && R >= kWarpRowsMin ? ReduceKernel::WarpRows : ReduceKernel::Thread;
+  }
+  if (kept.ndim >= 1 && kept.stride[0] == 1 && kept.size[0] >= kColRows) return ReduceKernel::Cols;
+  return ReduceKernel::Block;
+}
+
 // ---------------------------------------------------------------- grouped optimizer launches
 // A launch updates up to kMultiMax parameters; block b of it updates kMultiChunk elements of one parameter.
 // first_block[j] is the first block of the launch's parameter j (count + 1 increasing entries, the last the

@@ -67,6 +67,24 @@ __global__ void reduce_thread_kernel(ReduceOp op, Group kept, Group red, const T
   }
 }
 
+// A warp per output over a contiguous run of R elements (short rows; ReduceKernel::WarpRows): lane i reads elements
+// i, i + 32, ... so a warp's loads are adjacent, and the 32 partials combine by a fixed shuffle tree (deterministic).
+// The loop bound is the same for the whole warp, so every lane reaches each shuffle.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    reduce_warp_rows_kernel(ReduceOp op, Group kept, const T* x, T* out, int64_t M, int64_t R) {
+  using A = typename AccOf<T>::type;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) / 32;
+  for (int64_t m = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; m < M; m += warps) {
+    const T* row = x + kept.offset(m);
+    A acc = identity<A>(op);
+    for (int64_t r = lane; r < R; r += 32) acc = combine<A>(op, acc, static_cast<A>(row[r]));
+    for (int s = 16; s > 0; s >>= 1) acc = combine<A>(op, acc, __shfl_down_sync(0xffffffffu, acc, s));
+    if (lane == 0) out[kept.out_offset(m)] = static_cast<T>(acc);
+  }
+}
+
 // Block (m, c) reduces chunk c of output m. With one chunk it writes the output, else a partial.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
@@ -164,15 +182,20 @@ void reduce_t(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) 
   if (M == 0) return;
   const T* xp = x.ptr<T>();
   T* op_ = out.ptr<T>();
-  if (R == 0) {
+  const ReduceKernel kernel = choose_reduce_kernel(kept, red);
+  if (kernel == ReduceKernel::Fill) {
     fill_kept_kernel<T><<<blocks(M), kThreads, 0, stream()>>>(kept, op_, M, static_cast<T>(identity<A>(op)));
     return check_launch(name);
   }
-  if (M >= 4096 && R <= 256) {
+  if (kernel == ReduceKernel::WarpRows) {
+    reduce_warp_rows_kernel<T><<<blocks(M * 32), kThreads, 0, stream()>>>(op, kept, xp, op_, M, R);
+    return check_launch(name);
+  }
+  if (kernel == ReduceKernel::Thread) {
     reduce_thread_kernel<T><<<blocks(M), kThreads, 0, stream()>>>(op, kept, red, xp, op_, M, R);
     return check_launch(name);
   }
-  if (kept.ndim >= 1 && kept.stride[0] == 1 && kept.size[0] >= kColRows) {
+  if (kernel == ReduceKernel::Cols) {
     const int64_t chunks = col_reduce_chunks(M, R), col_blocks = (M + kColOutputs - 1) / kColOutputs;
     OXM_CHECK(col_blocks <= INT32_MAX && M * chunks <= (int64_t{1} << 40), NotImplemented, name,
               ": too many outputs for the cuda column reduction (", M, ")");
