@@ -237,6 +237,37 @@ TEST(CudaIndexMath, ReduceGroupsMatchNaiveWalk) {
   EXPECT_EQ(kept.numel(), 1);
 }
 
+// Group::offset skips the outermost dim's division: the same offsets as dividing through every dim.
+TEST(CudaIndexMath, GroupOffsetsMatchTheFullDivisionWalk) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int rank = 1 + static_cast<int>(rng() % 5);
+    std::vector<int64_t> shape(static_cast<size_t>(rank)), xs(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) {
+      shape[static_cast<size_t>(d)] = 1 + static_cast<int64_t>(rng() % 5);
+      xs[static_cast<size_t>(d)] = static_cast<int64_t>(rng() % 40) - 10;  // any strides, negative and 0 included
+    }
+    const uint64_t mask = rng() % (uint64_t{1} << rank);
+    std::vector<int64_t> out_shape = shape;
+    for (int d = 0; d < rank; ++d)
+      if (mask >> d & 1) out_shape[static_cast<size_t>(d)] = 1;
+    const std::vector<int64_t> os = contiguous(out_shape);
+    Group kept, red;
+    ASSERT_TRUE(make_reduce_groups(rank, shape.data(), xs.data(), os.data(), mask, kept, red));
+    for (const Group* g : {&kept, &red})
+      for (int64_t i = 0; i < g->numel(); ++i) {
+        int64_t off = 0, out = 0, j = i;
+        for (int d = 0; d < g->ndim; ++d) {
+          off += (j % g->size[d]) * g->stride[d];
+          out += (j % g->size[d]) * g->out_stride[d];
+          j /= g->size[d];
+        }
+        ASSERT_EQ(g->offset(i), off) << "trial " << trial << " i " << i;
+        ASSERT_EQ(g->out_offset(i), out) << "trial " << trial << " i " << i;
+      }
+  }
+}
+
 // reduce_t's kernel choice (cuda_reduce.cu), for the shapes each path is for.
 ReduceKernel kernel_for(std::vector<int64_t> shape, std::vector<int64_t> strides, uint64_t mask,
                         Group* kept_out = nullptr, Group* red_out = nullptr) {

@@ -142,21 +142,18 @@ struct Group {
     for (int d = 0; d < ndim; ++d) n *= size[d];
     return n;
   }
-  OXM_HD int64_t offset(int64_t i) const {
+  // Offsets of element i (0 <= i < numel()) in x and in out. The outermost dim needs no division (what is left
+  // of i is below its size), so a single run (the common coalesced case) costs one multiply: 64-bit division is
+  // the expensive part of GPU index arithmetic.
+  OXM_HD int64_t offset(int64_t i) const { return walk(i, stride); }
+  OXM_HD int64_t out_offset(int64_t i) const { return walk(i, out_stride); }
+  OXM_HD int64_t walk(int64_t i, const int64_t* st) const {
     int64_t off = 0;
-    for (int d = 0; d < ndim; ++d) {
-      off += (i % size[d]) * stride[d];
+    for (int d = 0; d + 1 < ndim; ++d) {
+      off += (i % size[d]) * st[d];
       i /= size[d];
     }
-    return off;
-  }
-  OXM_HD int64_t out_offset(int64_t i) const {
-    int64_t off = 0;
-    for (int d = 0; d < ndim; ++d) {
-      off += (i % size[d]) * out_stride[d];
-      i /= size[d];
-    }
-    return off;
+    return ndim > 0 ? off + i * st[ndim - 1] : off;
   }
   // Appends a dim outside the current ones (call from the innermost dim outwards). False on overflow.
   bool push(int64_t sz, int64_t st, int64_t out_st) {
