@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <utility>
 
 #include "oxmera/error.hpp"
 
@@ -53,22 +54,35 @@ inline bool& report_outcomes() {
   return on;
 }
 
-// Runs body(); an oxmera::Error is fine, any other exception aborts (libFuzzer records the input as a crash).
-template <class Body>
-int run_expecting_oxmera_errors(Body&& body) {
+// Runs body(); an Expected exception is fine (a bad input's documented error), any other exception aborts (libFuzzer
+// records the input as a crash).
+template <class Expected, class Body>
+int run_expecting(Body&& body) {
   try {
     body();
     if (report_outcomes()) std::printf("  accepted\n");
-  } catch (const oxmera::Error& e) {
+  } catch (const Expected& e) {
     if (report_outcomes()) std::printf("  %.160s\n", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "oxmera_fuzz: FINDING: a non-oxmera exception escaped: %s\n", e.what());
+    std::fprintf(stderr, "oxmera_fuzz: FINDING: an exception of another type escaped: %s\n", e.what());
     std::abort();
   } catch (...) {
     std::fprintf(stderr, "oxmera_fuzz: FINDING: a non-std exception escaped\n");
     std::abort();
   }
   return 0;
+}
+
+// The library's loaders: an oxmera::Error is the expected outcome of a bad input.
+template <class Body>
+int run_expecting_oxmera_errors(Body&& body) {
+  return run_expecting<oxmera::Error>(std::forward<Body>(body));
+}
+
+// A finding that is not an exception (a wrong result): print why and abort.
+[[noreturn]] inline void finding(const std::string& why) {
+  std::fprintf(stderr, "oxmera_fuzz: FINDING: %s\n", why.c_str());
+  std::abort();
 }
 
 }  // namespace oxmera_fuzz

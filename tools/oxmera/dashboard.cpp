@@ -35,6 +35,8 @@
 #include <oxmera/memory.hpp>
 #include <oxmera/oxmera.hpp>
 
+#include "fixtures.hpp"
+
 namespace oxmera_cli {
 namespace {
 
@@ -444,57 +446,19 @@ std::string memory_label(const std::string& device) {
   return rss_label();
 }
 
-// ---------------------------------------------------------------- the replay fixture
-const nlohmann::json& need(const nlohmann::json& j, const std::string& key, const std::string& where) {
-  if (!j.contains(key)) throw std::runtime_error("replay: missing field '" + where + key + "'");
-  return j.at(key);
-}
-std::string need_string(const nlohmann::json& j, const std::string& key) {
-  const auto& v = need(j, key, "");
-  if (!v.is_string()) throw std::runtime_error("replay: field '" + key + "' must be a string");
-  return v.get<std::string>();
-}
-double need_number(const nlohmann::json& j, const std::string& key, const std::string& where, double lo, double hi) {
-  const auto& v = need(j, key, where);
-  if (!v.is_number()) throw std::runtime_error("replay: field '" + where + key + "' must be a number");
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi)
-    throw std::runtime_error("replay: field '" + where + key + "' is out of range (" + fmt("%g", d) + ")");
-  return d;
-}
-
+// ---------------------------------------------------------------- the replay fixture (fixtures.cpp parses it)
 Model load_replay(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("replay: cannot open fixture " + path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error("replay: fixture " + path + " is not valid JSON: " + e.what());
-  }
-  if (!j.is_object()) throw std::runtime_error("replay: the top level of " + path + " must be a JSON object");
+  const ReplayFixture r = load_replay_fixture(path);
   Model m;
   m.replay = true;
-  m.device = need_string(j, "device");
-  m.model = need_string(j, "model");
-  m.memory_label = need_string(j, "memory_label");
-  const auto& b = need(j, "batches_per_epoch", "");
-  if (!b.is_number_integer() || b.get<long long>() < 1 || b.get<long long>() > (1LL << 40))
-    throw std::runtime_error("replay: field 'batches_per_epoch' must be a positive integer");
-  m.batches = b.get<int64_t>();
-  const auto& e = need(j, "epochs", "");
-  if (!e.is_array()) throw std::runtime_error("replay: field 'epochs' must be an array");
-  if (e.empty()) throw std::runtime_error("replay: field 'epochs' must not be empty");
-  if (e.size() > 1000000) throw std::runtime_error("replay: field 'epochs' has too many entries");
-  for (size_t i = 0; i < e.size(); ++i) {
-    const std::string where = "epochs[" + std::to_string(i) + "].";
-    if (!e[i].is_object())
-      throw std::runtime_error("replay: field 'epochs[" + std::to_string(i) + "]' must be an object");
-    m.loss.push_back(need_number(e[i], "loss", where, 0.0, 1e30));
-    m.accuracy.push_back(need_number(e[i], "accuracy", where, 0.0, 1.0));
-    m.throughputs.push_back(need_number(e[i], "throughput", where, 0.0, 1e30));
-  }
-  m.total_epochs = static_cast<int>(e.size());
+  m.device = r.device;
+  m.model = r.model;
+  m.memory_label = r.memory_label;
+  m.batches = r.batches_per_epoch;
+  m.loss = r.loss;
+  m.accuracy = r.accuracy;
+  m.throughputs = r.throughput;
+  m.total_epochs = static_cast<int>(r.loss.size());
   return m;
 }
 

@@ -13,6 +13,7 @@
 #include "dashboard.hpp"
 #include "demo_training.hpp"
 #include "doctor.hpp"
+#include "fixtures.hpp"
 #include "research.hpp"
 
 namespace {
@@ -20,13 +21,7 @@ namespace {
 int cmd_doctor(bool json, const std::string& fixture) {
   nlohmann::json report;
   if (!fixture.empty()) {
-    std::ifstream f(fixture);
-    if (!f) throw std::runtime_error("cannot open fixture " + fixture);
-    try {
-      report = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error("fixture " + fixture + " is not valid JSON: " + e.what());
-    }
+    report = oxmera_cli::load_doctor_fixture(fixture);
   } else {
     report = oxmera_cli::probe_report();
   }
