@@ -124,14 +124,15 @@ command -v compute-sanitizer >/dev/null && have_sanitizer=1
 
 step configure 30 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DOXMERA_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DOXMERA_BUILD_EXAMPLES=ON -DOXMERA_MPI=OFF
-step build 200 cmake --build build-gpu -j "$jobs" --target oxmera_cuda_tests oxmera_cuda_bench oxmera_cli
+step build 200 cmake --build build-gpu -j "$jobs" --target oxmera_cuda_tests oxmera_cuda_module_tests oxmera_cuda_bench \
+  oxmera_cli
 # OpenBLAS must be the CPU GEMM: without its runtime (libgfortran5, libquadmath0) the dlopen fails and the
 # portable GEMM runs, which makes every CPU-vs-GPU figure wrong
 step blas 10 bash scripts/gpu-check.sh --check-blas "$ox"
 # the binary itself, not ctest: one process loads cuBLAS (about 0.5 GB) once, not once per test case; it includes
 # Cuda.PinnedMemoryAndNonBlockingCopies (the cudaHostAlloc pool, non_blocking copies, the loader's pin_memory),
-# which memcheck below also runs
-step cuda_tests 60 "$tests"
+# which memcheck below also runs; then the backend module's own tests (liboxmera_cuda.so loaded with a driver present)
+step cuda_tests 60 bash -c "$tests && build-gpu/tests/oxmera_cuda_module_tests"
 if [ "$have_sanitizer" = 1 ]; then
   step memcheck 80 compute-sanitizer --tool memcheck --error-exitcode 1 "$tests" --gtest_filter="$memcheck_filter"
   step racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter="$racecheck_filter"
