@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -265,6 +266,62 @@ TEST(CudaIndexMath, GroupOffsetsMatchTheFullDivisionWalk) {
         ASSERT_EQ(g->offset(i), off) << "trial " << trial << " i " << i;
         ASSERT_EQ(g->out_offset(i), out) << "trial " << trial << " i " << i;
       }
+  }
+}
+
+// im2col / col2im index decompositions: the 32-bit arithmetic the kernels use when the sizes fit gives the positions
+// of the 64-bit one and of the layout's nested loops ([N, C*K, L] columns; [N, C, H, W] pixels).
+TEST(CudaIndexMath, Im2colAndCol2imPositionsIn32And64Bit) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t N = 1 + rng() % 3, C = 1 + rng() % 4, kh = 1 + rng() % 3, kw = 1 + rng() % 3, oh = 1 + rng() % 5,
+                  ow = 1 + rng() % 6;
+    int64_t p = 0;
+    for (int64_t nn = 0; nn < N; ++nn)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < kh; ++i)
+          for (int64_t j = 0; j < kw; ++j)
+            for (int64_t y = 0; y < oh; ++y)
+              for (int64_t z = 0; z < ow; ++z, ++p) {
+                const Im2colPos a = im2col_position<uint32_t>(static_cast<uint32_t>(p), static_cast<uint32_t>(C),
+                                                              static_cast<uint32_t>(kh), static_cast<uint32_t>(kw),
+                                                              static_cast<uint32_t>(oh), static_cast<uint32_t>(ow));
+                const Im2colPos b = im2col_position<int64_t>(p, C, kh, kw, oh, ow);
+                for (const Im2colPos& q : {a, b}) {
+                  ASSERT_EQ(q.nn, nn);
+                  ASSERT_EQ(q.c, c);
+                  ASSERT_EQ(q.i, i);
+                  ASSERT_EQ(q.j, j);
+                  ASSERT_EQ(q.y, y);
+                  ASSERT_EQ(q.z, z);
+                }
+              }
+    const int64_t H = oh + 1, W = ow + 2;
+    p = 0;
+    for (int64_t nc = 0; nc < N * C; ++nc)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w, ++p) {
+          const Col2imPos a =
+              col2im_position<uint32_t>(static_cast<uint32_t>(p), static_cast<uint32_t>(H), static_cast<uint32_t>(W));
+          const Col2imPos b = col2im_position<int64_t>(p, H, W);
+          for (const Col2imPos& q : {a, b}) {
+            ASSERT_EQ(q.nc, nc);
+            ASSERT_EQ(q.h, h);
+            ASSERT_EQ(q.w, w);
+          }
+        }
+  }
+  // The 32-bit path only where every index and factor fits.
+  EXPECT_TRUE(im2col_fits_32bit(INT32_MAX, 3, 3, 3, 28, 28));
+  EXPECT_FALSE(im2col_fits_32bit(int64_t{INT32_MAX} + 1, 3, 3, 3, 28, 28));
+  EXPECT_FALSE(im2col_fits_32bit(1000, 3, 3, 3, int64_t{1} << 16, int64_t{1} << 16));  // L overflows 32 bits
+  EXPECT_FALSE(im2col_fits_32bit(1000, 3, int64_t{1} << 16, int64_t{1} << 16, 2, 2));  // K overflows
+  // Near the boundary the 32-bit decomposition is still the 64-bit one.
+  const int64_t C = 7, kh = 3, kw = 3, oh = 1000, ow = 1000;
+  for (int64_t p : {int64_t{INT32_MAX} - 1, int64_t{INT32_MAX} - 12345, int64_t{1} << 30}) {
+    const Im2colPos a = im2col_position<uint32_t>(static_cast<uint32_t>(p), C, kh, kw, oh, ow);
+    const Im2colPos b = im2col_position<int64_t>(p, C, kh, kw, oh, ow);
+    EXPECT_EQ(std::tie(a.nn, a.c, a.i, a.j, a.y, a.z), std::tie(b.nn, b.c, b.i, b.j, b.y, b.z)) << p;
   }
 }
 

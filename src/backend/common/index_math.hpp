@@ -247,6 +247,36 @@ OXM_HD inline bool col2im_source(int64_t h, int64_t i, int64_t sh, int64_t ph, i
   return y < oh;
 }
 
+// Where column element p of im2col's [N, C*K, L] output comes from: image nn, channel c, tap (i, j), output
+// position (y, z). I is the index type of the arithmetic: uint32_t when every index fits (im2col_fits_32bit), since a
+// GPU divides 32-bit integers several times faster than 64-bit ones, else int64_t.
+struct Im2colPos {
+  int64_t nn, c, i, j, y, z;
+};
+template <class I>
+OXM_HD inline Im2colPos im2col_position(I p, I C, I kh, I kw, I oh, I ow) {
+  const I K = kh * kw, L = oh * ow;
+  const I l = p % L, row = p / L;
+  const I k = row % K, nc = row / K;
+  return {static_cast<int64_t>(nc / C), static_cast<int64_t>(nc % C), static_cast<int64_t>(k / kw),
+          static_cast<int64_t>(k % kw), static_cast<int64_t>(l / ow), static_cast<int64_t>(l % ow)};
+}
+// Input pixel p of col2im's [N, C, H, W] gradient: plane nc (= n * C + c), row h, column w.
+struct Col2imPos {
+  int64_t nc, h, w;
+};
+template <class I>
+OXM_HD inline Col2imPos col2im_position(I p, I H, I W) {
+  const I row = p / W;
+  return {static_cast<int64_t>(row / H), static_cast<int64_t>(row % H), static_cast<int64_t>(p % W)};
+}
+// True when the 32-bit arithmetic is exact: every element index below n, and each factor, fits in an int32.
+inline bool im2col_fits_32bit(int64_t n, int64_t C, int64_t kh, int64_t kw, int64_t oh, int64_t ow) {
+  constexpr int64_t kMax = INT32_MAX;
+  return n <= kMax && C <= kMax && kh <= kMax && kw <= kMax && oh <= kMax && ow <= kMax && kh * kw <= kMax &&
+         oh * ow <= kMax;
+}
+
 // ---------------------------------------------------------------- launch geometry
 // Blocks for a grid-stride loop over n elements: enough to fill the device, never more than needed.
 inline int64_t grid_blocks(int64_t n, int threads, int sm_count) {

@@ -189,25 +189,27 @@ void gather_bytes(const Geom& g, TensorImpl& out, const TensorImpl& x, const Ten
 }
 
 // ---------------------------------------------------------------- im2col / col2im
-template <class T>
-__global__ void im2col_kernel(int64_t n, const T* x, T* cols, int64_t C, int64_t H, int64_t W, int64_t s0, int64_t s1,
-                              int64_t s2, int64_t s3, ConvGeometry g, T pad) {
-  const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
-  OXM_GRID_LOOP(p, n) {
-    const int64_t l = p % L, row = p / L;
-    const int64_t nn = row / (C * K), c = (row / K) % C, i = (row % K) / g.kw, j = row % g.kw;
-    const int64_t y = l / g.ow, z = l % g.ow;
-    const int64_t h = y * g.sh - g.ph + i * g.dh, w = z * g.sw - g.pw + j * g.dw;
-    cols[p] = (h >= 0 && h < H && w >= 0 && w < W) ? x[nn * s0 + c * s1 + h * s2 + w * s3] : pad;
+// I: the index arithmetic's type (im2col_position: uint32_t when it fits, else int64_t); offsets stay 64-bit.
+template <class T, class I>
+__global__ void im2col_kernel(I n, const T* x, T* cols, I C, int64_t H, int64_t W, int64_t s0, int64_t s1, int64_t s2,
+                              int64_t s3, ConvGeometry g, T pad) {
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I p = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; p < n; p += step) {
+    const Im2colPos q = im2col_position<I>(p, C, static_cast<I>(g.kh), static_cast<I>(g.kw), static_cast<I>(g.oh),
+                                           static_cast<I>(g.ow));
+    const int64_t h = q.y * g.sh - g.ph + q.i * g.dh, w = q.z * g.sw - g.pw + q.j * g.dw;
+    cols[p] = (h >= 0 && h < H && w >= 0 && w < W) ? x[q.nn * s0 + q.c * s1 + h * s2 + w * s3] : pad;
   }
 }
 
 // One thread per input pixel: the taps k = (i, j) that read it, in increasing k (the CPU's order).
-template <class T>
-__global__ void col2im_kernel(int64_t n, const T* cols, T* xg, int64_t C, int64_t H, int64_t W, ConvGeometry g) {
+template <class T, class I>
+__global__ void col2im_kernel(I n, const T* cols, T* xg, int64_t C, I H, I W, ConvGeometry g) {
   const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
-  OXM_GRID_LOOP(p, n) {
-    const int64_t w = p % W, h = (p / W) % H, nc = p / (H * W);
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I p = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; p < n; p += step) {
+    const Col2imPos q = col2im_position<I>(p, H, W);
+    const int64_t w = q.w, h = q.h, nc = q.nc;
     T acc = xg[p];
     for (int64_t k = 0; k < K; ++k) {
       int64_t y, z;
@@ -431,9 +433,16 @@ void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double
   OXM_CHECK(x.dtype == DType::F32, UnsupportedDType, "im2col: dtype ", x.dtype, " is not supported on cuda (f32)");
   const int64_t n = cols.numel;
   if (n == 0) return;
-  im2col_kernel<float><<<blocks(n), kThreads, 0, stream()>>>(
-      n, x.ptr<float>(), cols.ptr<float>(), x.shape[1], x.shape[2], x.shape[3], x.strides[0], x.strides[1],
-      x.strides[2], x.strides[3], g, static_cast<float>(pad_value));
+  const int64_t C = x.shape[1];
+  if (im2col_fits_32bit(n, C, g.kh, g.kw, g.oh, g.ow)) {
+    im2col_kernel<float, uint32_t><<<blocks(n), kThreads, 0, stream()>>>(
+        static_cast<uint32_t>(n), x.ptr<float>(), cols.ptr<float>(), static_cast<uint32_t>(C), x.shape[2], x.shape[3],
+        x.strides[0], x.strides[1], x.strides[2], x.strides[3], g, static_cast<float>(pad_value));
+  } else {
+    im2col_kernel<float, int64_t><<<blocks(n), kThreads, 0, stream()>>>(
+        n, x.ptr<float>(), cols.ptr<float>(), C, x.shape[2], x.shape[3], x.strides[0], x.strides[1], x.strides[2],
+        x.strides[3], g, static_cast<float>(pad_value));
+  }
   check_launch("im2col");
 }
 
@@ -443,8 +452,15 @@ void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
   OXM_CHECK(x_grad.contiguous, InvalidArgument, "col2im: x_grad must be contiguous");
   const int64_t n = x_grad.numel;
   if (n == 0) return;
-  col2im_kernel<float><<<blocks(n), kThreads, 0, stream()>>>(n, cols.ptr<float>(), x_grad.ptr<float>(), x_grad.shape[1],
-                                                             x_grad.shape[2], x_grad.shape[3], g);
+  const int64_t H = x_grad.shape[2], W = x_grad.shape[3];
+  if (n <= INT32_MAX) {  // then so are H and W (H * W <= n)
+    col2im_kernel<float, uint32_t>
+        <<<blocks(n), kThreads, 0, stream()>>>(static_cast<uint32_t>(n), cols.ptr<float>(), x_grad.ptr<float>(),
+                                               x_grad.shape[1], static_cast<uint32_t>(H), static_cast<uint32_t>(W), g);
+  } else {
+    col2im_kernel<float, int64_t>
+        <<<blocks(n), kThreads, 0, stream()>>>(n, cols.ptr<float>(), x_grad.ptr<float>(), x_grad.shape[1], H, W, g);
+  }
   check_launch("col2im");
 }
 
