@@ -274,6 +274,13 @@ TEST(FusedFallback, MaxPool2dAndItsBackwardMatchTheCpuKernels) {
         ops::FusedCall fb = ops::MaxPool2dBackwardCall{gy.impl(), i1.impl(), x2.impl()};
         run_both(kb, fb);
         expect_close(values(x2), values(x1), tol(dt), tol(dt), "max_pool2d backward " + what);
+        // zero_first: what grad_x held before is ignored (NaN here), and the result is the same.
+        Tensor x3 = full({q.N, C, q.H, q.W}, NAN, dt), x4 = full({q.N, C, q.H, q.W}, NAN, dt);
+        ops::FusedCall kz = ops::MaxPool2dBackwardCall{gy.impl(), i1.impl(), x3.impl(), true};
+        ops::FusedCall fz = ops::MaxPool2dBackwardCall{gy.impl(), i1.impl(), x4.impl(), true};
+        run_both(kz, fz);
+        EXPECT_EQ(bits(x3), bits(x1)) << "max_pool2d backward, zero_first, kernel " << what;
+        expect_close(values(x4), values(x1), tol(dt), tol(dt), "max_pool2d backward, zero_first, fallback " + what);
         double gsum = 0;  // what reaches x: every output's gradient but those of empty windows
         const std::vector<int64_t> iv = i1.to_vector<int64_t>();
         const std::vector<double> gv = values(gy);

@@ -183,11 +183,14 @@ struct MaxPool2dNode final : detail::Node {
       return;
     }
     const Tensor g = gout[0].contiguous();
-    Tensor gx = zeros(in_shape, g.dtype(), g.device());
-    if (g.numel() > 0) {
-      ops::FusedCall call = ops::MaxPool2dBackwardCall{g.impl(), idx.impl(), gx.impl()};
-      ops::run_fused(call, gx.device());
+    if (g.numel() == 0) {
+      gin[0] = zeros(in_shape, g.dtype(), g.device());
+      return;
     }
+    // The kernel zeroes each plane before its scatter (no separate fill pass over the gradient).
+    Tensor gx = detail::make_empty(in_shape, g.dtype(), g.device(), "max_pool2d backward");
+    ops::FusedCall call = ops::MaxPool2dBackwardCall{g.impl(), idx.impl(), gx.impl(), /*zero_first=*/true};
+    ops::run_fused(call, gx.device());
     gin[0] = gx;
   }
 };

@@ -281,7 +281,7 @@ void max_pool2d_backward_fallback(FusedCall& call, Device) {
   const Tensor g = borrow(c.g).reshape({N, C, L});
   const Tensor plane = zeros(Shape{N, C, HW}, gx.dtype(), gx.device())
                            .scatter_add(2, maximum(idx, scalar(0, DType::I64)), where(inside, g, zeros_like(g)));
-  gx.copy_(gx + plane.reshape(gx.shape()));
+  gx.copy_(c.zero_first ? plane.reshape(gx.shape()) : gx + plane.reshape(gx.shape()));
 }
 
 // ---------------------------------------------------------------- small SPD linear algebra

@@ -359,14 +359,16 @@ struct MaxPool2dCall {
   TensorImpl* indices = nullptr;
   detail::ConvGeometry geometry;
 };
-// Its gradient: grad_x (contiguous [N, C, H, W], zero-filled by the caller) += g at indices, plane by plane, in
-// increasing output position; g and indices are contiguous [N, C, oh, ow] (g of grad_x's dtype). An index
-// outside [0, H*W) (the -1 of an empty window) adds nothing.
+// Its gradient: grad_x (contiguous [N, C, H, W]) += g at indices, plane by plane, in increasing output position;
+// g and indices are contiguous [N, C, oh, ow] (g of grad_x's dtype). An index outside [0, H*W) (the -1 of an empty
+// window) adds nothing. With zero_first, grad_x's contents are ignored: each plane is zeroed just before its
+// scatter, while it is in cache, instead of a separate zero-fill pass over the whole gradient.
 struct MaxPool2dBackwardCall {
   static constexpr FusedOp kOp = FusedOp::MaxPool2dBackward;
   const TensorImpl* g = nullptr;
   const TensorImpl* indices = nullptr;
   TensorImpl* grad_x = nullptr;
+  bool zero_first = false;
 };
 
 // One plain RNN step after the two matrix products: h = act(xt + hh) over `count` elements (xt and hh contiguous,

@@ -199,6 +199,7 @@ void max_pool2d_backward_t(const ops::MaxPool2dBackwardCall& call) {
   parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(L, 1)), [&](int64_t b, int64_t e) {
     for (int64_t nc = b; nc < e; ++nc) {
       T* plane = xp + nc * HW;
+      if (call.zero_first) std::fill(plane, plane + HW, T(0));
       const T* gr = gp + nc * L;
       const int64_t* ix = ip + nc * L;
       for (int64_t l = 0; l < L; ++l)
