@@ -407,6 +407,54 @@ TEST(CudaIndexMath, GeomCoordsAndDots) {
   }
 }
 
+// coords in 32-bit arithmetic (index32, set when the element count fits) and in 64-bit: the same coordinates as
+// the full division walk, for random shapes and near the 2^31 boundary.
+TEST(CudaIndexMath, GeomCoordsIn32And64Bit) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    Geom g;
+    g.rank = 1 + static_cast<int>(rng() % 6);
+    for (int d = 0; d < g.rank; ++d) g.size[d] = 1 + static_cast<int64_t>(rng() % 5);
+    g.set_index32();
+    ASSERT_TRUE(g.index32);
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      int64_t want[kMaxDims], c32[kMaxDims], c64[kMaxDims];
+      int64_t j = i;
+      for (int d = g.rank; d-- > 0;) {
+        want[d] = j % g.size[d];
+        j /= g.size[d];
+      }
+      g.coords(i, c32);
+      Geom wide = g;
+      wide.index32 = false;
+      wide.coords(i, c64);
+      for (int d = 0; d < g.rank; ++d) {
+        ASSERT_EQ(c32[d], want[d]) << "trial " << trial << " i " << i << " dim " << d;
+        ASSERT_EQ(c64[d], want[d]) << "trial " << trial << " i " << i << " dim " << d;
+      }
+    }
+  }
+  Geom big;  // [2^16, 2^15 - 1]: just under 2^31 elements
+  big.rank = 2;
+  big.size[0] = int64_t{1} << 16;
+  big.size[1] = (int64_t{1} << 15) - 1;
+  big.set_index32();
+  EXPECT_TRUE(big.index32);
+  for (int64_t i : {big.numel() - 1, big.numel() / 2 + 7}) {
+    int64_t c[kMaxDims];
+    big.coords(i, c);
+    EXPECT_EQ(c[0], i / big.size[1]);
+    EXPECT_EQ(c[1], i % big.size[1]);
+  }
+  big.size[1] = int64_t{1} << 15;  // exactly 2^31 elements: 64-bit
+  big.set_index32();
+  EXPECT_FALSE(big.index32);
+  int64_t c[kMaxDims];
+  big.coords(big.numel() - 1, c);
+  EXPECT_EQ(c[0], big.size[0] - 1);
+  EXPECT_EQ(c[1], big.size[1] - 1);
+}
+
 TEST(CudaIndexMath, Col2imSourceInvertsIm2col) {
   // For every geometry, (h, i) -> y found by col2im_source iff im2col reads h at (y, i).
   for (int64_t sh : {1, 2, 3})

@@ -31,6 +31,7 @@ Geom geom_of(const Shape& shape, const char* op) {
   Geom g;
   g.rank = static_cast<int>(shape.size());
   for (int d = 0; d < g.rank; ++d) g.size[d] = shape[d];
+  g.set_index32();
   return g;
 }
 
