@@ -222,6 +222,23 @@ TEST(FusedFallback, Im2colAndCol2imMatchTheCpuKernels) {
         ops::FusedCall fb = ops::Col2imCall{cols.impl(), x2.impl(), g};
         run_both(kb, fb);
         expect_close(values(x2), values(x1), tol(dt), tol(dt), "col2im " + what);
+        // The ones row (conv2d's bias column): the same columns with one more row of ones per image, and col2im
+        // skipping it; zero_first ignores what x_grad held (NaN here).
+        Tensor o1 = empty({N, C * K + 1, L}, dt), o2 = empty({N, C * K + 1, L}, dt);
+        ops::FusedCall ko = ops::Im2colCall{x.impl(), o1.impl(), g, pad_value, true};
+        ops::FusedCall fo = ops::Im2colCall{x.impl(), o2.impl(), g, pad_value, true};
+        run_both(ko, fo);
+        EXPECT_EQ(values(o1.narrow(1, 0, C * K)), values(c1)) << "im2col ones_row, kernel " << what;
+        EXPECT_EQ(values(o2.narrow(1, 0, C * K)), values(c1)) << "im2col ones_row, fallback " << what;
+        for (double v : values(o1.narrow(1, C * K, 1))) EXPECT_EQ(v, 1.0) << what;
+        for (double v : values(o2.narrow(1, C * K, 1))) EXPECT_EQ(v, 1.0) << what;
+        Tensor cols1 = cat({cols, randn({N, 1, L}, 13, dt)}, 1);
+        Tensor x3 = full({N, C, q.H, q.W}, NAN, dt), x4 = full({N, C, q.H, q.W}, NAN, dt);
+        ops::FusedCall kz = ops::Col2imCall{cols1.impl(), x3.impl(), g, true, true};
+        ops::FusedCall fz = ops::Col2imCall{cols1.impl(), x4.impl(), g, true, true};
+        run_both(kz, fz);
+        EXPECT_EQ(bits(x3), bits(x1)) << "col2im ones_row zero_first, kernel " << what;
+        expect_close(values(x4), values(x1), tol(dt), tol(dt), "col2im ones_row zero_first, fallback " + what);
       }
 }
 

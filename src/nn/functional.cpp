@@ -15,33 +15,43 @@
 namespace oxmera::nn::functional {
 namespace {
 
-Tensor unfold_impl(const Tensor& x, const detail::ConvGeometry& g, double pad_value, const char* op);
+Tensor unfold_impl(const Tensor& x, const detail::ConvGeometry& g, double pad_value, const char* op,
+                   bool ones_row = false);
 
-// The backward of unfold's backward (col2im) is unfold again: what create_graph records on col2im's result.
+// The backward of unfold's backward (col2im) is unfold again: what create_graph records on col2im's result. The
+// ones row (conv2d's bias column) is a constant: its gradient is zero.
 struct FoldNode final : detail::Node {
   detail::ConvGeometry g;
+  bool ones_row = false;
   const char* name() const override { return "unfold_backward"; }
   bool differentiable_backward() const override { return true; }
-  void apply(Tensor* gout, Tensor* gin) override { gin[0] = unfold_impl(gout[0], g, 0.0, "unfold"); }
+  void apply(Tensor* gout, Tensor* gin) override {
+    Tensor cols = unfold_impl(gout[0], g, 0.0, "unfold");
+    if (ones_row) cols = cat({cols, zeros(Shape{cols.size(0), 1, cols.size(2)}, cols.dtype(), cols.device())}, 1);
+    gin[0] = cols;
+  }
 };
 
 struct UnfoldNode final : detail::Node {
   detail::ConvGeometry g;
   Shape in_shape;
+  bool ones_row = false;
   const char* name() const override { return "unfold"; }
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     Tensor gx, gc;
     {
       NoGradGuard ng;
-      gx = zeros(in_shape, gout[0].dtype(), gout[0].device());
+      gx = detail::make_empty(in_shape, gout[0].dtype(), gout[0].device(), "unfold backward");
       gc = gout[0].contiguous();
     }
-    ops::FusedCall call = ops::Col2imCall{gc.impl(), gx.impl(), g};
+    // col2im zeroes each plane before its sums (no separate fill pass) and skips the ones row.
+    ops::FusedCall call = ops::Col2imCall{gc.impl(), gx.impl(), g, ones_row, /*zero_first=*/true};
     ops::run_fused(call, gx.device());
     if (detail::needs_tape(gout[0])) {  // create_graph
       auto* n = new FoldNode();
       n->g = g;
+      n->ones_row = ones_row;
       n->next.push_back(detail::edge_of(gout[0]));
       detail::set_history(gx, n);
     }
@@ -93,17 +103,19 @@ void check_4d(const Tensor& x, const char* op) {
   OXM_CHECK(is_floating(x.dtype()), UnsupportedDType, op, ": dtype ", x.dtype(), " is not supported (f32, f64)");
 }
 
-Tensor unfold_impl(const Tensor& x, const detail::ConvGeometry& g, double pad_value, const char* op) {
+// ones_row: one more row of ones per image (Im2colCall), conv2d's bias column.
+Tensor unfold_impl(const Tensor& x, const detail::ConvGeometry& g, double pad_value, const char* op, bool ones_row) {
   const int64_t N = x.shape()[0], C = x.shape()[1];
-  Shape out_shape{N, C * g.kh * g.kw, g.oh * g.ow};
+  Shape out_shape{N, C * g.kh * g.kw + (ones_row ? 1 : 0), g.oh * g.ow};
   Tensor cols = detail::make_empty(out_shape, x.dtype(), x.device(), op);
   if (cols.numel()) {
-    ops::FusedCall call = ops::Im2colCall{x.impl(), cols.impl(), g, pad_value};
+    ops::FusedCall call = ops::Im2colCall{x.impl(), cols.impl(), g, pad_value, ones_row};
     ops::run_fused(call, x.device());
   }
   if (detail::needs_tape(x)) {
     auto* n = new UnfoldNode();
     n->g = g;
+    n->ones_row = ones_row;
     n->in_shape = x.shape();
     n->next.push_back(detail::edge_of(x));
     detail::set_history(cols, n);
@@ -136,13 +148,25 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
             weight.shape(), " with groups ", groups, " expects ", weight.shape()[1] * groups);
   auto g = geometry(x, {weight.shape()[2], weight.shape()[3]}, dilation, padding, stride, op);
   const int64_t K = (C / groups) * g.kh * g.kw, L = g.oh * g.ow;
+  if (bias.defined()) {
+    OXM_CHECK(bias.shape() == Shape({O}), ShapeMismatch, op, ": bias must be [", O, "], got ", bias.shape());
+    OXM_CHECK(bias.dtype() == x.dtype(), DTypeMismatch, op, ": input is ", x.dtype(), " but bias is ", bias.dtype());
+    OXM_CHECK(bias.device() == x.device() && weight.device() == x.device(), DeviceMismatch, op, ": input on ",
+              x.device(), ", weight on ", weight.device(), ", bias on ", bias.device(), "; move them to one device");
+    // The bias as one more weight column over a row of ones in the columns: added inside the GEMM, and its
+    // gradient computed inside the weight's (no add pass forward, no reduction backward). Where the backend's
+    // im2col offers the ones row (the CPU); elsewhere the bias is added after the product.
+    ops::FusedCall probe = ops::Im2colCall{x.impl(), nullptr, g, 0.0, /*ones_row=*/true};
+    if (groups == 1 && ops::fused_supported(probe, x.device())) {
+      Tensor cols = unfold_impl(x, g, 0.0, op, /*ones_row=*/true);  // [N, K + 1, L]
+      Tensor w = cat({weight.reshape({O, K}), bias.reshape({O, 1})}, 1);
+      return w.matmul(cols).reshape({N, O, g.oh, g.ow});
+    }
+  }
   Tensor cols = unfold_impl(x, g, 0.0, op).view({N, groups, K, L});
   Tensor w = weight.reshape({groups, O / groups, K});
   Tensor out = w.matmul(cols).reshape({N, O, g.oh, g.ow});  // [G, O/G, K] x [N, G, K, L]: no copy of w
-  if (bias.defined()) {
-    OXM_CHECK(bias.shape() == Shape({O}), ShapeMismatch, op, ": bias must be [", O, "], got ", bias.shape());
-    out = out + bias.reshape({1, O, 1, 1});
-  }
+  if (bias.defined()) out = out + bias.reshape({1, O, 1, 1});
   return out;
 }
 

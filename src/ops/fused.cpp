@@ -213,7 +213,10 @@ void im2col_fallback(FusedCall& call, Device) {
   if (g.ph) x = pad(x, 2, g.ph, g.ph, c.pad_value);
   if (g.pw) x = pad(x, 3, g.pw, g.pw, c.pad_value);
   const Tensor cols = x.reshape({N, C, Hp * Wp}).index_select(2, window_index(g, Wp, x.device()));
-  borrow(c.cols).copy_(cols.reshape({N, C * g.kh * g.kw, g.oh * g.ow}));
+  const int64_t CK = C * g.kh * g.kw;
+  Tensor out = borrow(c.cols);
+  if (c.ones_row) out.narrow(1, CK, 1).fill_(1.0);
+  (c.ones_row ? out.narrow(1, 0, CK) : out).copy_(cols.reshape({N, CK, g.oh * g.ow}));
 }
 
 // index_add accumulates in increasing position, which is the CPU kernel's (k, y, z) order per plane.
@@ -224,10 +227,13 @@ void col2im_fallback(FusedCall& call, Device) {
   Tensor xg = borrow(c.x_grad);
   const int64_t N = xg.size(0), C = xg.size(1), H = xg.size(2), W = xg.size(3);
   const int64_t Hp = H + 2 * g.ph, Wp = W + 2 * g.pw;
-  const Tensor cols = borrow(c.cols).reshape({N, C, g.kh * g.kw * g.oh * g.ow});
+  Tensor all = borrow(c.cols);
+  if (c.ones_row) all = all.narrow(1, 0, C * g.kh * g.kw);
+  const Tensor cols = all.reshape({N, C, g.kh * g.kw * g.oh * g.ow});
   const Tensor plane =
       zeros(Shape{N, C, Hp * Wp}, xg.dtype(), xg.device()).index_add(2, window_index(g, Wp, xg.device()), cols);
-  xg.copy_(xg + plane.reshape({N, C, Hp, Wp}).narrow(2, g.ph, H).narrow(3, g.pw, W));
+  const Tensor inside = plane.reshape({N, C, Hp, Wp}).narrow(2, g.ph, H).narrow(3, g.pw, W);
+  xg.copy_(c.zero_first ? inside : xg + inside);
 }
 
 // ---------------------------------------------------------------- max pooling

@@ -144,21 +144,28 @@ struct OptimizerStepsCall {
 };
 
 // x: [N, C, H, W], any strides; cols: contiguous [N, C*kh*kw, oh*ow] where row (c, i, j), column (y, z) holds
-// x[n, c, y*sh - ph + i*dh, z*sw - pw + j*dw], or `pad_value` outside the image.
+// x[n, c, y*sh - ph + i*dh, z*sw - pw + j*dw], or `pad_value` outside the image. With ones_row, cols is
+// [N, C*kh*kw + 1, oh*ow] and each image's last row is all ones: a convolution's bias then rides in its GEMM as
+// one more weight column (nn::functional::conv2d), and its gradient comes out of the weight's.
 struct Im2colCall {
   static constexpr FusedOp kOp = FusedOp::Im2col;
   const TensorImpl* x = nullptr;
   TensorImpl* cols = nullptr;
   detail::ConvGeometry geometry;
   double pad_value = 0;
+  bool ones_row = false;
 };
 
-// The adjoint of im2col: x_grad (contiguous [N, C, H, W], zero-filled by the caller) += col2im(cols).
+// The adjoint of im2col: x_grad (contiguous [N, C, H, W]) += col2im(cols). With ones_row, cols has im2col's extra
+// last row per image, which is skipped; with zero_first, x_grad's contents are ignored (each plane is zeroed just
+// before its sums, instead of a separate zero-fill pass).
 struct Col2imCall {
   static constexpr FusedOp kOp = FusedOp::Col2im;
   const TensorImpl* cols = nullptr;
   TensorImpl* x_grad = nullptr;
   detail::ConvGeometry geometry;
+  bool ones_row = false;
+  bool zero_first = false;
 };
 
 // Small batched SPD linear algebra: `count` contiguous n x n matrices in and out. Each call completes its check

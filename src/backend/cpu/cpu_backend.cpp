@@ -186,11 +186,11 @@ class CpuBackend final : public Backend {
         return k_->rnn_cell(std::get<ops::RnnCellCall>(call));
       case ops::FusedOp::Im2col: {
         auto& c = std::get<ops::Im2colCall>(call);
-        return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value);
+        return cpu_im2col(*c.x, *c.cols, c.geometry, c.pad_value, c.ones_row);
       }
       case ops::FusedOp::Col2im: {
         auto& c = std::get<ops::Col2imCall>(call);
-        return cpu_col2im(*c.cols, *c.x_grad, c.geometry);
+        return cpu_col2im(*c.cols, *c.x_grad, c.geometry, c.ones_row, c.zero_first);
       }
       case ops::FusedOp::MaxPool2d:
         return k_->max_pool2d(std::get<ops::MaxPool2dCall>(call));

@@ -169,18 +169,21 @@ std::pair<int64_t, int64_t> inside_columns(const ConvGeometry& g, int64_t W, int
 }
 
 template <class T>
-void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) {
+void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value, bool ones_row) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   const int64_t s0 = x.strides[0], s1 = x.strides[1], s2 = x.strides[2], s3 = x.strides[3];
   const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
+  const int64_t rows = C * K + (ones_row ? 1 : 0);  // rows per image
   const T* xp = x.ptr<T>();
   T* cp = cols.ptr<T>();
   const T pad = static_cast<T>(pad_value);
+  if (ones_row)
+    for (int64_t n = 0; n < N; ++n) std::fill(cp + (n * rows + C * K) * L, cp + (n + 1) * rows * L, T(1));
   parallel_for(N * C * K, std::max<int64_t>(1, 16384 / std::max<int64_t>(L, 1)), [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
       const int64_t n = row / (C * K), c = (row / K) % C, i = (row % K) / g.kw, j = row % g.kw;
       const T* plane = xp + n * s0 + c * s1;
-      T* out = cp + row * L;
+      T* out = cp + (n * rows + row % (C * K)) * L;
       const int64_t w0 = -g.pw + j * g.dw;
       const auto [z_lo, z_hi] = inside_columns(g, W, w0);  // the same for every y
       for (int64_t y = 0; y < g.oh; ++y) {
@@ -210,18 +213,21 @@ void im2col_t(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, doub
 }
 
 template <class T>
-void col2im_t(const TensorImpl& cols, TensorImpl& xg, const ConvGeometry& g) {
+void col2im_t(const TensorImpl& cols, TensorImpl& xg, const ConvGeometry& g, bool ones_row, bool zero_first) {
   const int64_t N = xg.shape[0], C = xg.shape[1], H = xg.shape[2], W = xg.shape[3];
   const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
+  const int64_t rows = C * K + (ones_row ? 1 : 0);  // rows per image (im2col's ones row is skipped)
   const T* cp = cols.ptr<T>();
   T* xp = xg.ptr<T>();
   // One (n, c) plane per task: every write to a plane comes from its own K rows, in a fixed order.
   parallel_for(N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(K * L, 1)), [&](int64_t b, int64_t e) {
     for (int64_t nc = b; nc < e; ++nc) {
       T* plane = xp + nc * H * W;
+      if (zero_first) std::fill(plane, plane + H * W, T(0));
+      const T* image = cp + (nc / C) * rows * L + (nc % C) * K * L;
       for (int64_t k = 0; k < K; ++k) {
         const int64_t i = k / g.kw, j = k % g.kw;
-        const T* in = cp + (nc * K + k) * L;
+        const T* in = image + k * L;
         const int64_t w0 = -g.pw + j * g.dw;
         const auto [z_lo, z_hi] = inside_columns(g, W, w0);
         for (int64_t y = 0; y < g.oh; ++y) {
@@ -267,22 +273,22 @@ void cpu_scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const 
   OXM_DISPATCH(out.dtype, scatter_add_t, out, dim, idx, src)
 }
 
-void cpu_im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value) {
+void cpu_im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value, bool ones_row) {
   switch (x.dtype) {
     case DType::F32:
-      return im2col_t<float>(x, cols, g, pad_value);
+      return im2col_t<float>(x, cols, g, pad_value, ones_row);
     case DType::F64:
-      return im2col_t<double>(x, cols, g, pad_value);
+      return im2col_t<double>(x, cols, g, pad_value, ones_row);
     default:
       OXM_FAIL(UnsupportedDType, "im2col: dtype ", x.dtype, " is not supported (f32, f64)");
   }
 }
-void cpu_col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
+void cpu_col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g, bool ones_row, bool zero_first) {
   switch (cols.dtype) {
     case DType::F32:
-      return col2im_t<float>(cols, x_grad, g);
+      return col2im_t<float>(cols, x_grad, g, ones_row, zero_first);
     case DType::F64:
-      return col2im_t<double>(cols, x_grad, g);
+      return col2im_t<double>(cols, x_grad, g, ones_row, zero_first);
     default:
       OXM_FAIL(UnsupportedDType, "col2im: dtype ", cols.dtype, " is not supported (f32, f64)");
   }

@@ -370,10 +370,14 @@ class CudaBackend final : public Backend {
       }
       case ops::FusedOp::CrossEntropyBackward:
         return std::get<ops::CrossEntropyBackwardCall>(call).x->dtype == DType::F32;
-      case ops::FusedOp::Im2col:
-        return std::get<ops::Im2colCall>(call).x->dtype == DType::F32;
-      case ops::FusedOp::Col2im:
-        return std::get<ops::Col2imCall>(call).cols->dtype == DType::F32;
+      case ops::FusedOp::Im2col: {  // without the ones row (conv2d then adds its bias as before)
+        const auto& c = std::get<ops::Im2colCall>(call);
+        return c.x->dtype == DType::F32 && !c.ones_row;
+      }
+      case ops::FusedOp::Col2im: {
+        const auto& c = std::get<ops::Col2imCall>(call);
+        return c.cols->dtype == DType::F32 && !c.ones_row && !c.zero_first;
+      }
       case ops::FusedOp::OptimizerSteps: {
         const auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i)
