@@ -249,10 +249,18 @@ TEST(FusedFallback, MaxPool2dAndItsBackwardMatchTheCpuKernels) {
   struct G {
     int64_t N, H, W, kh, kw, sh, sw, ph, pw, dh, dw;
   };
-  const std::vector<G> geoms = {{2, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1}, {2, 7, 5, 3, 2, 2, 1, 1, 1, 1, 1},
-                                {1, 9, 8, 3, 3, 1, 2, 1, 1, 2, 2}, {2, 5, 7, 2, 4, 3, 1, 1, 2, 1, 1},
-                                {2, 4, 4, 1, 1, 1, 1, 0, 0, 1, 1}, {0, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1},
-                                {1, 1, 3, 2, 2, 1, 1, 1, 1, 2, 1}};
+  const std::vector<G> geoms = {{2, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1},
+                                {2, 7, 5, 3, 2, 2, 1, 1, 1, 1, 1},
+                                {1, 9, 8, 3, 3, 1, 2, 1, 1, 2, 2},
+                                {2, 5, 7, 2, 4, 3, 1, 1, 2, 1, 1},
+                                {2, 4, 4, 1, 1, 1, 1, 0, 0, 1, 1},
+                                {0, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1},
+                                {1, 1, 3, 2, 2, 1, 1, 1, 1, 2, 1},
+                                // 2 x 2 at stride 2 (the AVX-512 row kernel): 14 outputs a row, 16 + 4, an odd
+                                // width whose last column no window reads, and 16 + 1
+                                {2, 28, 28, 2, 2, 2, 2, 0, 0, 1, 1},
+                                {1, 9, 41, 2, 2, 2, 2, 0, 0, 1, 1},
+                                {1, 4, 34, 2, 2, 2, 2, 0, 0, 1, 1}};
   for (DType dt : {DType::F32, DType::F64})
     for (const G& q : geoms)
       for (int values_kind = 0; values_kind < 3; ++values_kind) {  // distinct, ties, ties + NaN + -inf

@@ -7,7 +7,17 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__)
+// GCC 12 reports its own AVX-512 headers' _mm512_undefined_* operands as maybe-uninitialized once inlined here (a
+// known false positive): silenced for this file's intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#endif
 
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
@@ -80,6 +90,47 @@ template <class T>
   }
 }
 
+#if defined(__AVX512F__)
+// The commonest pooling, 2 x 2 windows at stride 2 over f32 rows with unit column stride, written out for
+// AVX-512 (the isa_avx512 build): per 16 outputs of a row, two masked loads from each input row, the even and odd
+// columns split by permutes (the four taps), three branch-free selects in tap order (greater or NaN: torch's rule,
+// so ties keep the first tap) and the taps' plane indices. Against window2x2_plane's four gathers per 16 outputs:
+// [64, 8, 28, 28] 312 -> 85 us, [64, 16, 14, 14] 151 -> 56 us (1 thread).
+// r0, r1: the window rows; p0: the plane index of r0[0]; W: the plane's row length (indices are h * W + w).
+void row2x2_s2_f32(const float* r0, const float* r1, int64_t ow, int32_t p0, int32_t W, float* out, int64_t* at) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t z = 0; z < ow; z += 16) {
+    const int64_t n = std::min<int64_t>(ow - z, 16), in = 2 * n;  // outputs, and inputs per row, of this chunk
+    const auto m = static_cast<__mmask16>((1u << n) - 1);
+    const auto mlo = static_cast<__mmask16>(in >= 16 ? 0xFFFFu : (1u << in) - 1);
+    const auto mhi = static_cast<__mmask16>(in <= 16 ? 0u : (1u << (in - 16)) - 1);
+    const __m512 a0 = _mm512_maskz_loadu_ps(mlo, r0 + 2 * z), a1 = _mm512_maskz_loadu_ps(mhi, r0 + 2 * z + 16);
+    const __m512 b0 = _mm512_maskz_loadu_ps(mlo, r1 + 2 * z), b1 = _mm512_maskz_loadu_ps(mhi, r1 + 2 * z + 16);
+    __m512 best = _mm512_permutex2var_ps(a0, even, a1);
+    __m512i k = _mm512_setzero_si512();
+    auto tap = [&](__m512 v, int t) {
+      const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      best = _mm512_mask_mov_ps(best, take, v);
+      k = _mm512_mask_mov_epi32(k, take, _mm512_set1_epi32(t));
+    };
+    tap(_mm512_permutex2var_ps(a0, odd, a1), 1);
+    tap(_mm512_permutex2var_ps(b0, even, b1), 2);
+    tap(_mm512_permutex2var_ps(b0, odd, b1), 3);
+    // plane index of tap k of output z + lane: p0 + 2 (z + lane) + (k & 1) + (k >> 1) W
+    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(p0 + static_cast<int32_t>(2 * z)), even);
+    idx = _mm512_add_epi32(idx, _mm512_and_si512(k, _mm512_set1_epi32(1)));
+    idx = _mm512_add_epi32(idx, _mm512_mullo_epi32(_mm512_srli_epi32(k, 1), _mm512_set1_epi32(W)));
+    _mm512_mask_storeu_ps(out + z, m, best);
+    _mm512_mask_storeu_epi64(at + z, static_cast<__mmask8>(m & 0xFFu),
+                             _mm512_cvtepi32_epi64(_mm512_castsi512_si256(idx)));
+    if (n > 8)
+      _mm512_mask_storeu_epi64(at + z + 8, static_cast<__mmask8>(m >> 8),
+                               _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(idx, 1)));
+  }
+}
+#endif
+
 template <class T>
 void max_pool2d_unpadded(const ops::MaxPool2dCall& call) {
   const TensorImpl& x = *call.x;
@@ -90,6 +141,22 @@ void max_pool2d_unpadded(const ops::MaxPool2dCall& call) {
   const T* xp = x.ptr<T>();
   T* op = call.out->ptr<T>();
   int64_t* ip = call.indices->ptr<int64_t>();
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.dh == 1 && g.dw == 1 && s3 == 1) {
+      parallel_for(
+          x.shape[0] * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(4 * L, 1)), [&](int64_t b, int64_t e) {
+            for (int64_t nc = b; nc < e; ++nc) {
+              const float* plane = xp + (nc / C) * s0 + (nc % C) * s1;
+              for (int64_t y = 0; y < g.oh; ++y)
+                row2x2_s2_f32(plane + 2 * y * s2, plane + (2 * y + 1) * s2, g.ow, static_cast<int32_t>(2 * y * W),
+                              static_cast<int32_t>(W), op + nc * L + y * g.ow, ip + nc * L + y * g.ow);
+            }
+          });
+      return;
+    }
+  }
+#endif
   std::vector<int32_t> off(static_cast<size_t>(L)), pos(static_cast<size_t>(L));
   for (int64_t y = 0; y < g.oh; ++y)
     for (int64_t z = 0; z < g.ow; ++z) {
