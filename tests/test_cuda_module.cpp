@@ -98,8 +98,8 @@ TEST(CudaModule, SearchOrder) {
   ASSERT_EQ(only.size(), 1u);
   EXPECT_EQ(only[0], "/elsewhere/liboxmera_cuda.so");
   // With the driver present the named file is looked for (and reported missing); without, the probe says so first.
-  std::string why, module;
-  EXPECT_EQ(create_cuda_backend_from_module(why, module), nullptr);
+  std::string why;
+  EXPECT_EQ(create_cuda_backend_from_module(why), nullptr);
   std::string driver_why;
   if (nvidia_driver_present(driver_why))
     EXPECT_TRUE(contains(why, "was not found (looked for /elsewhere/liboxmera_cuda.so)")) << why;

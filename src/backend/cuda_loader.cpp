@@ -103,13 +103,12 @@ Backend* load_cuda_module(const std::string& path, const CudaModuleHost& host, s
   }
 }
 
-Backend* create_cuda_backend_from_module(std::string& why, std::string& module) noexcept {
+Backend* create_cuda_backend_from_module(std::string& why) noexcept {
   try {
     if (!nvidia_driver_present(why)) return nullptr;
     const std::vector<std::string> candidates = cuda_module_candidates();
     for (const auto& path : candidates) {
       if (access(path.c_str(), R_OK) != 0) continue;
-      module = path;
       return load_cuda_module(path, cuda_module_host(), why);
     }
     why = "the CUDA module " + std::string(kModuleFile) + " was not found (looked for";

@@ -22,7 +22,7 @@ std::vector<std::string> cuda_module_candidates();
 // load (a missing CUDA library is named), has no entry point, was built against other headers, or the driver
 // reports no usable device. Never throws.
 Backend* load_cuda_module(const std::string& path, const CudaModuleHost& host, std::string& why) noexcept;
-// What init() does: the driver probe, then the first candidate that exists. `module` is set to the file loaded.
-Backend* create_cuda_backend_from_module(std::string& why, std::string& module) noexcept;
+// What init() does: the driver probe, then the first candidate that exists.
+Backend* create_cuda_backend_from_module(std::string& why) noexcept;
 
 }  // namespace oxmera::detail

@@ -97,8 +97,8 @@ void init() {
   static std::once_flag once;
   std::call_once(once, [] {
     // The CUDA backend is a module loaded only where a driver is present (backend/cuda_loader.hpp).
-    std::string why, module;
-    if (detail::Backend* be = detail::create_cuda_backend_from_module(why, module)) {
+    std::string why;
+    if (detail::Backend* be = detail::create_cuda_backend_from_module(why)) {
       detail::register_backend(be);
     } else {
       detail::g_cuda_why = why.empty() ? std::string("unknown reason") : why;

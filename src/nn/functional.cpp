@@ -156,6 +156,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
     // The bias as one more weight column over a row of ones in the columns: added inside the GEMM, and its
     // gradient computed inside the weight's (no add pass forward, no reduction backward). Where the backend's
     // im2col offers the ones row (the CPU); elsewhere the bias is added after the product.
+    // (supports() of an Im2colCall looks at x and the options only: the probe has no columns yet.)
     ops::FusedCall probe = ops::Im2colCall{x.impl(), nullptr, g, 0.0, /*ones_row=*/true};
     if (groups == 1 && ops::fused_supported(probe, x.device())) {
       Tensor cols = unfold_impl(x, g, 0.0, op, /*ones_row=*/true);  // [N, K + 1, L]

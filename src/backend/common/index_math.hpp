@@ -209,7 +209,7 @@ struct Geom {
   int rank = 0;
   int64_t size[kMaxDims] = {};
   int64_t stride[4][kMaxDims] = {};
-  // Set when the element count fits in 31 bits (set_sizes): coords then divides in 32-bit arithmetic, several times
+  // Set when the element count fits in 31 bits (set_index32): coords then divides in 32-bit arithmetic, several times
   // cheaper on a GPU than 64-bit division.
   bool index32 = false;
   OXM_HD int64_t numel() const {

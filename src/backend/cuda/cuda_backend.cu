@@ -376,7 +376,7 @@ class CudaBackend final : public Backend {
       }
       case ops::FusedOp::Col2im: {
         const auto& c = std::get<ops::Col2imCall>(call);
-        return c.cols->dtype == DType::F32 && !c.ones_row && !c.zero_first;
+        return c.cols->dtype == DType::F32 && !c.ones_row;
       }
       case ops::FusedOp::OptimizerSteps: {
         const auto& c = std::get<ops::OptimizerStepsCall>(call);
@@ -434,7 +434,7 @@ class CudaBackend final : public Backend {
       }
       case ops::FusedOp::Col2im: {
         auto& c = std::get<ops::Col2imCall>(call);
-        return cuda::col2im(*c.cols, *c.x_grad, c.geometry);
+        return cuda::col2im(*c.cols, *c.x_grad, c.geometry, c.zero_first);
       }
       case ops::FusedOp::OptimizerSteps: {
         auto& c = std::get<ops::OptimizerStepsCall>(call);

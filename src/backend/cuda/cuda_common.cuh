@@ -72,7 +72,7 @@ void index_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const Tensor
 void gather(const TensorImpl& x, int64_t dim, const TensorImpl& idx, TensorImpl& out);
 void scatter_add(TensorImpl& out, int64_t dim, const TensorImpl& idx, const TensorImpl& src);
 void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double pad_value);
-void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g);
+void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g, bool zero_first);
 void optimizer_steps(const OptimizerUpdate* updates, size_t count);
 bool has_small_linalg(DType dtype, int64_t n);  // cuda_linalg.cu
 bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,

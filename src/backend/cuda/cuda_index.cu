@@ -205,13 +205,13 @@ __global__ void im2col_kernel(I n, const T* x, T* cols, I C, int64_t H, int64_t 
 
 // One thread per input pixel: the taps k = (i, j) that read it, in increasing k (the CPU's order).
 template <class T, class I>
-__global__ void col2im_kernel(I n, const T* cols, T* xg, int64_t C, I H, I W, ConvGeometry g) {
+__global__ void col2im_kernel(I n, const T* cols, T* xg, bool zero_first, I H, I W, ConvGeometry g) {
   const int64_t K = g.kh * g.kw, L = g.oh * g.ow;
   const I step = static_cast<I>(gridDim.x) * blockDim.x;
   for (I p = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; p < n; p += step) {
     const Col2imPos q = col2im_position<I>(p, H, W);
     const int64_t w = q.w, h = q.h, nc = q.nc;
-    T acc = xg[p];
+    T acc = zero_first ? T(0) : xg[p];  // zero_first: x_grad's contents are ignored (no fill launch before)
     for (int64_t k = 0; k < K; ++k) {
       int64_t y, z;
       if (!col2im_source(h, k / g.kw, g.sh, g.ph, g.dh, g.oh, y)) continue;
@@ -220,7 +220,6 @@ __global__ void col2im_kernel(I n, const T* cols, T* xg, int64_t C, I H, I W, Co
     }
     xg[p] = acc;
   }
-  (void)C;
 }
 
 // ---------------------------------------------------------------- optimizer
@@ -447,7 +446,7 @@ void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double
   check_launch("im2col");
 }
 
-void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
+void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g, bool zero_first) {
   OXM_CHECK(cols.dtype == DType::F32, UnsupportedDType, "col2im: dtype ", cols.dtype,
             " is not supported on cuda (f32)");
   OXM_CHECK(x_grad.contiguous, InvalidArgument, "col2im: x_grad must be contiguous");
@@ -457,10 +456,10 @@ void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g) {
   if (n <= INT32_MAX) {  // then so are H and W (H * W <= n)
     col2im_kernel<float, uint32_t>
         <<<blocks(n), kThreads, 0, stream()>>>(static_cast<uint32_t>(n), cols.ptr<float>(), x_grad.ptr<float>(),
-                                               x_grad.shape[1], static_cast<uint32_t>(H), static_cast<uint32_t>(W), g);
+                                               zero_first, static_cast<uint32_t>(H), static_cast<uint32_t>(W), g);
   } else {
     col2im_kernel<float, int64_t>
-        <<<blocks(n), kThreads, 0, stream()>>>(n, cols.ptr<float>(), x_grad.ptr<float>(), x_grad.shape[1], H, W, g);
+        <<<blocks(n), kThreads, 0, stream()>>>(n, cols.ptr<float>(), x_grad.ptr<float>(), zero_first, H, W, g);
   }
   check_launch("col2im");
 }

@@ -3,7 +3,6 @@
 // definitions share their names with the library's, but each shared object binds to its own.
 #include "backend/cuda/cuda_module.hpp"
 
-#include <cstring>
 #include <ostream>
 #include <utility>
 
