@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs every test twice: a Release build, then a Debug build under AddressSanitizer + UBSan.
+# Builds and runs every test twice: a Release build, then a Debug build under AddressSanitizer + UBSan; between
+# them, the threaded tests under ThreadSanitizer (clang's, in build-tsan: the unit, data, fake-device and 2-rank
+# distributed tests with two OpenMP threads, LLVM's OpenMP made visible to TSan by its Archer tool).
 # The sanitizer build is clang's (clang++-14, in build-asan-clang) with libFuzzer coverage (-DOXMERA_FUZZ=ON), so
 # its suite also fuzzes each tests/fuzz harness for OXMERA_FUZZ_SECONDS (default 60; the ctests labelled
 # "fuzz"); without clang (or with OXMERA_SANITIZER_CC=gcc) it is GCC's, in build-asan, without the fuzz ctests.
@@ -22,6 +24,21 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOXMERA_WERROR=$werror 
 cmake --build build -j "$jobs"
 echo "=== Release tests"
 ctest --test-dir build --output-on-failure -j "$jobs" "$@"
+
+# ThreadSanitizer: clang's (its OpenMP runtime has the Archer tool), RelWithDebInfo (TSan is 5-15x slower).
+# Extra arguments go to the other two suites only (they name tests of those suites).
+tsan_cxx=$(command -v clang++-14 || command -v clang++ || true)
+if [ -n "$tsan_cxx" ]; then
+  echo "=== ThreadSanitizer build ($tsan_cxx, OXMERA_CUDA=OFF; the threaded tests)"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$tsan_cxx" \
+    -DOXMERA_SANITIZE=thread -DOXMERA_CUDA=OFF -DOXMERA_WERROR=$werror -DOXMERA_BUILD_BENCHMARKS=OFF \
+    "${launcher[@]}" >/dev/null
+  cmake --build build-tsan -j "$jobs" --target oxmera_tsan_tests
+  echo "=== ThreadSanitizer tests (build-tsan)"
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L tsan
+else
+  echo "=== ThreadSanitizer suite skipped: no clang++ (Debian: apt-get install clang-14 libomp-14-dev)"
+fi
 
 # The sanitizer build: clang's when there is one (clang's UBSan also checks float-to-integer conversions, and the
 # same build gives the libFuzzer harnesses), in its own folder (a compiler change needs a fresh cache).
