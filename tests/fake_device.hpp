@@ -74,6 +74,15 @@ class HostMemoryDevice final : public d::Backend {
     queue_.push_back({dst, src, n});
   }
   void synchronize() override { run_queue(); }
+  // Whether it tells oxmera that its memory is CUDA memory: only for a library that works on host memory too (the
+  // test NCCL, tests/distributed/fake_nccl.cpp); a real NCCL would fail on it.
+  bool memory_is_cuda() const override { return claims_cuda_memory; }
+  std::atomic<bool> claims_cuda_memory{false};
+  // A library handed this "stream" (the test NCCL) runs its work at once, after the copies queued before it.
+  void* native_stream() override {
+    run_queue();
+    return nullptr;
+  }
   // Copies queued by copy_from_pinned_host and not yet run.
   size_t queued_copies() {
     std::lock_guard<std::mutex> lock(queue_mu_);

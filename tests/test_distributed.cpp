@@ -4,6 +4,7 @@
 // Under MPI every rank runs every test, and each test's collectives are called by all ranks whatever their
 // assertions find (EXPECT, not ASSERT, before a collective), so a failure on one rank cannot leave the others
 // waiting. At the end the ranks all-reduce their failure flags: a failure anywhere fails every process.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -256,6 +257,25 @@ double reduce_expected(dist::ReduceOp op, int ranks, int64_t i, int row_offset =
 const dist::ReduceOp kOps[] = {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max, dist::ReduceOp::Min};
 const int64_t kSizes[] = {1, 7, 1031};
 
+// This rank's pattern as a 1-d tensor of `len` elements.
+Tensor pattern_tensor(int rank, int64_t len, DType d) {
+  std::vector<double> v(static_cast<size_t>(len));
+  for (int64_t i = 0; i < len; ++i) v[static_cast<size_t>(i)] = pattern(rank, i);
+  return make(v, {len}, d);
+}
+// t holds the all-reduced pattern of `ranks` ranks (f32 within 1e-6 relative; the rest exactly), in t's dtype d.
+void expect_all_reduced(const Tensor& t, dist::ReduceOp op, int ranks, DType d) {
+  EXPECT_EQ(t.dtype(), d);
+  const auto got = vals(t);
+  int bad = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double want = reduce_expected(op, ranks, i);
+    const double tol = d == DType::F32 ? 1e-6 * std::abs(want) : 0.0;
+    if (std::abs(got[static_cast<size_t>(i)] - want) > tol && bad++ < 3)
+      ADD_FAILURE() << label(d, op, t.numel()) << " [" << i << "]: " << got[static_cast<size_t>(i)] << " != " << want;
+  }
+}
+
 TEST(Distributed, RanksAndWorld) {
   NEED_MPI();
   const int r = dist::rank(), n = dist::world_size();
@@ -280,24 +300,14 @@ TEST(Distributed, AllReduceEveryOpDtypeAndSize) {
   for (DType d : kDTypes)
     for (dist::ReduceOp op : kOps)
       for (int64_t len : kSizes) {
-        std::vector<double> v(static_cast<size_t>(len));
-        for (int64_t i = 0; i < len; ++i) v[static_cast<size_t>(i)] = pattern(r, i);
-        Tensor t = make(v, {len}, d);
+        Tensor t = pattern_tensor(r, len, d);
         if (op == dist::ReduceOp::Avg && !is_floating(d)) {
           expect_error([&] { dist::all_reduce(t, op); }, ErrorKind::UnsupportedDType, {"Avg", dtype_name(d)},
                        label(d, op, len));
           continue;
         }
         dist::all_reduce(t, op);
-        EXPECT_EQ(t.dtype(), d);
-        const auto got = vals(t);
-        int bad = 0;
-        for (int64_t i = 0; i < len; ++i) {
-          const double want = reduce_expected(op, n, i);
-          const double tol = d == DType::F32 ? 1e-6 * std::abs(want) : 0.0;
-          if (std::abs(got[static_cast<size_t>(i)] - want) > tol && bad++ < 3)
-            ADD_FAILURE() << label(d, op, len) << " [" << i << "]: " << got[static_cast<size_t>(i)] << " != " << want;
-        }
+        expect_all_reduced(t, op, n, d);
       }
 }
 
@@ -599,10 +609,15 @@ TEST(Distributed, WaitTimesOutWithATypedErrorAndCanBeWaitedAgain) {
 TEST(Distributed, CudaTensorsAreStagedThroughHostMemory) {
   NEED_MPI();
   const int r = dist::rank(), n = dist::world_size();
-  oxt_fake::register_host_memory_device();  // a host-memory stand-in unless a real GPU is there
+  auto* fake = oxt_fake::register_host_memory_device();  // a host-memory stand-in unless a real GPU is there
+  if (fake != nullptr) fake->claims_cuda_memory = false;
   ASSERT_TRUE(device_available(Device::cuda()));
   Tensor t = full({6}, r + 1.0).to(Device::cuda());
+  const int64_t d2h = fake != nullptr ? fake->device_to_host.load() : 0;
   dist::all_reduce(t, dist::ReduceOp::Sum);
+  if (fake != nullptr) {  // the test device's memory is not CUDA memory: staged, even when an NCCL is loaded
+    EXPECT_EQ(fake->device_to_host.load(), d2h + 1) << "one device-to-host copy";
+  }
   EXPECT_TRUE(t.device().is_cuda());
   EXPECT_EQ(vals(t), std::vector<double>(6, n * (n + 1) / 2.0));
   Tensor b = full({2, 3}, static_cast<double>(r)).to(Device::cuda()).t();
@@ -614,6 +629,195 @@ TEST(Distributed, CudaTensorsAreStagedThroughHostMemory) {
   Tensor s = dist::reduce_scatter(ones({n, 2}).to(Device::cuda()), dist::ReduceOp::Avg);
   EXPECT_TRUE(s.device().is_cuda());
   EXPECT_EQ(vals(s), std::vector<double>(2, 1.0));
+}
+
+// ---------------------------------------------------------------- CUDA tensors through NCCL
+// ctest distributed_nccl_np2 / _np4 run these with OXMERA_NCCL_LIBRARY naming tests/distributed/fake_nccl.cpp's
+// library (MPI behind NCCL's calls) and the host-memory test device: what is tested is oxmera's side (loading,
+// the communicator's bootstrap, the choice of transport, buffers, stream markers, write-back), not NCCL.
+
+std::shared_ptr<nn::Sequential> demo_mlp(uint64_t seed, DType dtype);
+void expect_same_parameters(const nn::Module& a, const nn::Module& b, double rtol, const std::string& what);
+
+struct FakeNcclStats {
+  int64_t collectives = 0, comms_made = 0, comms_live = 0, bytes = 0;
+};
+// The fake's counters, when OXMERA_NCCL_LIBRARY names it and oxmera has loaded it.
+std::optional<FakeNcclStats> fake_nccl_stats() {
+  const char* path = std::getenv("OXMERA_NCCL_LIBRARY");
+  if (path == nullptr) return std::nullopt;
+  void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return std::nullopt;
+  using StatsFn = void (*)(int64_t*, int64_t*, int64_t*, int64_t*);
+  auto fn = reinterpret_cast<StatsFn>(dlsym(lib, "oxmera_fake_nccl_stats"));
+  dlclose(lib);  // oxmera's handle keeps it loaded
+  if (fn == nullptr) return std::nullopt;
+  FakeNcclStats st;
+  fn(&st.collectives, &st.comms_made, &st.comms_live, &st.bytes);
+  return st;
+}
+
+#define NEED_FAKE_NCCL(fake)                                                                                    \
+  do {                                                                                                          \
+    NEED_MPI();                                                                                                 \
+    if (dist::cuda_transport().rfind("NCCL ", 0) != 0 || !fake_nccl_stats())                                    \
+      GTEST_SKIP() << "OXMERA_NCCL_LIBRARY does not name the test NCCL (ctest distributed_nccl_np2 / _np4 do)"; \
+    fake = oxt_fake::register_host_memory_device();                                                             \
+    if (fake == nullptr) GTEST_SKIP() << "a real GPU is present: the test NCCL works on host memory only";      \
+    fake->claims_cuda_memory = true;                                                                            \
+  } while (0)
+
+TEST(DistributedNccl, TransportSaysWhichAndWhy) {
+  const std::string t = dist::cuda_transport();
+  if (!dist::is_available()) {
+    EXPECT_EQ(t, "none: this oxmera was built without MPI");
+    return;
+  }
+  const char* off = std::getenv("OXMERA_NCCL");
+  const std::string lib = std::getenv("OXMERA_NCCL_LIBRARY") != nullptr ? std::getenv("OXMERA_NCCL_LIBRARY") : "";
+  if (off != nullptr && std::string(off) == "0") {
+    EXPECT_EQ(t, "host memory + MPI (NCCL: turned off by OXMERA_NCCL=0)");
+  } else if (lib == "libm.so.6") {
+    EXPECT_EQ(t,
+              "host memory + MPI (NCCL: libm.so.6 is not a usable NCCL: it has no ncclGetVersion (NCCL 2.4 or "
+              "later is needed))");
+  } else if (lib.rfind("/nonexistent/", 0) == 0) {
+    EXPECT_EQ(t.rfind("host memory + MPI (NCCL: " + lib + " did not load (", 0), 0u) << t;
+  } else if (lib.find("fake_nccl") != std::string::npos) {
+    EXPECT_EQ(t, "NCCL 2.18.5 (" + lib + ")");
+  } else {
+    EXPECT_TRUE(t.rfind("NCCL 2.", 0) == 0 || t.rfind("host memory + MPI (NCCL: libnccl.so.2 did not load (", 0) == 0)
+        << t;
+  }
+}
+
+// Every collective, dtype and op through NCCL: right values on the caller's device, and no host copy.
+TEST(DistributedNccl, CudaCollectivesGoThroughNcclWithoutHostCopies) {
+  oxt_fake::HostMemoryDevice* fake = nullptr;
+  NEED_FAKE_NCCL(fake);
+  const int r = dist::rank(), n = dist::world_size();
+  const FakeNcclStats before = *fake_nccl_stats();
+  int64_t expected = 0;
+  auto host_copies = [&] { return fake->device_to_host.load() + fake->host_to_device.load(); };
+  for (DType d : {DType::F32, DType::I64, DType::U8})  // the dtypes a CUDA tensor has
+    for (dist::ReduceOp op : kOps)
+      for (int64_t len : kSizes) {
+        if (op == dist::ReduceOp::Avg && !is_floating(d)) continue;
+        Tensor t = pattern_tensor(r, len, d).to(Device::cuda());
+        const int64_t copies = host_copies();
+        dist::all_reduce(t, op);
+        ++expected;
+        EXPECT_EQ(host_copies(), copies) << label(d, op, len) << ": the data stayed on the device";
+        EXPECT_TRUE(t.device().is_cuda());
+        expect_all_reduced(t, op, n, d);
+      }
+  // Broadcast into a non-contiguous view (a device buffer, then written back) and from a contiguous root.
+  for (int src = 0; src < n; ++src) {
+    Tensor b = full({2, 3}, static_cast<double>(r)).to(Device::cuda()).t();
+    const int64_t copies = host_copies();
+    dist::broadcast(b, src);
+    ++expected;
+    EXPECT_EQ(host_copies(), copies);
+    EXPECT_EQ(b.shape(), Shape({3, 2}));
+    EXPECT_EQ(vals(b), std::vector<double>(6, static_cast<double>(src))) << "from " << src;
+  }
+  Tensor g = dist::all_gather(full({3}, static_cast<double>(r), DType::I64).to(Device::cuda()));
+  ++expected;
+  EXPECT_TRUE(g.device().is_cuda());
+  EXPECT_EQ(g.shape(), Shape({n, 3}));
+  const auto gv = vals(g);
+  for (int k = 0; k < n; ++k)
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(gv[static_cast<size_t>(k * 3 + j)], k);
+  Tensor s = dist::reduce_scatter((ones({n, 2}) * (r + 1.0)).to(Device::cuda()), dist::ReduceOp::Avg);
+  ++expected;
+  EXPECT_TRUE(s.device().is_cuda());
+  EXPECT_EQ(vals(s), std::vector<double>(2, (n + 1) / 2.0));
+  // An empty tensor goes nowhere near NCCL; async handles waited in reverse order; results on autograd's version.
+  Tensor e = zeros({0, 3}).to(Device::cuda());
+  dist::all_reduce(e);
+  EXPECT_EQ(e.shape(), Shape({0, 3}));
+  Tensor a1 = full({5}, 1.0).to(Device::cuda()), a2 = full({4}, 2.0, DType::I64).to(Device::cuda());
+  auto w1 = dist::all_reduce_async(a1);
+  auto w2 = dist::all_reduce_async(a2, dist::ReduceOp::Max);
+  w2.wait();
+  w1.wait();
+  expected += 2;
+  EXPECT_EQ(vals(a1), std::vector<double>(5, static_cast<double>(n)));
+  EXPECT_EQ(vals(a2), std::vector<double>(4, 2.0));
+  const FakeNcclStats after = *fake_nccl_stats();
+  EXPECT_EQ(after.collectives - before.collectives, expected);
+  EXPECT_LE(after.comms_made - before.comms_made, 1) << "one communicator for the world, made once";
+}
+
+// A group's NCCL communicator is its own; a rank passing a CPU tensor sends every rank through MPI.
+TEST(DistributedNccl, SubGroupsAndMixedDevices) {
+  oxt_fake::HostMemoryDevice* fake = nullptr;
+  NEED_FAKE_NCCL(fake);
+  const int r = dist::rank(), n = dist::world_size();
+  std::vector<int> odds;
+  for (int k = 1; k < n; k += 2) odds.push_back(k);
+  std::vector<int> reversed;
+  for (int k = n - 1; k >= 0; --k) reversed.push_back(k);
+  auto godd = dist::new_group(odds);
+  auto grev = dist::new_group(reversed);
+  FakeNcclStats before = *fake_nccl_stats();
+  if (godd.is_member()) {
+    Tensor t = full({3}, static_cast<double>(r)).to(Device::cuda());
+    dist::all_reduce(t, dist::ReduceOp::Sum, godd);
+    double want = 0;
+    for (int k : odds) want += k;
+    EXPECT_EQ(vals(t), std::vector<double>(3, want));
+  }
+  Tensor g = dist::all_gather(full({1}, static_cast<double>(r)).to(Device::cuda()), grev);
+  const auto gv = vals(g);
+  for (int k = 0; k < n; ++k) EXPECT_EQ(gv[static_cast<size_t>(k)], n - 1 - k) << "group rank order";
+  FakeNcclStats after = *fake_nccl_stats();
+  EXPECT_EQ(after.collectives - before.collectives, godd.is_member() ? 2 : 1);
+  EXPECT_EQ(after.comms_made - before.comms_made, godd.is_member() ? 2 : 1);
+  // Mixed: rank 0's tensor is on the CPU, the others' on CUDA. Every rank stages; results as ever.
+  before = after;
+  Tensor m = full({4}, r + 1.0);
+  if (r != 0) m = m.to(Device::cuda());
+  dist::all_reduce(m);
+  EXPECT_EQ(m.device().is_cuda(), r != 0);
+  EXPECT_EQ(vals(m), std::vector<double>(4, n * (n + 1) / 2.0));
+  Tensor mg = dist::all_gather(r == 0 ? ones({2}) : ones({2}).to(Device::cuda()));
+  EXPECT_EQ(mg.device().is_cuda(), r != 0);
+  EXPECT_EQ(vals(mg), std::vector<double>(static_cast<size_t>(2 * n), 1.0));
+  after = *fake_nccl_stats();
+  EXPECT_EQ(after.collectives, before.collectives) << "a CPU tensor on one rank: MPI for all";
+  // A mismatch is still the same typed error on every rank before anything reaches NCCL.
+  Tensor bad = zeros({r == 0 ? 3 : 4}).to(Device::cuda());
+  expect_error([&] { dist::all_reduce(bad); }, ErrorKind::ShapeMismatch, {"mismatched"}, "shape mismatch");
+  EXPECT_EQ(fake_nccl_stats()->collectives, after.collectives);
+}
+
+// DDP's buckets on the device go through NCCL and train as one process on the global batch.
+TEST(DistributedNccl, DataParallelOnTheDeviceMatchesOneProcess) {
+  oxt_fake::HostMemoryDevice* fake = nullptr;
+  NEED_FAKE_NCCL(fake);
+  const int r = dist::rank(), n = dist::world_size();
+  const FakeNcclStats before = *fake_nccl_stats();
+  const int64_t per_rank = 8, global = per_rank * n;
+  Tensor x = randn({global, 2}, 11, DType::F32), y = randint(0, 2, {global}, 12);
+  auto ref = demo_mlp(5, DType::F32);
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.2, .momentum = 0.9});
+  auto net = demo_mlp(5 + static_cast<uint64_t>(r), DType::F32);
+  net->to(Device::cuda());
+  nn::DistributedDataParallel ddp(net, {}, {.bucket_cap_bytes = 1024});
+  optim::SGD opt(net->parameters(), {.lr = 0.2, .momentum = 0.9});
+  Tensor xd = x.to(Device::cuda()), yd = y.to(Device::cuda());
+  for (int step = 0; step < 3; ++step) {
+    ref_opt.zero_grad();
+    nn::cross_entropy((*ref)(x), y).backward();
+    ref_opt.step();
+    opt.zero_grad();
+    nn::cross_entropy(ddp(xd.narrow(0, r * per_rank, per_rank)), yd.narrow(0, r * per_rank, per_rank)).backward();
+    opt.step();
+  }
+  expect_same_parameters(*net, *ref, 1e-6, "f32 DDP through NCCL");
+  EXPECT_GE(fake_nccl_stats()->collectives - before.collectives, static_cast<int64_t>(3 * ddp.buckets().size()))
+      << "every bucket of every step";
 }
 
 // ---------------------------------------------------------------- nn::DistributedDataParallel

@@ -1,8 +1,9 @@
 #pragma once
 // Collectives over processes (oxmera::distributed): several processes, started by `mpirun` or Slurm's `srun`,
 // each holding its own tensors, combine them through MPI. CPU tensors are handed to MPI in place; CUDA tensors
-// are staged through host memory (NCCL is not implemented yet). A build without MPI (OXMERA_MPI=OFF, or no MPI
-// found at configure time) compiles all of this, and init() is a typed BackendUnavailable error.
+// go through NCCL when it is present at run time (cuda_transport()), else are staged through host memory. A build
+// without MPI (OXMERA_MPI=OFF, or no MPI found at configure time) compiles all of this, and init() is a typed
+// BackendUnavailable error.
 //
 // Rules, as in torch.distributed: every process of a group calls the same collectives in the same order, with
 // tensors of the same shape and dtype (checked: a mismatch is a typed error on every rank, raised before any data
@@ -22,6 +23,11 @@ namespace oxmera::distributed {
 bool is_available() noexcept;
 // "Open MPI v4.1.4, ..." (MPI_Get_library_version) when compiled in, else "not compiled in".
 std::string backend_description();
+// How this process's collectives move CUDA tensors: "NCCL 2.18.5 (libnccl.so.2)" when NCCL loads, else
+// "host memory + MPI (NCCL: <why not>)". NCCL is found at run time, never linked: OXMERA_NCCL_LIBRARY names another
+// file than libnccl.so.2, and OXMERA_NCCL=0 turns it off. A collective goes through NCCL when every rank of its
+// group passes a CUDA tensor and has NCCL; otherwise every rank stages it through host memory and MPI (same results).
+std::string cuda_transport();
 
 // What the launcher told this process. Read from, in this order: Open MPI's mpirun (OMPI_COMM_WORLD_RANK,
 // OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK), a PMI launcher such as MPICH's or Intel's (PMI_RANK,

@@ -27,6 +27,19 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void synchronize() {}
+  // ---- stream order, for a library that enqueues work on the device itself (NCCL's collectives). native_stream():
+  // the stream this backend's kernels run on, as the library's handle (a cudaStream_t for CUDA; nullptr for the
+  // default stream or a synchronous backend), so its work is ordered after the kernels that produced its inputs
+  // and before those that read its outputs. record_marker(): a marker enqueued behind everything issued so far;
+  // marker_reached() polls it without blocking (throws Backend when the device reports an earlier failure);
+  // release_marker() frees it. A synchronous backend (the defaults) has every marker reached at once.
+  // memory_is_cuda(): this backend's blocks are CUDA device memory that a CUDA library (NCCL) may read and write on
+  // native_stream(); false for anything else that calls itself a CUDA device (the host-memory test device).
+  virtual bool memory_is_cuda() const { return false; }
+  virtual void* native_stream() { return nullptr; }
+  virtual void* record_marker() { return nullptr; }
+  virtual bool marker_reached(void* marker) { return true; }
+  virtual void release_marker(void* marker) noexcept {}
   // ---- page-locked ("pinned") host memory, for a device that copies from it by DMA. A backend that offers it
   // returns true from can_pin_host(); its blocks are host memory the CPU backend reads and writes as any other
   // (a pinned tensor is a CPU tensor, Storage::pinned_by names this backend's kind). deallocate_pinned_host is

@@ -8,6 +8,11 @@
 // one never starts before an earlier one's check has completed), so the data communicator sees that order too,
 // whatever the timing. Completion is found by MPI_Test polling, which is what lets wait() give up after a timeout
 // instead of blocking forever inside MPI.
+//
+// CUDA tensors take NCCL (loaded at run time, nccl.hpp) when every rank of the group passes a CUDA tensor and has
+// NCCL: the descriptor carries each rank's wish (not compared: it is the one field that may differ), and the data
+// collective is enqueued on the device's stream in the same strictly ordered progress() as MPI's, completion being a
+// marker recorded behind it. Otherwise every rank stages through host memory and MPI, with the same results.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -18,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/nccl.hpp"
+#include "ops/device_stream.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/distributed.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -61,6 +68,7 @@ namespace {
 
 bool is_available() noexcept { return false; }
 std::string backend_description() { return "not compiled in"; }
+std::string cuda_transport() { return "none: this oxmera was built without MPI"; }
 void init() { unavailable("init"); }
 bool is_initialized() noexcept { return false; }
 void finalize() {}
@@ -109,9 +117,11 @@ const char* kind_name(Kind k) {
 }
 
 // The descriptor every rank all-gathers before a collective: kind, dtype, op, root, ndim, the first kMaxDims
-// sizes and a hash of any further ones.
+// sizes, a hash of any further ones, and whether this rank would take NCCL (the one field not compared).
 constexpr int kMaxDims = 8;
-constexpr int kDesc = 5 + kMaxDims + 1;
+constexpr int kHash = 5 + kMaxDims;
+constexpr int kTransport = kHash + 1;
+constexpr int kDesc = kTransport + 1;
 using Descriptor = std::array<int64_t, kDesc>;
 
 void check_mpi(int rc, const char* what) {
@@ -122,7 +132,10 @@ void check_mpi(int rc, const char* what) {
   OXM_FAIL(Backend, "distributed: ", what, " failed in MPI: ", std::string(msg, static_cast<size_t>(len)));
 }
 
+bool g_exiting = false;  // static destruction has begun: leave NCCL's communicators to the driver
+
 struct Runtime {
+  ~Runtime() { g_exiting = true; }  // runs before the members' destructors
   bool initialized = false;
   bool finalized = false;
   int rank = 0;
@@ -155,6 +168,34 @@ MPI_Datatype mpi_type(DType d) {
   }
   return MPI_DATATYPE_NULL;
 }
+int nccl_type(DType d) {
+  using namespace detail;
+  switch (d) {
+    case DType::F32:
+      return kNcclFloat32;
+    case DType::F64:
+      return kNcclFloat64;
+    case DType::I64:
+      return kNcclInt64;
+    case DType::U8:
+      return kNcclUint8;
+  }
+  return kNcclFloat32;
+}
+int nccl_op(ReduceOp op) {
+  using namespace detail;
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:  // summed, then divided as the MPI path does (ncclAvg rounds differently)
+      return kNcclSum;
+    case ReduceOp::Max:
+      return kNcclMax;
+    case ReduceOp::Min:
+      return kNcclMin;
+  }
+  return kNcclSum;
+}
+
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
@@ -174,6 +215,18 @@ void* host_ptr(const Tensor& t) {
   static uint64_t dummy = 0;
   if (t.numel() == 0) return &dummy;
   return t.impl()->byte_ptr();
+}
+
+// A contiguous host copy of t (t itself when it already is one).
+Tensor host_contiguous(const Tensor& t) {
+  NoGradGuard no_grad;
+  Tensor h = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
+  return h.contiguous();
+}
+// t contiguous on its own device (t itself when it already is), for NCCL.
+Tensor device_contiguous(const Tensor& t) {
+  NoGradGuard no_grad;
+  return t.contiguous();
 }
 
 std::string shape_str(const int64_t* dims, int64_t ndim, int64_t extra_hash) {
@@ -196,8 +249,15 @@ struct GroupState {
   MPI_Comm control = MPI_COMM_NULL;
   MPI_Comm data = MPI_COMM_NULL;
   std::deque<std::shared_ptr<WorkState> > pending;  // in call order
+  NcclComm nccl = nullptr;                          // made at the group's first NCCL collective
+  bool nccl_unhealthy = false;  // an NCCL collective failed or was abandoned: abort, do not destroy (it would wait)
   void progress();
+  NcclComm nccl_communicator(const NcclApi& api);
   void free_comms() {
+    if (nccl != nullptr && !g_exiting) {
+      if (const NcclApi* api = nccl_api()) (nccl_unhealthy ? api->comm_abort : api->comm_destroy)(nccl);
+    }
+    nccl = nullptr;
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin) return;
@@ -225,7 +285,11 @@ struct WorkState {
   Tensor send;    // contiguous host buffer MPI reads (in-place collectives: and writes)
   Tensor recv;    // contiguous host buffer MPI writes (all_gather, reduce_scatter)
   Device out_device = Device::cpu();
-  Tensor result;  // all_gather / reduce_scatter output, on out_device
+  Tensor result;             // all_gather / reduce_scatter output, on out_device
+  Shape out_shape;           // all_gather / reduce_scatter: recv's shape, allocated when the data start
+  bool nccl_wanted = false;  // this rank's tensor is on CUDA and NCCL is loaded (send stays on the device)
+  bool use_nccl = false;     // every rank wanted NCCL: the data go through it
+  void* marker = nullptr;    // NCCL: recorded behind the collective on that stream
   std::string error_message;
   ErrorKind error_kind = ErrorKind::Backend;
   bool waited = false;  // wait() returned, or is_completed() said true: result() is available from then on
@@ -240,7 +304,15 @@ struct WorkState {
     return os.str();
   }
 
+  ~WorkState() { release_marker(); }
+  void release_marker() noexcept {
+    ::oxmera::detail::device_release_marker(out_device, marker);
+    marker = nullptr;
+  }
+
   void fail(ErrorKind k, std::string msg) {
+    release_marker();
+    if (use_nccl) group->nccl_unhealthy = true;
     phase = Phase::Failed;
     error_kind = k;
     error_message = std::move(msg);
@@ -253,11 +325,13 @@ struct WorkState {
     int first_diff = -1;
     for (int r = 1; r < n && first_diff < 0; ++r)
       for (int i = 0; i < kDesc; ++i)
-        if (at(r, i) != at(0, i)) {
+        if (i != kTransport && at(r, i) != at(0, i)) {
           first_diff = r;
           break;
         }
     if (first_diff < 0) {
+      use_nccl = kind != Kind::Barrier;
+      for (int r = 0; r < n; ++r) use_nccl = use_nccl && at(r, kTransport) == 1;
       phase = Phase::Ready;
       return;
     }
@@ -281,13 +355,22 @@ struct WorkState {
         if (rk == Kind::AllReduce || rk == Kind::ReduceScatter)
           os << ' ' << reduce_op_name(static_cast<ReduceOp>(at(r, 2)));
         if (rk == Kind::Broadcast) os << " from rank " << at(r, 3);
-        os << ' ' << shape_str(&all_desc[static_cast<size_t>(r * kDesc + 5)], at(r, 4), at(r, kDesc - 1));
+        os << ' ' << shape_str(&all_desc[static_cast<size_t>(r * kDesc + 5)], at(r, 4), at(r, kHash));
       }
     }
     fail(k, os.str());
   }
 
   void start_data() {
+    try {
+      if (use_nccl) return start_nccl();
+      // MPI: a buffer kept on the device for NCCL (some rank could not take it) is staged now.
+      if (send.defined() && !send.device().is_cpu()) send = host_contiguous(send);
+      if (kind == Kind::AllGather || kind == Kind::ReduceScatter) recv = empty(out_shape, dtype);
+    } catch (const Error& e) {
+      fail(e.kind(), std::string("distributed::") + kind_name(kind) + ": " + e.message());
+      return;
+    }
     const MPI_Datatype t = mpi_type(dtype);
     const int count = send.defined() ? static_cast<int>(send.numel()) : 0;
     int rc = MPI_SUCCESS;
@@ -320,8 +403,68 @@ struct WorkState {
     phase = Phase::Running;
   }
 
-  // The data are in the host buffers: average, move to the caller's device, write back.
+  // Enqueues the collective on the device's stream, behind the kernels that made its input, and a marker behind it.
+  void start_nccl() {
+    const NcclApi& api = *nccl_api();  // every rank said it has it
+    const NcclComm comm = group->nccl_communicator(api);
+    if (kind == Kind::AllGather || kind == Kind::ReduceScatter) recv = empty(out_shape, dtype, out_device);
+    const size_t count = static_cast<size_t>(send.numel());
+    void* stream = ::oxmera::detail::device_native_stream(out_device);
+    int rc = kNcclSuccess;
+    const char* call = "";
+    if (count > 0) {  // every rank has the same shape: all skip an empty one
+      void* buf = send.impl()->byte_ptr();
+      switch (kind) {
+        case Kind::AllReduce:
+          call = "ncclAllReduce";
+          rc = api.all_reduce(buf, buf, count, nccl_type(dtype), nccl_op(op), comm, stream);
+          break;
+        case Kind::Broadcast:
+          call = "ncclBroadcast";
+          rc = api.broadcast(buf, buf, count, nccl_type(dtype), root, comm, stream);
+          break;
+        case Kind::AllGather:
+          call = "ncclAllGather";
+          rc = api.all_gather(buf, recv.impl()->byte_ptr(), count, nccl_type(dtype), comm, stream);
+          break;
+        case Kind::ReduceScatter:
+          call = "ncclReduceScatter";
+          rc = api.reduce_scatter(buf, recv.impl()->byte_ptr(), static_cast<size_t>(recv.numel()), nccl_type(dtype),
+                                  nccl_op(op), comm, stream);
+          break;
+        case Kind::Barrier:
+          break;
+      }
+    }
+    if (rc != kNcclSuccess)
+      return fail(ErrorKind::Backend,
+                  std::string("distributed::") + kind_name(kind) + " on " + group->name + ": " + api.error(call, rc));
+    if (count > 0) marker = ::oxmera::detail::device_record_marker(out_device);
+    phase = Phase::Running;
+  }
+
+  // NCCL: the marker behind the collective is reached (or NCCL reports an asynchronous error: Failed).
+  bool nccl_done() {
+    const NcclApi& api = *nccl_api();
+    int async = kNcclSuccess;
+    const int rc = api.comm_get_async_error(group->nccl, &async);
+    if (rc != kNcclSuccess || async != kNcclSuccess) {
+      fail(ErrorKind::Backend,
+           std::string("distributed::") + kind_name(kind) + " on " + group->name + ": " +
+               (rc != kNcclSuccess ? api.error("ncclCommGetAsyncError", rc) : api.error("the NCCL collective", async)));
+      return false;
+    }
+    try {
+      return ::oxmera::detail::device_marker_reached(out_device, marker);
+    } catch (const Error& e) {
+      fail(e.kind(), std::string("distributed::") + kind_name(kind) + " on " + group->name + ": " + e.message());
+      return false;
+    }
+  }
+
+  // The data are in the host buffers (NCCL: the device buffers): average, move to the caller's device, write back.
   void finish() {
+    release_marker();
     try {
       NoGradGuard no_grad;  // collectives act on data, as torch.distributed's do: nothing is recorded
       const double n = static_cast<double>(group->ranks.size());
@@ -361,7 +504,10 @@ void GroupState::progress() {
     if (!blocked && w->phase == WorkState::Phase::Ready) w->start_data();
     if (w->phase == WorkState::Phase::Running) {
       int done = 0;
-      check_mpi(MPI_Test(&w->data_req, &done, MPI_STATUS_IGNORE), kind_name(w->kind));
+      if (w->use_nccl)
+        done = w->nccl_done() ? 1 : 0;
+      else
+        check_mpi(MPI_Test(&w->data_req, &done, MPI_STATUS_IGNORE), kind_name(w->kind));
       if (done) w->finish();
     }
     if (blocked) break;
@@ -428,6 +574,35 @@ void wait_request(MPI_Request& req, const char* what) {
       default_timeout(), [&] { return std::string(what); });
 }
 
+}  // namespace
+
+// Rank 0 of the group makes NCCL's id and the data communicator carries it: every rank gets here at the same place
+// in that communicator's order (inside the first collective they all agreed to run through NCCL).
+detail::NcclComm detail::GroupState::nccl_communicator(const NcclApi& api) {
+  if (nccl != nullptr) return nccl;
+  struct {
+    int64_t status;
+    NcclUniqueId id;
+  } msg{};
+  if (my_rank == 0) msg.status = api.get_unique_id(&msg.id);
+  MPI_Request req = MPI_REQUEST_NULL;
+  const std::string what = "sending NCCL's unique id on " + name;
+  check_mpi(MPI_Ibcast(&msg, static_cast<int>(sizeof msg), MPI_BYTE, 0, data, &req), what.c_str());
+  wait_request(req, what.c_str());
+  OXM_CHECK(msg.status == kNcclSuccess, Backend, "distributed: making NCCL's communicator for ", name,
+            ": group rank 0's ", api.error("ncclGetUniqueId", static_cast<int>(msg.status)),
+            "; set OXMERA_NCCL=0 to stage CUDA tensors through host memory instead");
+  NcclComm c = nullptr;
+  const int rc = api.comm_init_rank(&c, static_cast<int>(ranks.size()), msg.id, my_rank);
+  OXM_CHECK(rc == kNcclSuccess, Backend, "distributed: making NCCL's communicator for ", name, " (rank ", my_rank,
+            " of ", ranks.size(), "): ", api.error("ncclCommInitRank", rc),
+            "; set OXMERA_NCCL=0 to stage CUDA tensors through host memory instead");
+  nccl = c;
+  return c;
+}
+
+namespace {
+
 // Advances w's group; true once w and every collective called before it on that group have completed (or
 // failed): the queue only ever drops its settled front.
 bool settled(WorkState& w) {
@@ -493,7 +668,10 @@ std::shared_ptr<WorkState> submit(const ProcessGroup& pg, Kind kind, const Tenso
       else
         h = (h ^ static_cast<uint64_t>(w->shape[i])) * 1099511628211ull;
     }
-    d[kDesc - 1] = w->shape.size() > static_cast<size_t>(kMaxDims) ? static_cast<int64_t>(h >> 1) : 0;
+    d[kHash] = w->shape.size() > static_cast<size_t>(kMaxDims) ? static_cast<int64_t>(h >> 1) : 0;
+    w->nccl_wanted =
+        t->device().is_cuda() && detail::nccl_api() != nullptr && ::oxmera::detail::device_memory_is_cuda(t->device());
+    d[kTransport] = w->nccl_wanted ? 1 : 0;
   }
   w->all_desc.assign(static_cast<size_t>(kDesc) * cg.ranks.size(), 0);
   check_mpi(
@@ -511,13 +689,6 @@ Work handle(std::shared_ptr<WorkState> w) {
   return Work(std::move(w));
 }
 
-// A contiguous host copy of t (t itself when it already is one).
-Tensor host_contiguous(const Tensor& t) {
-  NoGradGuard no_grad;
-  Tensor h = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
-  return h.contiguous();
-}
-
 }  // namespace
 
 bool is_available() noexcept { return true; }
@@ -531,6 +702,13 @@ std::string backend_description() {
   if (nl != std::string::npos) s.resize(nl);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
   return s;
+}
+
+std::string cuda_transport() {
+  std::string why;
+  if (const detail::NcclApi* api = detail::nccl_api(&why))
+    return "NCCL " + detail::nccl_version_string(api->version) + " (" + api->path + ")";
+  return "host memory + MPI (NCCL: " + why + ")";
 }
 
 void init() {
@@ -579,6 +757,7 @@ void finalize() {
       try {
         drain(*g);
       } catch (const Error& e) {
+        g->nccl_unhealthy = true;
         if (first_error.empty()) {
           first_error = e.what();
           first_kind = e.kind() == ErrorKind::Timeout ? ErrorKind::Timeout : ErrorKind::Backend;
@@ -701,7 +880,7 @@ Work all_reduce_async(Tensor& tensor, ReduceOp op, const ProcessGroup& group) {
   auto w = submit(group, Kind::AllReduce, &tensor, op, 0, "all_reduce");
   w->target = tensor;
   w->out_device = tensor.device();
-  w->send = host_contiguous(tensor);
+  w->send = w->nccl_wanted ? device_contiguous(tensor) : host_contiguous(tensor);
   return handle(std::move(w));
 }
 void all_reduce(Tensor& tensor, ReduceOp op, const ProcessGroup& group) { all_reduce_async(tensor, op, group).wait(); }
@@ -717,9 +896,13 @@ Work broadcast_async(Tensor& tensor, int src, const ProcessGroup& group) {
   w->target = tensor;
   w->out_device = tensor.device();
   // Only the root's values are read; the others receive into a fresh buffer unless the tensor is one already.
-  w->send = (root == g.my_rank || (tensor.device().is_cpu() && tensor.is_contiguous()))
-                ? host_contiguous(tensor)
-                : empty(tensor.shape(), tensor.dtype());
+  if (w->nccl_wanted)
+    w->send = (root == g.my_rank || tensor.is_contiguous()) ? device_contiguous(tensor)
+                                                            : empty(tensor.shape(), tensor.dtype(), tensor.device());
+  else
+    w->send = (root == g.my_rank || (tensor.device().is_cpu() && tensor.is_contiguous()))
+                  ? host_contiguous(tensor)
+                  : empty(tensor.shape(), tensor.dtype());
   return handle(std::move(w));
 }
 void broadcast(Tensor& tensor, int src, const ProcessGroup& group) { broadcast_async(tensor, src, group).wait(); }
@@ -727,11 +910,9 @@ void broadcast(Tensor& tensor, int src, const ProcessGroup& group) { broadcast_a
 Work all_gather_async(const Tensor& input, const ProcessGroup& group) {
   auto w = submit(group, Kind::AllGather, &input, ReduceOp::Sum, 0, "all_gather");
   w->out_device = input.device();
-  w->send = host_contiguous(input);
-  Shape out;
-  out.push_back(static_cast<int64_t>(resolve(group, "all_gather")->ranks.size()));
-  for (size_t i = 0; i < input.shape().size(); ++i) out.push_back(input.shape()[i]);
-  w->recv = empty(out, input.dtype());
+  w->send = w->nccl_wanted ? device_contiguous(input) : host_contiguous(input);
+  w->out_shape.push_back(static_cast<int64_t>(resolve(group, "all_gather")->ranks.size()));
+  for (size_t i = 0; i < input.shape().size(); ++i) w->out_shape.push_back(input.shape()[i]);
   return handle(std::move(w));
 }
 Tensor all_gather(const Tensor& input, const ProcessGroup& group) {
@@ -748,10 +929,8 @@ Work reduce_scatter_async(const Tensor& input, ReduceOp op, const ProcessGroup& 
             input.defined() ? input.shape() : Shape{}, "; stack the per-rank parts along a new dim 0");
   auto w = submit(group, Kind::ReduceScatter, &input, op, 0, "reduce_scatter");
   w->out_device = input.device();
-  w->send = host_contiguous(input);
-  Shape out;
-  for (size_t i = 1; i < input.shape().size(); ++i) out.push_back(input.shape()[i]);
-  w->recv = empty(out, input.dtype());
+  w->send = w->nccl_wanted ? device_contiguous(input) : host_contiguous(input);
+  for (size_t i = 1; i < input.shape().size(); ++i) w->out_shape.push_back(input.shape()[i]);
   return handle(std::move(w));
 }
 Tensor reduce_scatter(const Tensor& input, ReduceOp op, const ProcessGroup& group) {

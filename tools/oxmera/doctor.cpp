@@ -117,7 +117,8 @@ nlohmann::json probe_report() {
       {"compiler", bi.compiler},
       {"blas", oxmera::blas_name()},
       {"cuda", bi.cuda_compiled},
-      {"mpi", oxmera::distributed::is_available() ? oxmera::distributed::backend_description() : "not compiled in"}};
+      {"mpi", oxmera::distributed::is_available() ? oxmera::distributed::backend_description() : "not compiled in"},
+      {"cuda_collectives", oxmera::distributed::cuda_transport()}};
   json devices = json::array();
   devices.push_back(
       {{"name", "cpu"}, {"available", true}, {"detail", std::to_string(oxmera::get_num_threads()) + " threads"}});
@@ -171,6 +172,9 @@ void render_report(const nlohmann::json& r, std::ostream& out) {
   row(out, "cuda", boolean(build, "cuda", "build") ? "compiled in" : "not compiled in");
   // Reports recorded before oxmera::distributed have no "mpi" field.
   if (build.is_object() && build.contains("mpi")) row(out, "mpi", str(build, "mpi", "build"));
+  // ... and before NCCL: how CUDA tensors' collectives travel.
+  if (build.is_object() && build.contains("cuda_collectives"))
+    row(out, "cuda comms", str(build, "cuda_collectives", "build"));
   out << "\nDevices\n";
   for (const auto& d : devices) {
     row(out, str(d, "name", "devices[]"),

@@ -315,6 +315,26 @@ class CudaBackend final : public Backend {
           "synchronisation (an earlier asynchronous kernel may have failed)");
   }
   void synchronize() override { check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize"); }
+  bool memory_is_cuda() const override { return true; }
+  void* native_stream() override { return g_stream; }
+  void* record_marker() override {
+    cudaEvent_t ev = nullptr;
+    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "record_marker", "cudaEventCreateWithFlags");
+    const cudaError_t e = cudaEventRecord(ev, g_stream);
+    if (e != cudaSuccess) cudaEventDestroy(ev);
+    check(e, "record_marker", "cudaEventRecord");
+    return ev;
+  }
+  bool marker_reached(void* marker) override {
+    if (marker == nullptr) return true;
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(marker));
+    if (e == cudaErrorNotReady) return false;  // "not an error" (the runtime does not record it as the last error)
+    check(e, "marker_reached", "cudaEventQuery (an earlier asynchronous operation may have failed)");
+    return true;
+  }
+  void release_marker(void* marker) noexcept override {
+    if (marker != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(marker));
+  }
   void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out, const ops::OpParams& p) override {
     cuda::unary(op, x, out, p);
   }
