@@ -3,11 +3,14 @@
 // CPU backend, and the small-linear-algebra fused ops run the same per-matrix code as the CUDA kernels
 // (src/backend/common/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
 // logic, run without a GPU (tests/test_fake_device.cpp, the cuda_suite_on_test_device ctest).
+#include <unistd.h>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -78,6 +81,12 @@ class HostMemoryDevice final : public d::Backend {
   // test NCCL, tests/distributed/fake_nccl.cpp); a real NCCL would fail on it.
   bool memory_is_cuda() const override { return claims_cuda_memory; }
   std::atomic<bool> claims_cuda_memory{false};
+  // Each process its own device, unless a test makes every process's the same one (ranks sharing a GPU).
+  std::string device_identity() override {
+    return share_identity ? "host-memory test device (shared)"
+                          : "host-memory test device of process " + std::to_string(getpid());
+  }
+  std::atomic<bool> share_identity{false};
   // A library handed this "stream" (the test NCCL) runs its work at once, after the copies queued before it.
   void* native_stream() override {
     run_queue();

@@ -792,6 +792,47 @@ TEST(DistributedNccl, SubGroupsAndMixedDevices) {
   EXPECT_EQ(fake_nccl_stats()->collectives, after.collectives);
 }
 
+// Ranks on one GPU (every rank drives cuda:0): NCCL would refuse them, so the group stages, on every rank alike, and
+// says why; a group whose ranks have their own devices still takes NCCL.
+TEST(DistributedNccl, RanksSharingAGpuAreStaged) {
+  oxt_fake::HostMemoryDevice* fake = nullptr;
+  NEED_FAKE_NCCL(fake);
+  const int r = dist::rank(), n = dist::world_size();
+  std::vector<int> all;
+  for (int k = 0; k < n; ++k) all.push_back(k);
+  fake->share_identity = true;
+  auto shared = dist::new_group(all);  // a fresh group: no communicator yet
+  const FakeNcclStats before = *fake_nccl_stats();
+  EXPECT_EQ(dist::cuda_transport(shared), dist::cuda_transport()) << "nothing known before its first collective";
+  for (int round = 0; round < 2; ++round) {
+    Tensor t = full({5}, r + 1.0).to(Device::cuda());
+    const int64_t d2h = fake->device_to_host.load();
+    dist::all_reduce(t, dist::ReduceOp::Sum, shared);
+    EXPECT_EQ(fake->device_to_host.load(), d2h + 1) << "staged through host memory, round " << round;
+    EXPECT_TRUE(t.device().is_cuda());
+    EXPECT_EQ(vals(t), std::vector<double>(5, n * (n + 1) / 2.0));
+  }
+  Tensor g = dist::all_gather(full({2}, static_cast<double>(r)).to(Device::cuda()), shared);
+  EXPECT_EQ(g.shape(), Shape({n, 2}));
+  EXPECT_EQ(vals(g)[static_cast<size_t>(2 * n - 1)], n - 1.0);
+  const FakeNcclStats after = *fake_nccl_stats();
+  EXPECT_EQ(after.collectives, before.collectives);
+  EXPECT_EQ(after.comms_made, before.comms_made) << "NCCL was not asked for a communicator";
+  EXPECT_EQ(dist::cuda_transport(shared),
+            std::string("host memory + MPI (NCCL: ranks 0 and 1 of group [0, 1") + (n == 4 ? ", 2, 3" : "") +
+                "] share one GPU (host-memory test device (shared)), and NCCL needs a GPU per rank; give each rank "
+                "its own (CUDA_VISIBLE_DEVICES))");
+  fake->share_identity = false;
+  auto own = dist::new_group(all);
+  Tensor t = full({3}, 1.0).to(Device::cuda());
+  dist::all_reduce(t, dist::ReduceOp::Sum, own);
+  EXPECT_EQ(vals(t), std::vector<double>(3, static_cast<double>(n)));
+  EXPECT_EQ(fake_nccl_stats()->collectives, after.collectives + 1);
+  EXPECT_EQ(dist::cuda_transport(own), dist::cuda_transport());
+  expect_error([] { dist::cuda_transport(dist::ProcessGroup()); }, ErrorKind::InvalidArgument, {"undefined"},
+               "undefined group");
+}
+
 // DDP's buckets on the device go through NCCL and train as one process on the global batch.
 TEST(DistributedNccl, DataParallelOnTheDeviceMatchesOneProcess) {
   oxt_fake::HostMemoryDevice* fake = nullptr;

@@ -28,6 +28,11 @@ std::string backend_description();
 // file than libnccl.so.2, and OXMERA_NCCL=0 turns it off. A collective goes through NCCL when every rank of its
 // group passes a CUDA tensor and has NCCL; otherwise every rank stages it through host memory and MPI (same results).
 std::string cuda_transport();
+class ProcessGroup;
+// The same for one group: also "host memory + MPI (NCCL: ranks 0 and 1 of world share one GPU (...) ...)" once the
+// group's first CUDA collective has found two of its ranks on one GPU (NCCL needs one per rank; the group then
+// stages every CUDA collective). InvalidArgument for an undefined group.
+std::string cuda_transport(const ProcessGroup& group);
 
 // What the launcher told this process. Read from, in this order: Open MPI's mpirun (OMPI_COMM_WORLD_RANK,
 // OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK), a PMI launcher such as MPICH's or Intel's (PMI_RANK,

@@ -36,6 +36,9 @@ class Backend {
   // memory_is_cuda(): this backend's blocks are CUDA device memory that a CUDA library (NCCL) may read and write on
   // native_stream(); false for anything else that calls itself a CUDA device (the host-memory test device).
   virtual bool memory_is_cuda() const { return false; }
+  // The physical device this backend drives, as a string equal in two processes exactly when they share it ("host
+  // PCI-bus-id" for CUDA); empty when unknown. NCCL needs one device per rank: ranks that share one are staged.
+  virtual std::string device_identity() { return {}; }
   virtual void* native_stream() { return nullptr; }
   virtual void* record_marker() { return nullptr; }
   virtual bool marker_reached(void* marker) { return true; }

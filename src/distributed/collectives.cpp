@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <sstream>
 #include <string>
@@ -69,6 +70,7 @@ namespace {
 bool is_available() noexcept { return false; }
 std::string backend_description() { return "not compiled in"; }
 std::string cuda_transport() { return "none: this oxmera was built without MPI"; }
+std::string cuda_transport(const ProcessGroup&) { return cuda_transport(); }
 void init() { unavailable("init"); }
 bool is_initialized() noexcept { return false; }
 void finalize() {}
@@ -251,8 +253,9 @@ struct GroupState {
   std::deque<std::shared_ptr<WorkState> > pending;  // in call order
   NcclComm nccl = nullptr;                          // made at the group's first NCCL collective
   bool nccl_unhealthy = false;  // an NCCL collective failed or was abandoned: abort, do not destroy (it would wait)
+  std::string nccl_refused;     // why this group stages CUDA tensors although NCCL loaded (the same on every rank)
   void progress();
-  NcclComm nccl_communicator(const NcclApi& api);
+  NcclComm nccl_communicator(const NcclApi& api, Device device);
   void free_comms() {
     if (nccl != nullptr && !g_exiting) {
       if (const NcclApi* api = nccl_api()) (nccl_unhealthy ? api->comm_abort : api->comm_destroy)(nccl);
@@ -363,7 +366,8 @@ struct WorkState {
 
   void start_data() {
     try {
-      if (use_nccl) return start_nccl();
+      if (use_nccl && start_nccl()) return;
+      use_nccl = false;  // the group cannot use NCCL (every rank finds so at the same call): stage as below
       // MPI: a buffer kept on the device for NCCL (some rank could not take it) is staged now.
       if (send.defined() && !send.device().is_cpu()) send = host_contiguous(send);
       if (kind == Kind::AllGather || kind == Kind::ReduceScatter) recv = empty(out_shape, dtype);
@@ -404,9 +408,11 @@ struct WorkState {
   }
 
   // Enqueues the collective on the device's stream, behind the kernels that made its input, and a marker behind it.
-  void start_nccl() {
+  // False when the group cannot use NCCL (nothing started; every rank of the group returns false at this call).
+  bool start_nccl() {
     const NcclApi& api = *nccl_api();  // every rank said it has it
-    const NcclComm comm = group->nccl_communicator(api);
+    const NcclComm comm = group->nccl_communicator(api, out_device);
+    if (comm == nullptr) return false;
     if (kind == Kind::AllGather || kind == Kind::ReduceScatter) recv = empty(out_shape, dtype, out_device);
     const size_t count = static_cast<size_t>(send.numel());
     void* stream = ::oxmera::detail::device_native_stream(out_device);
@@ -436,11 +442,14 @@ struct WorkState {
           break;
       }
     }
-    if (rc != kNcclSuccess)
-      return fail(ErrorKind::Backend,
-                  std::string("distributed::") + kind_name(kind) + " on " + group->name + ": " + api.error(call, rc));
+    if (rc != kNcclSuccess) {
+      fail(ErrorKind::Backend,
+           std::string("distributed::") + kind_name(kind) + " on " + group->name + ": " + api.error(call, rc));
+      return true;
+    }
     if (count > 0) marker = ::oxmera::detail::device_record_marker(out_device);
     phase = Phase::Running;
+    return true;
   }
 
   // NCCL: the marker behind the collective is reached (or NCCL reports an asynchronous error: Failed).
@@ -578,8 +587,34 @@ void wait_request(MPI_Request& req, const char* what) {
 
 // Rank 0 of the group makes NCCL's id and the data communicator carries it: every rank gets here at the same place
 // in that communicator's order (inside the first collective they all agreed to run through NCCL).
-detail::NcclComm detail::GroupState::nccl_communicator(const NcclApi& api) {
-  if (nccl != nullptr) return nccl;
+// nullptr (and nccl_refused says why) when two ranks share a device: NCCL needs one per rank (the CUDA backend drives
+// cuda:0 only, so ranks on one machine share it unless CUDA_VISIBLE_DEVICES gives each its own). Found from an
+// all-gather of the device identities, so every rank decides alike, before NCCL is asked.
+detail::NcclComm detail::GroupState::nccl_communicator(const NcclApi& api, Device device) {
+  if (nccl != nullptr || !nccl_refused.empty()) return nccl;
+  constexpr size_t kIdBytes = 192;
+  std::array<char, kIdBytes> mine{};
+  const std::string id = ::oxmera::detail::device_identity(device);
+  std::memcpy(mine.data(), id.data(), std::min(id.size(), kIdBytes - 1));
+  std::vector<char> all(kIdBytes * ranks.size());
+  {
+    MPI_Request req = MPI_REQUEST_NULL;
+    const std::string what = "gathering the ranks' devices on " + name;
+    check_mpi(MPI_Iallgather(mine.data(), static_cast<int>(kIdBytes), MPI_BYTE, all.data(), static_cast<int>(kIdBytes),
+                             MPI_BYTE, data, &req),
+              what.c_str());
+    wait_request(req, what.c_str());
+  }
+  for (size_t a = 0; a < ranks.size() && nccl_refused.empty(); ++a)
+    for (size_t b = a + 1; b < ranks.size(); ++b) {
+      const std::string ida(&all[a * kIdBytes]), idb(&all[b * kIdBytes]);
+      if (!ida.empty() && ida == idb) {
+        nccl_refused = "ranks " + std::to_string(a) + " and " + std::to_string(b) + " of " + name + " share one GPU (" +
+                       ida + "), and NCCL needs a GPU per rank; give each rank its own (CUDA_VISIBLE_DEVICES)";
+        break;
+      }
+    }
+  if (!nccl_refused.empty()) return nullptr;
   struct {
     int64_t status;
     NcclUniqueId id;
@@ -669,8 +704,8 @@ std::shared_ptr<WorkState> submit(const ProcessGroup& pg, Kind kind, const Tenso
         h = (h ^ static_cast<uint64_t>(w->shape[i])) * 1099511628211ull;
     }
     d[kHash] = w->shape.size() > static_cast<size_t>(kMaxDims) ? static_cast<int64_t>(h >> 1) : 0;
-    w->nccl_wanted =
-        t->device().is_cuda() && detail::nccl_api() != nullptr && ::oxmera::detail::device_memory_is_cuda(t->device());
+    w->nccl_wanted = t->device().is_cuda() && detail::nccl_api() != nullptr && cg.nccl_refused.empty() &&
+                     ::oxmera::detail::device_memory_is_cuda(t->device());
     d[kTransport] = w->nccl_wanted ? 1 : 0;
   }
   w->all_desc.assign(static_cast<size_t>(kDesc) * cg.ranks.size(), 0);
@@ -709,6 +744,13 @@ std::string cuda_transport() {
   if (const detail::NcclApi* api = detail::nccl_api(&why))
     return "NCCL " + detail::nccl_version_string(api->version) + " (" + api->path + ")";
   return "host memory + MPI (NCCL: " + why + ")";
+}
+std::string cuda_transport(const ProcessGroup& group) {
+  OXM_CHECK(group.defined(), InvalidArgument,
+            "distributed::cuda_transport: the group is undefined (a default-made ProcessGroup); pass world() or one "
+            "from new_group()");
+  if (!group.state()->nccl_refused.empty()) return "host memory + MPI (NCCL: " + group.state()->nccl_refused + ")";
+  return cuda_transport();
 }
 
 void init() {

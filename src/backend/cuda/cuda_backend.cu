@@ -2,6 +2,7 @@
 // reuse, cuBLAS for matmul, and the kernels of cuda_*.cu. Launches are asynchronous; the host waits only in
 // copy_to_host (and in arg_reduce and logdet, whose NaN / pivot answers the host reads).
 #include <cublas_v2.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cstdio>
@@ -316,6 +317,15 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize"); }
   bool memory_is_cuda() const override { return true; }
+  std::string device_identity() override {
+    char host[256] = {};
+    char bus[64] = {};
+    int dev = 0;
+    check(cudaGetDevice(&dev), "device_identity", "cudaGetDevice");
+    check(cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus), dev), "device_identity", "cudaDeviceGetPCIBusId");
+    gethostname(host, sizeof host - 1);
+    return std::string(host) + " " + bus;
+  }
   void* native_stream() override { return g_stream; }
   void* record_marker() override {
     cudaEvent_t ev = nullptr;
