@@ -311,6 +311,27 @@ TEST(Distributed, AllReduceEveryOpDtypeAndSize) {
       }
 }
 
+// Above 64 KiB an all-reduce runs as a ring of point-to-point messages (segments of uneven sizes here: 70001 is odd
+// and prime to 2 and 4); the ctests distributed_ring_np2 / _np4 send every all-reduce of the suite that way.
+TEST(Distributed, LargeAllReducesEveryOpAndDtype) {
+  NEED_MPI();
+  const int r = dist::rank(), n = dist::world_size();
+  for (DType d : kDTypes)
+    for (dist::ReduceOp op : kOps) {
+      if (op == dist::ReduceOp::Avg && !is_floating(d)) continue;
+      Tensor t = pattern_tensor(r, 70001, d);
+      dist::all_reduce(t, op);
+      expect_all_reduced(t, op, n, d);
+      Tensor a = pattern_tensor(r, 70001, d), b = pattern_tensor(r, 70001, d);  // two rings in flight at once
+      auto wa = dist::all_reduce_async(a, op);
+      auto wb = dist::all_reduce_async(b, op);
+      wb.wait();
+      wa.wait();
+      expect_all_reduced(a, op, n, d);
+      expect_all_reduced(b, op, n, d);
+    }
+}
+
 TEST(Distributed, IntegerSumWrapsAsTheDtype) {
   NEED_MPI();
   const int n = dist::world_size();

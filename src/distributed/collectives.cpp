@@ -17,11 +17,14 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "distributed/nccl.hpp"
@@ -219,6 +222,69 @@ void* host_ptr(const Tensor& t) {
   return t.impl()->byte_ptr();
 }
 
+// ---- The ring all-reduce. Open MPI's non-blocking all-reduce of a buffer in place is a binomial tree (the whole
+// buffer to rank 0 and back, log2(p) times the data through one rank); a ring sends each rank 2(p-1)/p of it, in
+// p-1 reduce-scatter steps (segment s ends reduced on rank s-1) and p-1 all-gather steps, both neighbours' links
+// busy at once. Each segment is reduced in the ring's fixed order, on one rank, and copied to the others: the
+// result does not depend on timing, and every rank holds the same bits.
+
+// Host all-reduces of at least this many bytes take the ring (OXMERA_ALLREDUCE_RING_BYTES overrides; 0: never).
+int64_t ring_min_bytes() {
+  static const int64_t bytes = [] {
+    const char* v = std::getenv("OXMERA_ALLREDUCE_RING_BYTES");
+    if (v == nullptr || *v == '\0') return int64_t{64} << 10;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    return (end != nullptr && *end == '\0' && n >= 0) ? static_cast<int64_t>(n) : int64_t{64} << 10;
+  }();
+  return bytes;
+}
+
+// dst[i] = dst[i] op src[i], for n elements of T (integer sums wrap, as MPI's do).
+template <typename T>
+void reduce_into(T* dst, const T* src, int64_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      if constexpr (std::is_integral_v<T>) {
+        using U = std::make_unsigned_t<T>;
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<U>(dst[i]) + static_cast<U>(src[i]));
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+      }
+      break;
+    case ReduceOp::Max:
+      for (int64_t i = 0; i < n; ++i) dst[i] = src[i] > dst[i] ? src[i] : dst[i];
+      break;
+    case ReduceOp::Min:
+      for (int64_t i = 0; i < n; ++i) dst[i] = src[i] < dst[i] ? src[i] : dst[i];
+      break;
+  }
+}
+void reduce_into(DType d, void* dst, const void* src, int64_t n, ReduceOp op) {
+  switch (d) {
+    case DType::F32:
+      return reduce_into(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case DType::F64:
+      return reduce_into(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+    case DType::I64:
+      return reduce_into(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    case DType::U8:
+      return reduce_into(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
+  }
+}
+// Divides n floating elements by `by` (Avg: the rank that finishes a segment averages it before sending it on).
+void divide(DType d, void* data, int64_t n, double by) {
+  if (d == DType::F32) {
+    auto* p = static_cast<float*>(data);
+    const auto f = static_cast<float>(by);
+    for (int64_t i = 0; i < n; ++i) p[i] /= f;
+  } else if (d == DType::F64) {
+    auto* p = static_cast<double*>(data);
+    for (int64_t i = 0; i < n; ++i) p[i] /= by;
+  }
+}
+
 // A contiguous host copy of t (t itself when it already is one).
 Tensor host_contiguous(const Tensor& t) {
   NoGradGuard no_grad;
@@ -254,6 +320,7 @@ struct GroupState {
   NcclComm nccl = nullptr;                          // made at the group's first NCCL collective
   bool nccl_unhealthy = false;  // an NCCL collective failed or was abandoned: abort, do not destroy (it would wait)
   std::string nccl_refused;     // why this group stages CUDA tensors although NCCL loaded (the same on every rank)
+  int ring_tag = 0;             // the last ring all-reduce's message tag: every rank starts rings in the same order
   void progress();
   NcclComm nccl_communicator(const NcclApi& api, Device device);
   void free_comms() {
@@ -293,6 +360,15 @@ struct WorkState {
   bool nccl_wanted = false;  // this rank's tensor is on CUDA and NCCL is loaded (send stays on the device)
   bool use_nccl = false;     // every rank wanted NCCL: the data go through it
   void* marker = nullptr;    // NCCL: recorded behind the collective on that stream
+  struct Ring {
+    int step = 0;                      // 0 .. 2(p-1): reduce-scatter steps, then all-gather steps
+    int tag = 0;                       // this all-reduce's messages, apart from any other ring in flight
+    std::vector<int64_t> bounds;       // segment s is elements [bounds[s], bounds[s+1])
+    std::vector<unsigned char> inbox;  // a segment (at most bounds[1] + 1 elements) received, before it is reduced
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  };
+  std::unique_ptr<Ring> ring;  // the all-reduce runs as a ring (set when its data start)
+  bool averaged = false;       // Avg: the ring already divided the sum
   std::string error_message;
   ErrorKind error_kind = ErrorKind::Backend;
   bool waited = false;  // wait() returned, or is_completed() said true: result() is available from then on
@@ -377,6 +453,18 @@ struct WorkState {
     }
     const MPI_Datatype t = mpi_type(dtype);
     const int count = send.defined() ? static_cast<int>(send.numel()) : 0;
+    const int p = static_cast<int>(group->ranks.size());
+    if (kind == Kind::AllReduce && p > 1 && count >= p && ring_min_bytes() > 0 &&
+        static_cast<int64_t>(count) * static_cast<int64_t>(itemsize(dtype)) >= ring_min_bytes()) {
+      ring = std::make_unique<Ring>();
+      group->ring_tag = group->ring_tag % 30000 + 1;
+      ring->tag = group->ring_tag;
+      for (int s = 0; s <= p; ++s) ring->bounds.push_back(static_cast<int64_t>(count) * s / p);
+      ring->inbox.resize(static_cast<size_t>(ring->bounds[1] + 1) * itemsize(dtype));
+      phase = Phase::Running;
+      post_ring_step();
+      return;
+    }
     int rc = MPI_SUCCESS;
     switch (kind) {
       case Kind::AllReduce:
@@ -452,6 +540,47 @@ struct WorkState {
     return true;
   }
 
+  // The ring's step `ring->step`: send one segment to the next rank, receive one from the previous.
+  void post_ring_step() {
+    const int p = static_cast<int>(group->ranks.size()), r = group->my_rank, k = ring->step;
+    const bool scatter = k < p - 1;  // reduce-scatter step k, else all-gather step k - (p - 1)
+    const int j = scatter ? k : k - (p - 1);
+    const int out = ((scatter ? r - j : r + 1 - j) % p + p) % p;
+    const int in = ((scatter ? r - j - 1 : r - j) % p + p) % p;
+    auto* base = static_cast<unsigned char*>(host_ptr(send));
+    const size_t item = itemsize(dtype);
+    const MPI_Datatype t = mpi_type(dtype);
+    auto len = [&](int s) { return static_cast<int>(ring->bounds[static_cast<size_t>(s) + 1] - ring->bounds[s]); };
+    void* into = scatter ? static_cast<void*>(ring->inbox.data()) : base + ring->bounds[in] * item;
+    check_mpi(MPI_Irecv(into, len(in), t, (r - 1 + p) % p, ring->tag, group->data, &ring->reqs[0]), "ring all_reduce");
+    check_mpi(
+        MPI_Isend(base + ring->bounds[out] * item, len(out), t, (r + 1) % p, ring->tag, group->data, &ring->reqs[1]),
+        "ring all_reduce");
+  }
+  // Runs every ring step whose messages have arrived; true when the last has.
+  bool ring_done() {
+    const int p = static_cast<int>(group->ranks.size()), r = group->my_rank;
+    const size_t item = itemsize(dtype);
+    for (;;) {
+      int done = 0;
+      check_mpi(MPI_Testall(2, ring->reqs, &done, MPI_STATUSES_IGNORE), "ring all_reduce");
+      if (!done) return false;
+      auto* base = static_cast<unsigned char*>(host_ptr(send));
+      const int k = ring->step;
+      if (k < p - 1) {
+        const int in = ((r - k - 1) % p + p) % p;
+        const int64_t n = ring->bounds[static_cast<size_t>(in) + 1] - ring->bounds[in];
+        reduce_into(dtype, base + ring->bounds[in] * item, ring->inbox.data(), n, op);
+        if (k == p - 2 && op == ReduceOp::Avg) {  // segment `in` is complete here: average it once, for everyone
+          divide(dtype, base + ring->bounds[in] * item, n, static_cast<double>(p));
+          averaged = true;
+        }
+      }
+      if (++ring->step == 2 * (p - 1)) return true;
+      post_ring_step();
+    }
+  }
+
   // NCCL: the marker behind the collective is reached (or NCCL reports an asynchronous error: Failed).
   bool nccl_done() {
     const NcclApi& api = *nccl_api();
@@ -478,7 +607,7 @@ struct WorkState {
       NoGradGuard no_grad;  // collectives act on data, as torch.distributed's do: nothing is recorded
       const double n = static_cast<double>(group->ranks.size());
       if (kind == Kind::AllReduce || kind == Kind::Broadcast) {
-        if (op == ReduceOp::Avg && kind == Kind::AllReduce) send.div_(n);
+        if (op == ReduceOp::Avg && kind == Kind::AllReduce && !averaged) send.div_(n);
         if (!target.is_same(send))
           target.copy_(out_device.is_cpu() ? send : send.to(out_device));
         else
@@ -515,6 +644,8 @@ void GroupState::progress() {
       int done = 0;
       if (w->use_nccl)
         done = w->nccl_done() ? 1 : 0;
+      else if (w->ring)
+        done = w->ring_done() ? 1 : 0;
       else
         check_mpi(MPI_Test(&w->data_req, &done, MPI_STATUS_IGNORE), kind_name(w->kind));
       if (done) w->finish();
