@@ -5,12 +5,16 @@
 // (reuse, OOM), an 8-thread stress, the demo training and a short research-workload run. Without a usable GPU every
 // test reports itself skipped with the reason.
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "conformance.hpp"
+#include "distributed/nccl.hpp"
+#include "ops/device_stream.hpp"
 #include "ops/op_defs.hpp"
 #include "ops/ops_internal.hpp"
 #include "research.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "test_util.hpp"
 
 using namespace oxt;
@@ -691,4 +695,58 @@ TEST(Cuda, PinnedMemoryAndNonBlockingCopies) {
       b.push_back(values(host(t)));
     }
   EXPECT_EQ(a, b);
+}
+
+// NCCL with one rank (which needs no peer) on the backend's stream: the declarations the distributed layer restates
+// (src/distributed/nccl.hpp), the stream handle and the markers it uses (ops/device_stream.hpp), against the real
+// library and device, kernels before and after each collective. Skipped where libnccl.so.2 does not load.
+TEST(CudaNccl, OneRankCollectivesOnTheBackendStream) {
+  NEED_GPU();
+  if (!detail::device_memory_is_cuda(kGpu)) GTEST_SKIP() << "this device's memory is not CUDA memory (the test device)";
+  namespace nc = oxmera::distributed::detail;
+  std::string why;
+  const nc::NcclApi* api = nc::nccl_api(&why);
+  if (api == nullptr) GTEST_SKIP() << "no NCCL: " << why;
+  nc::NcclUniqueId id{};
+  int rc = api->get_unique_id(&id);
+  ASSERT_EQ(rc, nc::kNcclSuccess) << api->error("ncclGetUniqueId", rc);
+  nc::NcclComm comm = nullptr;
+  rc = api->comm_init_rank(&comm, 1, id, 0);
+  ASSERT_EQ(rc, nc::kNcclSuccess) << api->error("ncclCommInitRank", rc);
+  void* stream = detail::device_native_stream(kGpu);
+  auto finish = [&](const char* what) {
+    void* marker = detail::device_record_marker(kGpu);
+    const auto start = std::chrono::steady_clock::now();
+    bool reached = false;
+    while (!(reached = detail::device_marker_reached(kGpu, marker)) &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+      std::this_thread::yield();
+    detail::device_release_marker(kGpu, marker);
+    EXPECT_TRUE(reached) << what << ": the marker behind it was not reached in 20 s";
+    int async = nc::kNcclSuccess;
+    EXPECT_EQ(api->comm_get_async_error(comm, &async), nc::kNcclSuccess) << what;
+    EXPECT_EQ(async, nc::kNcclSuccess) << what << ": " << api->error("the collective", async);
+  };
+  const Tensor a = uni({1031}, -1, 1, 41);
+  Tensor x = gpu(a) * 2.0;  // a kernel just before: NCCL must read its output
+  Tensor y = empty({1031}, DType::F32, kGpu);
+  rc = api->all_reduce(x.impl()->byte_ptr(), y.impl()->byte_ptr(), 1031, nc::kNcclFloat32, nc::kNcclSum, comm, stream);
+  ASSERT_EQ(rc, nc::kNcclSuccess) << api->error("ncclAllReduce", rc);
+  Tensor z = y + 1.0;  // a kernel just after: it must read NCCL's output
+  finish("ncclAllReduce");
+  expect_match(z, a * 2.0 + 1.0, "one-rank all-reduce between two kernels", 0, 0);
+  Tensor b = gpu(full({7}, 3.0, DType::I64)) + gpu(full({7}, 4.0, DType::I64));
+  rc = api->broadcast(b.impl()->byte_ptr(), b.impl()->byte_ptr(), 7, nc::kNcclInt64, 0, comm, stream);
+  ASSERT_EQ(rc, nc::kNcclSuccess) << api->error("ncclBroadcast", rc);
+  Tensor g = empty({1, 7}, DType::I64, kGpu);
+  rc = api->all_gather(b.impl()->byte_ptr(), g.impl()->byte_ptr(), 7, nc::kNcclInt64, comm, stream);
+  ASSERT_EQ(rc, nc::kNcclSuccess) << api->error("ncclAllGather", rc);
+  Tensor s = empty({7}, DType::I64, kGpu);
+  rc = api->reduce_scatter(g.impl()->byte_ptr(), s.impl()->byte_ptr(), 7, nc::kNcclInt64, nc::kNcclMax, comm, stream);
+  ASSERT_EQ(rc, nc::kNcclSuccess) << api->error("ncclReduceScatter", rc);
+  finish("ncclBroadcast, ncclAllGather, ncclReduceScatter");
+  EXPECT_EQ(host(s).to_vector<int64_t>(), std::vector<int64_t>(7, 7));
+  EXPECT_EQ(host(g).to_vector<int64_t>(), std::vector<int64_t>(7, 7));
+  rc = api->comm_destroy(comm);
+  EXPECT_EQ(rc, nc::kNcclSuccess) << api->error("ncclCommDestroy", rc);
 }
