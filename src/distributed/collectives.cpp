@@ -321,6 +321,12 @@ struct GroupState {
   bool nccl_unhealthy = false;  // an NCCL collective failed or was abandoned: abort, do not destroy (it would wait)
   std::string nccl_refused;     // why this group stages CUDA tensors although NCCL loaded (the same on every rank)
   int ring_tag = 0;             // the last ring all-reduce's message tag: every rank starts rings in the same order
+  // Receive buffers of finished rings, reused (uninitialised memory: no zeroing, no fresh pages per all-reduce).
+  struct Inbox {
+    std::unique_ptr<unsigned char[]> data;
+    size_t bytes = 0;
+  };
+  std::vector<Inbox> spare_inboxes;
   void progress();
   NcclComm nccl_communicator(const NcclApi& api, Device device);
   void free_comms() {
@@ -361,10 +367,10 @@ struct WorkState {
   bool use_nccl = false;     // every rank wanted NCCL: the data go through it
   void* marker = nullptr;    // NCCL: recorded behind the collective on that stream
   struct Ring {
-    int step = 0;                      // 0 .. 2(p-1): reduce-scatter steps, then all-gather steps
-    int tag = 0;                       // this all-reduce's messages, apart from any other ring in flight
-    std::vector<int64_t> bounds;       // segment s is elements [bounds[s], bounds[s+1])
-    std::vector<unsigned char> inbox;  // a segment (at most bounds[1] + 1 elements) received, before it is reduced
+    int step = 0;                 // 0 .. 2(p-1): reduce-scatter steps, then all-gather steps
+    int tag = 0;                  // this all-reduce's messages, apart from any other ring in flight
+    std::vector<int64_t> bounds;  // segment s is elements [bounds[s], bounds[s+1])
+    GroupState::Inbox inbox;      // a segment (at most bounds[1] + 1 elements) received, before it is reduced
     MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   };
   std::unique_ptr<Ring> ring;  // the all-reduce runs as a ring (set when its data start)
@@ -460,7 +466,14 @@ struct WorkState {
       group->ring_tag = group->ring_tag % 30000 + 1;
       ring->tag = group->ring_tag;
       for (int s = 0; s <= p; ++s) ring->bounds.push_back(static_cast<int64_t>(count) * s / p);
-      ring->inbox.resize(static_cast<size_t>(ring->bounds[1] + 1) * itemsize(dtype));
+      const size_t need = static_cast<size_t>(ring->bounds[1] + 1) * itemsize(dtype);
+      auto& spare = group->spare_inboxes;
+      if (!spare.empty() && spare.back().bytes >= need) {
+        ring->inbox = std::move(spare.back());
+        spare.pop_back();
+      } else {
+        ring->inbox = {std::make_unique_for_overwrite<unsigned char[]>(need), need};
+      }
       phase = Phase::Running;
       post_ring_step();
       return;
@@ -551,7 +564,7 @@ struct WorkState {
     const size_t item = itemsize(dtype);
     const MPI_Datatype t = mpi_type(dtype);
     auto len = [&](int s) { return static_cast<int>(ring->bounds[static_cast<size_t>(s) + 1] - ring->bounds[s]); };
-    void* into = scatter ? static_cast<void*>(ring->inbox.data()) : base + ring->bounds[in] * item;
+    void* into = scatter ? static_cast<void*>(ring->inbox.data.get()) : base + ring->bounds[in] * item;
     check_mpi(MPI_Irecv(into, len(in), t, (r - 1 + p) % p, ring->tag, group->data, &ring->reqs[0]), "ring all_reduce");
     check_mpi(
         MPI_Isend(base + ring->bounds[out] * item, len(out), t, (r + 1) % p, ring->tag, group->data, &ring->reqs[1]),
@@ -570,13 +583,16 @@ struct WorkState {
       if (k < p - 1) {
         const int in = ((r - k - 1) % p + p) % p;
         const int64_t n = ring->bounds[static_cast<size_t>(in) + 1] - ring->bounds[in];
-        reduce_into(dtype, base + ring->bounds[in] * item, ring->inbox.data(), n, op);
+        reduce_into(dtype, base + ring->bounds[in] * item, ring->inbox.data.get(), n, op);
         if (k == p - 2 && op == ReduceOp::Avg) {  // segment `in` is complete here: average it once, for everyone
           divide(dtype, base + ring->bounds[in] * item, n, static_cast<double>(p));
           averaged = true;
         }
       }
-      if (++ring->step == 2 * (p - 1)) return true;
+      if (++ring->step == 2 * (p - 1)) {
+        if (group->spare_inboxes.size() < 4) group->spare_inboxes.push_back(std::move(ring->inbox));
+        return true;
+      }
       post_ring_step();
     }
   }
