@@ -122,10 +122,12 @@ const char* kind_name(Kind k) {
 }
 
 // The descriptor every rank all-gathers before a collective: kind, dtype, op, root, ndim, the first kMaxDims
-// sizes, a hash of any further ones, and whether this rank would take NCCL (the one field not compared).
+// sizes, a hash of any further ones, and the transports this rank would take (NCCL, the ring: the one field not
+// compared; a transport is taken when every rank would, so ranks with different settings still agree).
 constexpr int kMaxDims = 8;
 constexpr int kHash = 5 + kMaxDims;
-constexpr int kTransport = kHash + 1;
+constexpr int kTransport = kHash + 1;  // kWantsNccl | kWantsRing: each taken only when every rank's has it
+constexpr int64_t kWantsNccl = 1, kWantsRing = 2;
 constexpr int kDesc = kTransport + 1;
 using Descriptor = std::array<int64_t, kDesc>;
 
@@ -365,6 +367,7 @@ struct WorkState {
   Shape out_shape;           // all_gather / reduce_scatter: recv's shape, allocated when the data start
   bool nccl_wanted = false;  // this rank's tensor is on CUDA and NCCL is loaded (send stays on the device)
   bool use_nccl = false;     // every rank wanted NCCL: the data go through it
+  bool use_ring = false;     // every rank's threshold sends this all-reduce round the ring (when on the host)
   void* marker = nullptr;    // NCCL: recorded behind the collective on that stream
   struct Ring {
     int step = 0;                 // 0 .. 2(p-1): reduce-scatter steps, then all-gather steps
@@ -416,7 +419,11 @@ struct WorkState {
         }
     if (first_diff < 0) {
       use_nccl = kind != Kind::Barrier;
-      for (int r = 0; r < n; ++r) use_nccl = use_nccl && at(r, kTransport) == 1;
+      use_ring = kind == Kind::AllReduce;
+      for (int r = 0; r < n; ++r) {
+        use_nccl = use_nccl && (at(r, kTransport) & kWantsNccl) != 0;
+        use_ring = use_ring && (at(r, kTransport) & kWantsRing) != 0;
+      }
       phase = Phase::Ready;
       return;
     }
@@ -460,8 +467,7 @@ struct WorkState {
     const MPI_Datatype t = mpi_type(dtype);
     const int count = send.defined() ? static_cast<int>(send.numel()) : 0;
     const int p = static_cast<int>(group->ranks.size());
-    if (kind == Kind::AllReduce && p > 1 && count >= p && ring_min_bytes() > 0 &&
-        static_cast<int64_t>(count) * static_cast<int64_t>(itemsize(dtype)) >= ring_min_bytes()) {
+    if (use_ring && p > 1 && count >= p) {
       ring = std::make_unique<Ring>();
       group->ring_tag = group->ring_tag % 30000 + 1;
       ring->tag = group->ring_tag;
@@ -853,7 +859,9 @@ std::shared_ptr<WorkState> submit(const ProcessGroup& pg, Kind kind, const Tenso
     d[kHash] = w->shape.size() > static_cast<size_t>(kMaxDims) ? static_cast<int64_t>(h >> 1) : 0;
     w->nccl_wanted = t->device().is_cuda() && detail::nccl_api() != nullptr && cg.nccl_refused.empty() &&
                      ::oxmera::detail::device_memory_is_cuda(t->device());
-    d[kTransport] = w->nccl_wanted ? 1 : 0;
+    const int64_t bytes = t->numel() * static_cast<int64_t>(itemsize(t->dtype()));
+    const bool ring_wanted = kind == Kind::AllReduce && ring_min_bytes() > 0 && bytes >= ring_min_bytes();
+    d[kTransport] = (w->nccl_wanted ? kWantsNccl : 0) | (ring_wanted ? kWantsRing : 0);
   }
   w->all_desc.assign(static_cast<size_t>(kDesc) * cg.ranks.size(), 0);
   check_mpi(
