@@ -658,6 +658,13 @@ TEST(Distributed, CudaTensorsAreStagedThroughHostMemory) {
 // the communicator's bootstrap, the choice of transport, buffers, stream markers, write-back), not NCCL.
 
 std::shared_ptr<nn::Sequential> demo_mlp(uint64_t seed, DType dtype);
+// One optimizer step on the cross entropy of model(x) against y (model: a module or a DistributedDataParallel).
+template <class Model>
+void cross_entropy_step(optim::Optimizer& opt, Model& model, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  nn::cross_entropy(model(x), y).backward();
+  opt.step();
+}
 void expect_same_parameters(const nn::Module& a, const nn::Module& b, double rtol, const std::string& what);
 
 struct FakeNcclStats {
@@ -870,12 +877,8 @@ TEST(DistributedNccl, DataParallelOnTheDeviceMatchesOneProcess) {
   optim::SGD opt(net->parameters(), {.lr = 0.2, .momentum = 0.9});
   Tensor xd = x.to(Device::cuda()), yd = y.to(Device::cuda());
   for (int step = 0; step < 3; ++step) {
-    ref_opt.zero_grad();
-    nn::cross_entropy((*ref)(x), y).backward();
-    ref_opt.step();
-    opt.zero_grad();
-    nn::cross_entropy(ddp(xd.narrow(0, r * per_rank, per_rank)), yd.narrow(0, r * per_rank, per_rank)).backward();
-    opt.step();
+    cross_entropy_step(ref_opt, *ref, x, y);
+    cross_entropy_step(opt, ddp, xd.narrow(0, r * per_rank, per_rank), yd.narrow(0, r * per_rank, per_rank));
   }
   expect_same_parameters(*net, *ref, 1e-6, "f32 DDP through NCCL");
   EXPECT_GE(fake_nccl_stats()->collectives - before.collectives, static_cast<int64_t>(3 * ddp.buckets().size()))
@@ -925,12 +928,8 @@ TEST(DistributedDataParallel, DemoMlpMatchesOneProcessOnTheGlobalBatch) {
       EXPECT_EQ(ddp.buckets().front().front(), "4.bias") << "reverse registration order";
       optim::SGD opt(net->parameters(), {.lr = 0.2, .momentum = 0.9});
       for (int step = 0; step < 4; ++step) {
-        ref_opt.zero_grad();
-        nn::cross_entropy((*ref)(x), y).backward();
-        ref_opt.step();
-        opt.zero_grad();
-        nn::cross_entropy(ddp(x.narrow(0, r * per_rank, per_rank)), y.narrow(0, r * per_rank, per_rank)).backward();
-        opt.step();
+        cross_entropy_step(ref_opt, *ref, x, y);
+        cross_entropy_step(opt, ddp, x.narrow(0, r * per_rank, per_rank), y.narrow(0, r * per_rank, per_rank));
       }
       expect_same_parameters(*net, *ref, d == DType::F64 ? 1e-12 : 1e-6,
                              std::string(dtype_name(d)) + " cap " + std::to_string(cap));
@@ -959,11 +958,7 @@ TEST(DistributedDataParallel, SmallCnnMatchesOneProcessAndRepeatsBitForBit) {
     Tensor x = randn({global, 1, 8, 8}, 31, d), y = randint(0, 3, {global}, 32);
     auto ref = small_cnn(8, d);
     optim::Adam ref_opt(ref->parameters(), {.lr = 0.01});
-    for (int step = 0; step < 3; ++step) {
-      ref_opt.zero_grad();
-      nn::cross_entropy((*ref)(x), y).backward();
-      ref_opt.step();
-    }
+    for (int step = 0; step < 3; ++step) cross_entropy_step(ref_opt, *ref, x, y);
     std::vector<std::vector<double>> first;
     for (int run = 0; run < 2; ++run) {
       auto net = small_cnn(8 + static_cast<uint64_t>(r), d);
@@ -1093,12 +1088,8 @@ TEST(DistributedDataParallel, DistributedSamplerShardsCoverTheDatasetAndTraining
       Tensor index = from_vector(rows, Shape{static_cast<int64_t>(rows.size())});
       EXPECT_EQ(vals(batch[0]), vals(x.index_select(0, index).narrow(0, r * per_rank_batch, per_rank_batch)))
           << "epoch " << epoch << " batch " << k;
-      ref_opt.zero_grad();
-      nn::cross_entropy((*ref)(x.index_select(0, index)), y.index_select(0, index)).backward();
-      ref_opt.step();
-      opt.zero_grad();
-      nn::cross_entropy(ddp(batch[0]), batch[1]).backward();
-      opt.step();
+      cross_entropy_step(ref_opt, *ref, x.index_select(0, index), y.index_select(0, index));
+      cross_entropy_step(opt, ddp, batch[0], batch[1]);
       ++k;
     }
     EXPECT_EQ(k, loader.size());

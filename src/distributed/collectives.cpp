@@ -372,6 +372,7 @@ struct WorkState {
   struct Ring {
     int step = 0;                 // 0 .. 2(p-1): reduce-scatter steps, then all-gather steps
     int tag = 0;                  // this all-reduce's messages, apart from any other ring in flight
+    int receiving = 0;            // the segment the posted step receives
     std::vector<int64_t> bounds;  // segment s is elements [bounds[s], bounds[s+1])
     GroupState::Inbox inbox;      // a segment (at most bounds[1] + 1 elements) received, before it is reduced
     MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -570,6 +571,7 @@ struct WorkState {
     const size_t item = itemsize(dtype);
     const MPI_Datatype t = mpi_type(dtype);
     auto len = [&](int s) { return static_cast<int>(ring->bounds[static_cast<size_t>(s) + 1] - ring->bounds[s]); };
+    ring->receiving = in;
     void* into = scatter ? static_cast<void*>(ring->inbox.data.get()) : base + ring->bounds[in] * item;
     check_mpi(MPI_Irecv(into, len(in), t, (r - 1 + p) % p, ring->tag, group->data, &ring->reqs[0]), "ring all_reduce");
     check_mpi(
@@ -578,7 +580,7 @@ struct WorkState {
   }
   // Runs every ring step whose messages have arrived; true when the last has.
   bool ring_done() {
-    const int p = static_cast<int>(group->ranks.size()), r = group->my_rank;
+    const int p = static_cast<int>(group->ranks.size());
     const size_t item = itemsize(dtype);
     for (;;) {
       int done = 0;
@@ -586,8 +588,8 @@ struct WorkState {
       if (!done) return false;
       auto* base = static_cast<unsigned char*>(host_ptr(send));
       const int k = ring->step;
-      if (k < p - 1) {
-        const int in = ((r - k - 1) % p + p) % p;
+      if (k < p - 1) {  // a reduce-scatter step: reduce the received segment into ours
+        const int in = ring->receiving;
         const int64_t n = ring->bounds[static_cast<size_t>(in) + 1] - ring->bounds[in];
         reduce_into(dtype, base + ring->bounds[in] * item, ring->inbox.data.get(), n, op);
         if (k == p - 2 && op == ReduceOp::Avg) {  // segment `in` is complete here: average it once, for everyone
