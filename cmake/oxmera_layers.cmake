@@ -30,6 +30,7 @@ set(OXMERA_LAYER_RULES
   "src/autograd/=ops"
   "include/oxmera/autograd.hpp=ops"
   "include/oxmera/autograd_functional.hpp=ops"
+  "include/oxmera/graph.hpp=ops"  # CUDA graphs: capture and replay through the device backend
   "src/backend/backend.hpp=ops"
   # Pure per-element and per-matrix arithmetic (host and device compilable) shared by the backends and by the
   # fused ops' composite fallbacks of the ops layer.

@@ -9,8 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -30,15 +34,32 @@ class HostMemoryDevice final : public d::Backend {
   DeviceKind kind() const override { return DeviceKind::CUDA; }
   const char* name() const override { return "host-memory test device"; }
   void* allocate(size_t n) override {
+    if (capturing_) {  // the capture's pool: a block freed earlier in this capture, else a new one of the pool
+      const size_t key = n == 0 ? 1 : n;
+      auto it = pool_->free.find(key);
+      if (it != pool_->free.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        return p;
+      }
+    }
     void* p = n > (size_t{1} << 40) ? nullptr : std::malloc(n == 0 ? 1 : n);  // refuse absurd sizes outright
     OXM_CHECK(p != nullptr, OutOfMemory, "host-memory test device: out of memory allocating ", n, " bytes (allocated ",
               allocated_.load(), ", reserved ", allocated_.load(), ")");
     allocated_ += static_cast<int64_t>(n);
     ++allocations_;
+    if (capturing_) {
+      pool_owner_[p] = pool_.get();
+      pool_->blocks.push_back({p, n});
+    }
     return p;
   }
   void deallocate(void* p, size_t n) noexcept override {
     run_queue();  // a queued copy may still write this block
+    if (auto it = pool_owner_.find(p); it != pool_owner_.end()) {
+      it->second->free[n == 0 ? 1 : n].push_back(p);  // a graph's block: replays write it, so it stays reserved
+      return;
+    }
     allocated_ -= static_cast<int64_t>(n);
     std::free(p);
   }
@@ -71,12 +92,16 @@ class HostMemoryDevice final : public d::Backend {
     std::free(p);
   }
   void copy_from_pinned_host(void* dst, const void* src, size_t n) override {
+    refuse_in_capture("copy_from_pinned_host", "copies host memory to the device");
     ++async_host_to_device;
     if (trace) std::fprintf(stderr, "  h2d async %zu bytes\n", n);
     std::lock_guard<std::mutex> lock(queue_mu_);
     queue_.push_back({dst, src, n});
   }
-  void synchronize() override { run_queue(); }
+  void synchronize() override {
+    refuse_in_capture("synchronize", "waits for the device");
+    run_queue();
+  }
   // Whether it tells oxmera that its memory is CUDA memory: only for a library that works on host memory too (the
   // test NCCL, tests/distributed/fake_nccl.cpp); a real NCCL would fail on it.
   bool memory_is_cuda() const override { return claims_cuda_memory; }
@@ -89,21 +114,66 @@ class HostMemoryDevice final : public d::Backend {
   std::atomic<bool> share_identity{false};
   // A library handed this "stream" (the test NCCL) runs its work at once, after the copies queued before it.
   void* native_stream() override {
+    refuse_in_capture("native_stream", "hands the stream to another library");
     run_queue();
     return nullptr;
   }
+  // CUDA graphs, as the CUDA backend captures them: while capturing, a kernel is recorded (with a copy of its
+  // tensors' geometry and data pointers, as a GPU launch captures its arguments) instead of run, and a replay runs
+  // the records in order. Allocations come from the capture's pool (fake_device.hpp's deallocate keeps a pool block
+  // reserved until the graph goes). Transfers and waits are refused, and so are the fused ops other than the
+  // optimizer steps (their call structs hold borrowed tensors that are gone by the replay; the composite
+  // fallbacks run instead, as ordinary kernels).
+  bool can_capture() const override { return offer_graphs; }
+  void begin_capture() override {
+    run_queue();
+    pool_ = std::make_unique<Pool>();
+    recorded_.clear();
+    capturing_ = true;
+  }
+  void* end_capture() override {
+    capturing_ = false;
+    auto* g = new Graph{std::move(recorded_), std::move(pool_)};
+    recorded_.clear();
+    ++graphs_captured;
+    return g;
+  }
+  void abort_capture() noexcept override {
+    capturing_ = false;
+    recorded_.clear();
+    if (pool_) release_pool(*pool_);
+    pool_.reset();
+  }
+  void replay(void* graph) override {
+    ++graph_replays;
+    for (const auto& work : static_cast<Graph*>(graph)->work) work();
+  }
+  void destroy_graph(void* graph) noexcept override {
+    auto* g = static_cast<Graph*>(graph);
+    g->work.clear();
+    release_pool(*g->pool);
+    delete g;
+  }
+  bool capturing() const { return capturing_; }
+  bool offer_graphs = true;
+  std::atomic<int64_t> graphs_captured{0}, graph_replays{0};
+  // Blocks of live graphs' pools (reserved until their graph is destroyed).
+  size_t pool_blocks() const { return pool_owner_.size(); }
+
   // Copies queued by copy_from_pinned_host and not yet run.
   size_t queued_copies() {
     std::lock_guard<std::mutex> lock(queue_mu_);
     return queue_.size();
   }
   void copy_from_host(void* dst, const void* src, size_t n) override {
+    refuse_in_capture("copy_from_host", "copies host memory to the device");
     run_queue();
     ++host_to_device;
     if (trace) std::fprintf(stderr, "  h2d %zu bytes\n", n);
     std::memcpy(dst, src, n);
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
+    refuse_in_capture("copy_to_host", "reads device memory on the host");
     run_queue();
     ++device_to_host;
     if (trace) std::fprintf(stderr, "  d2h %zu bytes\n", n);
@@ -119,70 +189,109 @@ class HostMemoryDevice final : public d::Backend {
 
   // Kernels: the memory is host memory, so the CPU backend's kernels run on it as they are.
   void unary(ops::UnaryOp op, const d::TensorImpl& x, d::TensorImpl& out, const ops::OpParams& p) override {
+    if (capturing_) return record(__func__, [op, p, xs = snap(x), os = snap(out)] { cpu().unary(op, *xs, *os, p); });
     note_kernel(__func__);
     cpu().unary(op, x, out, p);
   }
   void binary(ops::BinaryOp op, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    if (capturing_)
+      return record(__func__, [op, as = snap(a), bs = snap(b), os = snap(out)] { cpu().binary(op, *as, *bs, *os); });
     note_kernel(__func__);
     cpu().binary(op, a, b, out);
   }
   void binary_scalar(ops::BinaryOp op, const d::TensorImpl& t, double s, bool left, d::TensorImpl& out) override {
+    if (capturing_)
+      return record(__func__,
+                    [op, s, left, ts = snap(t), os = snap(out)] { cpu().binary_scalar(op, *ts, s, left, *os); });
     note_kernel(__func__);
     cpu().binary_scalar(op, t, s, left, out);
   }
   void binary_grad(ops::BinaryOp op, int side, const d::TensorImpl& g, const d::TensorImpl& a, const d::TensorImpl& b,
                    d::TensorImpl& out) override {
+    if (capturing_)
+      return record(__func__, [op, side, gs = snap(g), as = snap(a), bs = snap(b), os = snap(out)] {
+        cpu().binary_grad(op, side, *gs, *as, *bs, *os);
+      });
     note_kernel(__func__);
     cpu().binary_grad(op, side, g, a, b, out);
   }
   void unary_grad(ops::UnaryOp op, const d::TensorImpl& g, const d::TensorImpl& x, const d::TensorImpl& y,
                   d::TensorImpl& out, const ops::OpParams& p) override {
+    if (capturing_)
+      return record(__func__, [op, p, gs = snap(g), xs = snap(x), ys = snap(y), os = snap(out)] {
+        cpu().unary_grad(op, *gs, *xs, *ys, *os, p);
+      });
     note_kernel(__func__);
     cpu().unary_grad(op, g, x, y, out, p);
   }
   void where(const d::TensorImpl& m, const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    if (capturing_)
+      return record(__func__,
+                    [ms = snap(m), as = snap(a), bs = snap(b), os = snap(out)] { cpu().where(*ms, *as, *bs, *os); });
     note_kernel(__func__);
     cpu().where(m, a, b, out);
   }
   void copy(const d::TensorImpl& src, d::TensorImpl& dst) override {
+    if (capturing_) return record(__func__, [ss = snap(src), ds = snap(dst)] { cpu().copy(*ss, *ds); });
     note_kernel(__func__);
     cpu().copy(src, dst);
   }
   void fill(d::TensorImpl& dst, double v) override {
+    if (capturing_) return record(__func__, [v, ds = snap(dst)] { cpu().fill(*ds, v); });
     note_kernel(__func__);
     cpu().fill(dst, v);
   }
   void reduce(ops::ReduceOp op, const d::TensorImpl& x, d::TensorImpl& out, uint64_t mask) override {
+    if (capturing_)
+      return record(__func__, [op, mask, xs = snap(x), os = snap(out)] { cpu().reduce(op, *xs, *os, mask); });
     note_kernel(__func__);
     cpu().reduce(op, x, out, mask);
   }
   bool arg_reduce(ops::ArgReduceOp op, const d::TensorImpl& x, d::TensorImpl& out, int64_t dim) override {
+    // Its answer (whether a NaN was met) is read on the host, as the CUDA kernel's flag is.
+    refuse_in_capture(op == ops::ArgReduceOp::Argmax ? "argmax" : "argmin", "reads device memory on the host");
     note_kernel(__func__);
     return cpu().arg_reduce(op, x, out, dim);
   }
   void softmax(const d::TensorImpl& x, d::TensorImpl& out, int64_t dim, bool log) override {
+    if (capturing_)
+      return record(__func__, [dim, log, xs = snap(x), os = snap(out)] { cpu().softmax(*xs, *os, dim, log); });
     note_kernel(__func__);
     cpu().softmax(x, out, dim, log);
   }
   void matmul(const d::TensorImpl& a, const d::TensorImpl& b, d::TensorImpl& out) override {
+    if (capturing_)
+      return record(__func__, [as = snap(a), bs = snap(b), os = snap(out)] { cpu().matmul(*as, *bs, *os); });
     note_kernel(__func__);
     cpu().matmul(a, b, out);
   }
   void index_select(const d::TensorImpl& x, int64_t dim, const d::TensorImpl& idx, d::TensorImpl& out) override {
     ++index_kernel_calls;
+    if (capturing_)
+      return record(__func__,
+                    [dim, xs = snap(x), is = snap(idx), os = snap(out)] { cpu().index_select(*xs, dim, *is, *os); });
     note_kernel(__func__);
     cpu().index_select(x, dim, idx, out);
   }
   void index_add(d::TensorImpl& out, int64_t dim, const d::TensorImpl& idx, const d::TensorImpl& src) override {
     ++index_kernel_calls;
+    if (capturing_)
+      return record(__func__,
+                    [dim, os = snap(out), is = snap(idx), ss = snap(src)] { cpu().index_add(*os, dim, *is, *ss); });
     note_kernel(__func__);
     cpu().index_add(out, dim, idx, src);
   }
   void gather(const d::TensorImpl& x, int64_t dim, const d::TensorImpl& idx, d::TensorImpl& out) override {
+    if (capturing_)
+      return record(__func__,
+                    [dim, xs = snap(x), is = snap(idx), os = snap(out)] { cpu().gather(*xs, dim, *is, *os); });
     note_kernel(__func__);
     cpu().gather(x, dim, idx, out);
   }
   void scatter_add(d::TensorImpl& out, int64_t dim, const d::TensorImpl& idx, const d::TensorImpl& src) override {
+    if (capturing_)
+      return record(__func__,
+                    [dim, os = snap(out), is = snap(idx), ss = snap(src)] { cpu().scatter_add(*os, dim, *is, *ss); });
     note_kernel(__func__);
     cpu().scatter_add(out, dim, idx, src);
   }
@@ -192,6 +301,7 @@ class HostMemoryDevice final : public d::Backend {
   // device offers nothing, so every fused op takes its composite fallback (ordinary kernels only).
   bool supports(const ops::FusedCall& call) const override {
     if (!offer_fused) return false;
+    if (capturing_ && ops::fused_op(call) != ops::FusedOp::OptimizerSteps) return false;
     switch (ops::fused_op(call)) {
       case ops::FusedOp::LogdetSpd:
         return small_linalg(std::get<ops::LogdetSpdCall>(call).a->dtype, std::get<ops::LogdetSpdCall>(call).n);
@@ -225,6 +335,7 @@ class HostMemoryDevice final : public d::Backend {
       case ops::FusedOp::SortIndices:
         return scan_sort(call);
       case ops::FusedOp::OptimizerSteps:
+        if (capturing_) return record_optimizer_steps(std::get<ops::OptimizerStepsCall>(call));
         note_kernel("optimizer_steps");
         if (fail_next_optimizer_steps) {
           fail_next_optimizer_steps = false;
@@ -326,6 +437,91 @@ class HostMemoryDevice final : public d::Backend {
     else
       scan_sort_typed<float>(call);
   }
+  // A kernel argument as a GPU launch captures it: the tensor's geometry and data pointer, not the tensor (whose
+  // block the capture's pool keeps). The alias owns a Storage object that does not own the memory.
+  using Snap = std::shared_ptr<d::TensorImpl>;
+  static Snap snap(const d::TensorImpl& t) {
+    d::TensorImpl* c = d::new_impl();
+    auto* st = new d::Storage();
+    st->data = t.storage->data;
+    st->nbytes = t.storage->nbytes;
+    st->device = t.storage->device;
+    c->storage = d::Ref<d::Storage>::adopt(st);
+    c->shape = t.shape;
+    c->strides = t.strides;
+    c->offset = t.offset;
+    c->numel = t.numel;
+    c->dtype = t.dtype;
+    c->contiguous = t.contiguous;
+    return Snap(c, [](d::TensorImpl* p) {
+      p->storage->data = nullptr;  // not ours to free
+      d::destroy(p);
+    });
+  }
+  template <class F>
+  void record(const char* what, F work) {
+    recorded_.push_back([this, what, work = std::move(work)] {
+      note_kernel(what);
+      work();
+    });
+  }
+  void record_optimizer_steps(const ops::OptimizerStepsCall& c) {
+    struct Item {
+      d::OptimizerStep step;
+      Snap param, grad, state[3], count;
+    };
+    std::vector<Item> items;
+    for (size_t i = 0; i < c.count; ++i) {
+      const d::OptimizerUpdate& u = c.updates[i];
+      Item it{u.step, snap(*u.param), snap(*u.grad), {}, u.step_count ? snap(*u.step_count) : nullptr};
+      for (int k = 0; k < 3; ++k)
+        if (u.state[k]) it.state[k] = snap(*u.state[k]);
+      items.push_back(std::move(it));
+    }
+    record("optimizer_steps", [items = std::move(items)] {
+      std::vector<d::OptimizerUpdate> updates;
+      for (const Item& it : items)
+        updates.push_back({it.step,
+                           it.param.get(),
+                           it.grad.get(),
+                           {it.state[0].get(), it.state[1].get(), it.state[2].get()},
+                           it.count.get()});
+      ops::FusedCall call = ops::OptimizerStepsCall{updates.data(), updates.size()};
+      cpu().run(call);
+    });
+  }
+  void refuse_in_capture(const char* op, const char* why) const {
+    OXM_CHECK(!capturing_, InvalidArgument, "host-memory test device: ", op, ": ", why,
+              " while a CUDA graph is being captured");
+  }
+  struct Pool {
+    std::vector<std::pair<void*, size_t>> blocks;
+    std::unordered_map<size_t, std::vector<void*>> free;
+  };
+  struct Graph {
+    std::vector<std::function<void()>> work;
+    std::unique_ptr<Pool> pool;
+  };
+  // The pool's free blocks go back to the system; its blocks still held by tensors become ordinary blocks (freed
+  // when their tensors go).
+  void release_pool(Pool& pool) noexcept {
+    std::unordered_set<void*> free_now;
+    for (auto& [n, v] : pool.free)
+      for (void* p : v) free_now.insert(p);
+    for (auto& [p, n] : pool.blocks) {
+      pool_owner_.erase(p);
+      if (free_now.count(p)) {
+        allocated_ -= static_cast<int64_t>(n);
+        std::free(p);
+      }
+    }
+    pool.blocks.clear();
+    pool.free.clear();
+  }
+  bool capturing_ = false;
+  std::unique_ptr<Pool> pool_;
+  std::vector<std::function<void()>> recorded_;
+  std::unordered_map<void*, Pool*> pool_owner_;
   struct QueuedCopy {
     void* dst;
     const void* src;

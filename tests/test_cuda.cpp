@@ -6,6 +6,7 @@
 // test reports itself skipped with the reason.
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "conformance.hpp"
@@ -749,4 +750,277 @@ TEST(CudaNccl, OneRankCollectivesOnTheBackendStream) {
   EXPECT_EQ(host(g).to_vector<int64_t>(), std::vector<int64_t>(7, 7));
   rc = api->comm_destroy(comm);
   EXPECT_EQ(rc, nc::kNcclSuccess) << api->error("ncclCommDestroy", rc);
+}
+
+// ---------------------------------------------------------------- CUDA graphs (oxmera::cuda::Graph)
+namespace {
+
+// The kind of the error `f` throws (nothing when it throws none), with its text in `what`.
+template <class F>
+std::optional<ErrorKind> error_kind(F&& f, std::string* what = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (what) *what = e.what();
+    return e.kind();
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<nn::Sequential> graph_test_model() {
+  Generator gen(5);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(2, 16, true, gen), std::make_shared<nn::Tanh>(),
+      std::make_shared<nn::Linear>(16, 3, true, gen)});
+  m->to(kGpu);
+  return m;
+}
+
+Tensor train_step(nn::Sequential& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  Tensor loss = nn::cross_entropy(model(x), y);
+  loss.backward();
+  opt.step();
+  return loss;
+}
+
+// A training step captured once and replayed on new batches (copied into the static inputs) gives the losses,
+// parameters and optimizer state (step counts included) of the same steps run eagerly.
+template <class MakeOptimizer>
+void expect_replays_match_eager_steps(MakeOptimizer make_optimizer, const std::string& what) {
+  constexpr int kSteps = 6;
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < kSteps; ++i) {
+    xs.push_back(uni({64, 2}, -1, 1, 100 + i));
+    ys.push_back(uni({64}, 0, 3, 200 + i).to(DType::I64));
+  }
+  auto eager = graph_test_model(), graphed = graph_test_model();
+  auto eager_opt = make_optimizer(eager->parameters());
+  auto graphed_opt = make_optimizer(graphed->parameters());
+  std::vector<float> eager_loss;
+  for (int i = 0; i < kSteps; ++i) {
+    const Tensor l = train_step(*eager, *eager_opt, gpu(xs[i]), gpu(ys[i]));
+    eager_loss.push_back(host(l).item<float>());
+  }
+
+  Tensor x = gpu(xs[0]), y = gpu(ys[0]);
+  const Tensor warm_up = train_step(*graphed, *graphed_opt, x, y);  // eager: creates the optimizer state
+  EXPECT_NEAR(host(warm_up).item<float>(), eager_loss[0], 1e-5) << what;
+  cuda::Graph graph;
+  Tensor loss;
+  {
+    cuda::GraphCapture capture(graph);
+    EXPECT_TRUE(cuda::is_capturing());
+    loss = train_step(*graphed, *graphed_opt, x, y);
+  }
+  ASSERT_TRUE(graph.captured()) << what;
+  EXPECT_FALSE(cuda::is_capturing());
+  for (int i = 1; i < kSteps; ++i) {
+    x.copy_(gpu(xs[i]));
+    y.copy_(gpu(ys[i]));
+    graph.replay();
+    EXPECT_NEAR(host(loss).item<float>(), eager_loss[i], 1e-5 * (1 + std::abs(eager_loss[i])))
+        << what << ": replay " << i;
+  }
+  // Parameters and state: 1e-4 (a device without the fused optimizer kernel computes Adam's bias corrections of a
+  // captured step in f32 tensor ops, where the kernels use double; a replay that did not run is off by far more).
+  const auto pe = eager->parameters(), pg = graphed->parameters();
+  ASSERT_EQ(pe.size(), pg.size());
+  for (size_t k = 0; k < pe.size(); ++k)
+    expect_close(values(host(pg[k])), values(host(pe[k])), 1e-4, 1e-5, what + ": parameter " + std::to_string(k));
+  const auto se = eager_opt->state_tensors(), sg = graphed_opt->state_tensors();
+  ASSERT_EQ(se.size(), sg.size()) << what;
+  for (size_t k = 0; k < se.size(); ++k) {
+    ASSERT_EQ(se[k].first, sg[k].first) << what;
+    const Tensor got = host(sg[k].second), want = host(se[k].second);
+    if (want.dtype() == DType::I64)
+      EXPECT_EQ(got.item<int64_t>(), want.item<int64_t>()) << what << ": " << se[k].first;
+    else
+      expect_close(values(got), values(want), 1e-4, 1e-5, what + ": " + se[k].first);
+  }
+}
+
+}  // namespace
+
+TEST(CudaGraph, ReplayedTrainingStepsMatchEagerSteps) {
+  NEED_GPU();
+  using Params = std::vector<Tensor>;
+  expect_replays_match_eager_steps(
+      [](Params p) {
+        optim::SGDOptions o{0.1};
+        o.momentum = 0.9;
+        o.weight_decay = 1e-3;
+        o.nesterov = true;
+        return std::make_unique<optim::SGD>(std::move(p), o);
+      },
+      "SGD (nesterov momentum, weight decay)");
+  expect_replays_match_eager_steps(
+      [](Params p) {
+        optim::RMSpropOptions o{0.01};
+        o.momentum = 0.5;
+        o.centered = true;
+        return std::make_unique<optim::RMSprop>(std::move(p), o);
+      },
+      "RMSprop (centered, momentum)");
+  // Adam's bias corrections follow the step count, which the replay advances on the device.
+  expect_replays_match_eager_steps(
+      [](Params p) { return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{0.05}); }, "Adam");
+  expect_replays_match_eager_steps(
+      [](Params p) {
+        optim::AdamWOptions o{0.05};
+        o.amsgrad = true;
+        return std::make_unique<optim::AdamW>(std::move(p), o);
+      },
+      "AdamW (amsgrad)");
+}
+
+TEST(CudaGraph, RefusesWhatAReplayCouldNotRepeat) {
+  NEED_GPU();
+  const Tensor x = gpu(uni({4, 3}, -1, 1, 1));
+  cuda::Graph g;
+  std::string what;
+  EXPECT_EQ(error_kind([&] { g.replay(); }, &what), ErrorKind::InvalidArgument);
+  EXPECT_NE(what.find("nothing captured"), std::string::npos) << what;
+  EXPECT_EQ(error_kind([&] { g.capture_begin(Device::cpu()); }), ErrorKind::InvalidArgument);
+  // Reading a result, copying host data in (new data, random numbers) and waiting: refused, the capture dropped.
+  EXPECT_EQ(error_kind(
+                [&] {
+                  cuda::GraphCapture capture(g);
+                  (void)host(x * 2.0);
+                },
+                &what),
+            ErrorKind::InvalidArgument);
+  EXPECT_NE(what.find("captured"), std::string::npos) << what;
+  EXPECT_FALSE(g.captured());
+  EXPECT_FALSE(cuda::is_capturing());
+  EXPECT_EQ(error_kind([&] {
+              cuda::GraphCapture capture(g);
+              (void)(x.sum() * 2.0).item<float>();
+            }),
+            ErrorKind::InvalidArgument);
+  EXPECT_EQ(error_kind(
+                [&] {
+                  cuda::GraphCapture capture(g);
+                  (void)(x + gpu(uni({4, 3}, 0, 1, 3)));
+                },
+                &what),
+            ErrorKind::InvalidArgument);
+  EXPECT_NE(what.find("random"), std::string::npos) << what;
+  EXPECT_FALSE(g.captured());
+  {
+    cuda::GraphCapture capture(g);
+    cuda::Graph other;
+    EXPECT_EQ(error_kind([&] { other.capture_begin(); }), ErrorKind::InvalidArgument);  // one capture at a time
+    EXPECT_EQ(error_kind([&] { g.replay(); }), ErrorKind::InvalidArgument);             // still open
+    (void)(x * 3.0);
+  }
+  EXPECT_TRUE(g.captured());
+  EXPECT_EQ(error_kind([&] { g.capture_begin(); }), ErrorKind::InvalidArgument);  // holds a graph: reset() first
+  g.reset();
+  EXPECT_FALSE(g.captured());
+  expect_match(x * 2.0, host(x) * 2.0, "eager work after the refused captures");
+}
+
+// Optimizer state is never created inside a capture (its zeros would be written at every replay), and what the
+// capture baked in (hyperparameters, the state buffers, the optimizer itself) is checked before every replay.
+TEST(CudaGraph, OptimizerStepsAreCheckedBeforeEveryReplay) {
+  NEED_GPU();
+  auto model = graph_test_model();
+  const Tensor x = gpu(uni({8, 2}, -1, 1, 4)), y = gpu(uni({8}, 0, 3, 5).to(DType::I64));
+  auto opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{0.1, 0.9});
+  cuda::Graph g;
+  std::string what;
+  EXPECT_EQ(error_kind(
+                [&] {
+                  cuda::GraphCapture capture(g);
+                  (void)train_step(*model, *opt, x, y);
+                },
+                &what),
+            ErrorKind::InvalidArgument);
+  EXPECT_NE(what.find("warm-up"), std::string::npos) << what;
+  EXPECT_TRUE(opt->state_tensors().empty()) << "the refused step created no state";
+  (void)host(train_step(*model, *opt, x, y));  // warm-up: momentum buffers exist now
+  {
+    cuda::GraphCapture capture(g);
+    (void)train_step(*model, *opt, x, y);
+  }
+  g.replay();
+  opt->set_lr(0, 0.05);  // an lr schedule after the capture: the graph still holds 0.1
+  EXPECT_EQ(error_kind([&] { g.replay(); }, &what), ErrorKind::InvalidArgument);
+  EXPECT_NE(what.find("lr"), std::string::npos) << what;
+  opt->set_lr(0, 0.1);
+  g.replay();
+  const Tensor w = host(model->parameters()[0]);
+  opt.reset();  // the optimizer is gone: the graph refuses rather than run its step
+  EXPECT_EQ(error_kind([&] { g.replay(); }, &what), ErrorKind::InvalidArgument);
+  expect_close(values(host(model->parameters()[0])), values(w), 0, 0, "no replay after the refusal");
+}
+
+// The capture's memory belongs to the graph: a block freed during the capture is not handed to eager work while the
+// graph lives (a replay writes it), tensors made in the capture hold the newest replay's values, and reset() gives
+// the memory back.
+TEST(CudaGraph, CapturedMemoryStaysTheGraphsUntilReset) {
+  NEED_GPU();
+  Tensor x = gpu(uni({256}, -1, 1, 6));
+  cuda::Graph g;
+  Tensor out;
+  const void* freed_in_capture = nullptr;
+  {
+    cuda::GraphCapture capture(g);
+    Tensor t = x + 1.0;
+    freed_in_capture = t.impl()->storage->data;
+    out = t * 3.0;
+  }
+  std::vector<Tensor> eager;
+  for (int i = 0; i < 8; ++i) {
+    eager.push_back(empty({256}, DType::F32, kGpu));
+    EXPECT_NE(static_cast<const void*>(eager.back().impl()->storage->data), freed_in_capture);
+  }
+  for (uint64_t seed : {7, 8}) {
+    const Tensor v = uni({256}, -1, 1, seed);
+    x.copy_(gpu(v));
+    g.replay();
+    expect_match(out, (v + 1.0) * 3.0, "replay with seed " + std::to_string(seed));
+  }
+  g.reset();
+  expect_match(out, (host(x) + 1.0) * 3.0, "a captured tensor after reset keeps its values");
+}
+
+// Index values are not on the host inside a capture: the captured ops clamp them on the device (no kernel reads
+// outside a tensor) and count the clamped ones, and replay() reports them (IndexOutOfBounds). Class targets out of
+// range make cross_entropy's loss NaN.
+TEST(CudaGraph, OutOfRangeIndicesInAReplayAreReported) {
+  NEED_GPU();
+  const Tensor table = gpu(uni({5, 3}, -1, 1, 9));
+  Tensor idx = gpu(from_vector<int64_t>({0, 4, 2}, {3}));
+  cuda::Graph g;
+  Tensor rows;
+  {
+    cuda::GraphCapture capture(g);
+    rows = table.index_select(0, idx);
+  }
+  g.replay();
+  expect_match(rows, host(table).index_select(0, from_vector<int64_t>({0, 4, 2}, {3})), "in-range lookup");
+  idx.copy_(gpu(from_vector<int64_t>({1, 5, -1}, {3})));
+  std::string what;
+  EXPECT_EQ(error_kind([&] { g.replay(); }, &what), ErrorKind::IndexOutOfBounds);
+  EXPECT_NE(what.find("2 index value(s)"), std::string::npos) << what;
+  idx.copy_(gpu(from_vector<int64_t>({3, 3, 1}, {3})));
+  g.replay();  // the count starts again from zero
+  expect_match(rows, host(table).index_select(0, from_vector<int64_t>({3, 3, 1}, {3})), "after the error");
+
+  const Tensor logits = gpu(uni({4, 3}, -1, 1, 10));
+  Tensor target = gpu(from_vector<int64_t>({0, 2, 1, -100}, {4}));
+  cuda::Graph ce;
+  Tensor loss;
+  {
+    cuda::GraphCapture capture(ce);
+    loss = nn::cross_entropy(logits, target);
+  }
+  ce.replay();
+  EXPECT_NEAR(host(loss).item<float>(), nn::cross_entropy(host(logits), host(target)).item<float>(), 1e-5)
+      << "ignore_index on the device";
+  target.copy_(gpu(from_vector<int64_t>({0, 3, 1, 1}, {4})));
+  ce.replay();
+  EXPECT_TRUE(std::isnan(host(loss).item<float>())) << "a class target out of range";
 }

@@ -602,3 +602,43 @@ TEST(FakeDevice, DataLoaderPinsBatchesAndCopiesThemAsynchronously) {
   EXPECT_EQ(n, 37);
   EXPECT_EQ(g_device->async_host_to_device - async1, 0);
 }
+
+// A capture records and runs nothing, as a GPU's does: the kernels run at each replay, a replay makes no
+// host-device transfer, and the capture's pool keeps its blocks until the graph is reset.
+TEST(FakeDevice, GraphCaptureRecordsAndReplayRunsTheKernels) {
+  NEED_FAKE_DEVICE();
+  Tensor x = dev(from_vector<float>({1, 2, 3}, {3}));
+  cuda::Graph g;
+  Tensor y;
+  const size_t pool_before = g_device->pool_blocks();
+  int64_t kernels_before = 0;
+  {
+    cuda::GraphCapture capture(g);  // (fills the graph's index-error count first, eagerly)
+    kernels_before = g_device->kernel_calls.load();
+    y = (x * 2.0).exp() + 1.0;
+  }
+  EXPECT_EQ(g_device->kernel_calls.load(), kernels_before) << "nothing ran during the capture";
+  EXPECT_GT(g_device->pool_blocks(), pool_before) << "the capture allocated from its pool";
+  const int64_t h2d = g_device->host_to_device.load(), d2h = g_device->device_to_host.load();
+  g.replay();
+  EXPECT_EQ(g_device->kernel_calls.load(), kernels_before + 3) << "mul, exp, add";
+  EXPECT_EQ(g_device->host_to_device.load(), h2d);
+  EXPECT_EQ(g_device->device_to_host.load(), d2h);
+  expect_match(y, (from_vector<float>({1, 2, 3}, {3}) * 2.0).exp() + 1.0, "first replay", 1e-6, 0);
+  x.fill_(0.5);
+  g.replay();
+  expect_match(y, full({3}, std::exp(1.0) + 1.0), "replay after new input", 1e-6, 0);
+  g.reset();
+  EXPECT_EQ(g_device->pool_blocks(), pool_before) << "reset gives the pool back";
+  expect_match(y, full({3}, std::exp(1.0) + 1.0), "a captured tensor outlives its graph", 1e-6, 0);
+  g_device->offer_graphs = false;
+  std::string what;
+  try {
+    g.capture_begin();
+  } catch (const Error& e) {
+    what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::NotImplemented);
+  }
+  g_device->offer_graphs = true;
+  EXPECT_NE(what.find("cannot capture"), std::string::npos) << what;
+}

@@ -13,6 +13,7 @@
 // parameter's device with zeros_like.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -129,7 +130,12 @@ class Optimizer {
   std::unordered_map<const oxmera::detail::TensorImpl*, ParamState> state_;
 
  private:
+  // A step() inside a CUDA graph capture: checks that every update works on existing state and registers the
+  // replay hook (optimizer.cpp). `items` are the collected updates (oxmera::detail::OptimizerUpdate).
+  void prepare_capture(void* items, const std::vector<size_t>& groups);
   const char* name_;
+  // Expires with the optimizer: a graph that captured one of its steps refuses to replay after it is gone.
+  std::shared_ptr<char> alive_ = std::make_shared<char>(0);
 };
 
 // Optimizer with typed parameter groups.

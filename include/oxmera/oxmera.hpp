@@ -10,6 +10,7 @@
 #include "oxmera/einsum.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/formats.hpp"
+#include "oxmera/graph.hpp"
 #include "oxmera/io.hpp"
 #include "oxmera/linalg.hpp"
 #include "oxmera/memory.hpp"

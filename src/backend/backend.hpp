@@ -60,6 +60,28 @@ class Backend {
   // the stream passes the copy (synchronize()); freeing it is safe (see deallocate_pinned_host). The default
   // (a backend without an asynchronous path) is copy_from_host.
   virtual void copy_from_pinned_host(void* dst, const void* src, size_t nbytes) { copy_from_host(dst, src, nbytes); }
+  // ---- CUDA graphs (oxmera::cuda::Graph, src/ops/graph.cpp). Between begin_capture() and end_capture() the backend
+  // records the work it is asked for instead of running it (every launch and device-to-device copy on its one
+  // stream), and allocates from a pool private to the graph: a block freed during the capture is reused only by
+  // later allocations of the same capture, and every block stays reserved for the graph until destroy_graph
+  // (replay writes them all again). Blocks still held by tensors when the graph is destroyed go back to the
+  // ordinary cache when those tensors free them. While capturing, reading device memory on the host
+  // (copy_to_host), waiting (synchronize) and copying from host memory (copy_from_host) are refused with
+  // InvalidArgument: the replay could not repeat them. end_capture() returns the graph; abort_capture() drops a
+  // capture that failed part-way. replay() enqueues the graph's work once more on the stream (asynchronous).
+  // The defaults refuse: a backend without graphs runs every step eagerly.
+  virtual bool can_capture() const { return false; }
+  virtual void begin_capture() {
+    OXM_FAIL(NotImplemented, "cuda::Graph: the ", name(), " backend cannot capture graphs");
+  }
+  virtual void* end_capture() {
+    OXM_FAIL(NotImplemented, "cuda::Graph: the ", name(), " backend cannot capture graphs");
+  }
+  virtual void abort_capture() noexcept {}
+  virtual void replay(void* graph) {
+    OXM_FAIL(NotImplemented, "cuda::Graph: the ", name(), " backend cannot replay graphs");
+  }
+  virtual void destroy_graph(void* graph) noexcept {}
   // One line for `oxmera doctor`: what this device is (name, memory, capability, driver).
   virtual std::string describe() const { return name(); }
   virtual MemoryStats memory_stats() const = 0;

@@ -2,11 +2,13 @@
 // class weights); see include/oxmera/nn/loss.hpp for the contract.
 #include "oxmera/nn/loss.hpp"
 
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "autograd/node.hpp"
 #include "ops/fused.hpp"
+#include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/error.hpp"
@@ -83,6 +85,7 @@ HostTargets read_class_targets(const Tensor& input, const Tensor& target, int64_
   OXM_CHECK(target.shape() == h.shape, ShapeMismatch, op, ": target shape ", target.shape(), " does not match ", xname,
             " shape ", xs, "; expected a target of shape ", h.shape, " (", xname, " without its class dim ",
             h.class_dim, ")");
+  if (detail::capture_open()) return h;  // device_class_targets checks the values on the device
   h.marked = target.to(Device::cpu()).to_vector<int64_t>();
   for (size_t i = 0; i < h.marked.size(); ++i) {
     const int64_t t = h.marked[i];
@@ -104,13 +107,40 @@ HostTargets read_class_targets(const Tensor& input, const Tensor& target, int64_
 struct ClassTargets {
   Tensor safe;
   Tensor keep;
-  int64_t kept = 0;
+  int64_t kept = 0;  // -1: counted on the device (kept_count), inside a CUDA graph capture
   int64_t class_dim = 0;
   int64_t num_classes = 0;
+  Tensor kept_count;  // i64 scalar on the device, when kept is -1
+  Tensor bad;         // u8: a kept target out of [0, num_classes) (device-checked targets only)
 };
+
+// Inside a CUDA graph capture the targets cannot be read on the host (a replay brings new ones): they are checked
+// on the device instead. An out-of-range class target turns its loss term into NaN (a replayed step cannot
+// throw, and NaN is what any later check sees), and the mean's denominator is counted there (no kept target:
+// 0 / 0 = NaN, torch's answer).
+ClassTargets device_class_targets(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op,
+                                  const char* xname) {
+  const HostTargets h = read_class_targets(input, target, ignore_index, op, xname);  // metadata only, in a capture
+  OXM_CHECK(target.device() == input.device(), DeviceMismatch, op, ": class targets on ", target.device(),
+            " inside a CUDA graph capture: they would be copied from the host once, at the capture; keep them in a "
+            "static tensor on ",
+            input.device());
+  ClassTargets ct;
+  ct.kept = -1;
+  ct.class_dim = h.class_dim;
+  ct.num_classes = h.num_classes;
+  const Tensor t = target.contiguous();
+  const Tensor keep = t.ne(static_cast<double>(ignore_index));  // 1 / 0 in i64
+  ct.keep = keep.to(DType::U8);
+  ct.safe = t.clamp(0.0, static_cast<double>(h.num_classes > 0 ? h.num_classes - 1 : 0));
+  ct.bad = keep.gt(ct.safe.eq(t)).to(DType::U8);  // kept, and changed by the clamp
+  ct.kept_count = keep.sum();
+  return ct;
+}
 
 ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op,
                            const char* xname) {
+  if (detail::capture_open()) return device_class_targets(input, target, ignore_index, op, xname);
   HostTargets h = read_class_targets(input, target, ignore_index, op, xname);
   ClassTargets ct;
   ct.kept = h.kept;
@@ -221,6 +251,8 @@ Tensor weight_view(const Tensor& weight, int64_t rank, int64_t class_dim) {
 // Zero is EmptyReduction (torch returns NaN).
 Tensor class_mean_denominator(const ClassTargets& ct, const Tensor& picked_weight, const Tensor& zero, const char* op,
                               const Shape& xs) {
+  if (ct.kept < 0)  // counted on the device: no host check of a zero count (0 / 0 is NaN there)
+    return picked_weight.defined() ? where(ct.keep, picked_weight, zero).sum() : ct.kept_count.to(zero.dtype());
   if (ct.kept == 0) fail_empty_mean(op, xs, ct.safe.numel());
   if (!picked_weight.defined()) return full({}, static_cast<double>(ct.kept), zero.dtype(), zero.device());
   Tensor denom = where(ct.keep, picked_weight, zero).sum();
@@ -241,6 +273,7 @@ Tensor nll_core(const Tensor& logp, const ClassTargets& ct, const Tensor& weight
   if (weight.defined()) picked_weight = weight.index_select(0, ct.safe.flatten()).reshape(ct.safe.shape());
   Tensor picked = logp.gather(cd, ct.safe.unsqueeze(cd)).squeeze(cd);
   Tensor el = where(ct.keep, weight.defined() ? -(picked * picked_weight) : -picked, zero);
+  if (ct.bad.defined()) el = where(ct.bad, std::numeric_limits<double>::quiet_NaN(), el);
   Tensor denom;
   if (r == Reduction::Mean) denom = class_mean_denominator(ct, picked_weight, zero, op, xs);
   Tensor nll = r == Reduction::None ? el : r == Reduction::Sum ? el.sum() : el.sum() / denom;
@@ -310,7 +343,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     }
     OXM_FAIL(InvalidArgument, op, ": unknown reduction");
   }
-  if (!o.weight.defined() && logits.dim() <= 2 && logits.numel() > 0) return fused_cross_entropy(logits, target, o);
+  // (Inside a CUDA graph capture the targets are checked on the device, by the composite below.)
+  if (!o.weight.defined() && logits.dim() <= 2 && logits.numel() > 0 && !detail::capture_open())
+    return fused_cross_entropy(logits, target, o);
   ClassTargets ct = class_targets(logits, target, o.ignore_index, op, "logits");
   if (ct.num_classes == 0 || ct.safe.numel() == 0) {
     // Nothing to softmax over (log_softmax of an empty tensor is never needed).

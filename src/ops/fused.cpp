@@ -141,6 +141,14 @@ void compute_update(const OptimizerUpdate& u, NewValues& out) {
         denom_sq = maximum(borrow(u.state[2]), v);
         out.emplace_back(u.state[2], denom_sq);
       }
+      if (u.step_count) {  // a captured step: the count is in device memory, so are the bias corrections
+        const Tensor step = borrow(u.step_count).to(p.dtype());
+        const Tensor bc1 = 1.0 - full(step.shape(), s.beta1, step.dtype(), step.device()).pow(step);
+        const Tensor bc2 = 1.0 - full(step.shape(), s.beta2, step.dtype(), step.device()).pow(step);
+        const Tensor denom = denom_sq.sqrt() / bc2.sqrt() + s.eps;
+        out.emplace_back(u.param, pi - m / denom * (s.lr / bc1));
+        return;
+      }
       const double step = static_cast<double>(s.step);
       const double bc1 = 1.0 - std::pow(s.beta1, step), bc2 = 1.0 - std::pow(s.beta2, step);
       const Tensor denom = denom_sq.sqrt() / std::sqrt(bc2) + s.eps;

@@ -43,6 +43,10 @@ struct OptimizerUpdate {
   TensorImpl* param = nullptr;
   const TensorImpl* grad = nullptr;
   TensorImpl* state[3] = {nullptr, nullptr, nullptr};
+  // Adam / AdamW inside a CUDA graph capture: a one-element i64 tensor on the parameter's device holding the step
+  // count of this update, read by the kernel in place of step.step (a replay hook advances it before every replay,
+  // so the bias corrections follow the count; Optimizer::step). Null otherwise.
+  const TensorImpl* step_count = nullptr;
 };
 
 // Where a batched Cholesky found a matrix that is not positive definite (batch -1: none).

@@ -5,6 +5,7 @@
 
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 
@@ -32,6 +33,17 @@ CheckedIndex checked_index(const Tensor& index, int64_t size, const char* op, in
             "; cast with .to(DType::I64)");
   OXM_CHECK(index.device().is_cpu() || index.device() == device, DeviceMismatch, op, ": index is on ", index.device(),
             " but self on ", device, "; pass the index on the cpu or on ", device);
+  if (detail::capture_open() && index.device() == device && !device.is_cpu()) {
+    // Inside a CUDA graph capture the values are not on the host: the index is clamped on the device (so no kernel
+    // reads outside the tensor) and the clamped positions are counted into the graph's error count, which
+    // replay() reads afterwards (IndexOutOfBounds). `host` is the device index here (nothing reads it on the host).
+    OXM_CHECK(size > 0 || index.numel() == 0, IndexOutOfBounds, op, ": index into dim ", dim, " of size 0 (shape ",
+              shape, ")");
+    const Tensor idx = index.contiguous();
+    const Tensor safe = idx.clamp(0.0, static_cast<double>(size > 0 ? size - 1 : 0));
+    detail::count_capture_index_errors(safe.ne(idx).to(DType::I64).sum());
+    return {safe, safe};
+  }
   Tensor host = index.to(Device::cpu()).contiguous();
   const int64_t* p = host.impl()->ptr<int64_t>();
   for (int64_t i = 0; i < host.numel(); ++i) {

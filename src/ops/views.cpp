@@ -5,6 +5,7 @@
 
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 
@@ -439,6 +440,16 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   Tensor out = detail::make_empty(t.shape, t.dtype, device, "to");
   const size_t bytes = static_cast<size_t>(t.numel) * itemsize(t.dtype);
   if (bytes) {
+    if (detail::capture_open()) {
+      if (t.device().is_cpu())
+        detail::refuse_in_capture("to",
+                                  "copies host memory to the device (new data, or random numbers, which are "
+                                  "drawn on the host): copy it into a static device tensor before replay()");
+      else
+        detail::refuse_in_capture("to",
+                                  "reads device memory on the host (item(), printing, to(Device::cpu())): the "
+                                  "captured work has not run; read the result after replay()");
+    }
     if (t.device().is_cpu()) {
       // Asynchronous only from a block the target's own backend pinned (its stream-ordered free keeps it).
       if (non_blocking && src.impl()->storage->pinned_by == device.kind())

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "ops/fused.hpp"
+#include "ops/graph_capture.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/optim.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -150,6 +151,7 @@ void Optimizer::step() {
     bool had[3];
   };
   std::vector<Undo> undo;
+  std::vector<size_t> groups;  // each update's group (one submit per update)
   size_t done = 0;
   try {
     {
@@ -164,14 +166,31 @@ void Optimizer::step() {
           if (created) st.param = p;
           undo.push_back({p.impl(), created, {st.buf[0].defined(), st.buf[1].defined(), st.buf[2].defined()}});
           ++st.step;
+          groups.push_back(g);
           update(g, p, grad, st);
         }
       }
     }
     // In-place writes, visible to autograd's saved-tensor checks (bumped first: if a backend fails part-way,
     // a parameter it did update is never left with its old version).
+    const bool capturing = oxmera::detail::capture_open();
+    if (capturing) {
+      for (size_t i = 0; i < undo.size(); ++i) {
+        const Undo& u = undo[i];
+        const ParamState& st = state_.at(u.key);
+        for (int b = 0; b < 3; ++b)
+          OXM_CHECK(!u.created && (u.had[b] || !st.buf[b].defined()), InvalidArgument, name_, ".step: group ",
+                    groups[i], "'s parameter of shape ", st.param.shape(), " has no ",
+                    st.buf[b].defined() ? buffer_name(b) : "state",
+                    " yet, and a CUDA graph must not create optimizer state (the zeros it starts from would be "
+                    "written again at every replay); run one step before the capture (torch's warm-up)");
+      }
+      prepare_capture(&pending.items, groups);
+    }
     for (const auto& u : pending.items) ++u.param->storage->version;
     run_pending(pending, done);
+    if (capturing)  // nothing ran: each replay advances the counts (the hook prepare_capture registered)
+      for (const Undo& u : undo) --state_.at(u.key).step;
   } catch (...) {
     // Updates that ran keep their step and state (undo[i] belongs to pending.items[i]: one submit per update).
     for (size_t i = done; i < undo.size(); ++i) {
@@ -187,6 +206,112 @@ void Optimizer::step() {
     }
     throw;
   }
+}
+
+namespace {
+// The first hyperparameter that differs between a captured update and the same update now, or null.
+const char* changed_option(const OptimizerStep& was, const OptimizerStep& now, double& a, double& b) {
+  const struct {
+    const char* name;
+    double was, now;
+  } fields[] = {{"lr", was.lr, now.lr},
+                {"weight_decay", was.weight_decay, now.weight_decay},
+                {"momentum", was.momentum, now.momentum},
+                {"dampening", was.dampening, now.dampening},
+                {"nesterov", double(was.nesterov), double(now.nesterov)},
+                {"betas.first", was.beta1, now.beta1},
+                {"betas.second", was.beta2, now.beta2},
+                {"eps", was.eps, now.eps},
+                {"amsgrad", double(was.amsgrad), double(now.amsgrad)},
+                {"alpha", was.alpha, now.alpha},
+                {"centered", double(was.centered), double(now.centered)},
+                {"maximize", double(was.maximize), double(now.maximize)}};
+  for (const auto& f : fields)
+    if (!(f.was == f.now)) {
+      a = f.was;
+      b = f.now;
+      return f.name;
+    }
+  return nullptr;
+}
+}  // namespace
+
+void Optimizer::prepare_capture(void* items_ptr, const std::vector<size_t>& groups) {
+  auto& items = *static_cast<std::vector<oxmera::detail::OptimizerUpdate>*>(items_ptr);
+  struct Entry {
+    size_t group;
+    Tensor param, grad;
+    OptimizerStep step;
+    const TensorImpl* buf[3];
+    int64_t count_index;  // into counts, or -1
+  };
+  std::vector<Entry> entries;
+  int64_t counted = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& u = items[i];
+    OXM_CHECK(u.param->device().kind() != DeviceKind::CPU, InvalidArgument, name_,
+              ".step: a parameter on the CPU inside a CUDA graph capture (CPU work runs once, at the capture, and "
+              "a replay would not repeat it); capture a model whose parameters are all on the GPU");
+    const bool adam = u.step.kind == OptimizerStep::Kind::Adam || u.step.kind == OptimizerStep::Kind::AdamW;
+    entries.push_back(
+        {groups[i], Tensor(), Tensor(), u.step, {u.state[0], u.state[1], u.state[2]}, adam ? counted++ : -1});
+    entries.back().param = state_.at(u.param).param;
+    entries.back().grad = entries.back().param.grad();
+  }
+  // Adam's bias corrections follow the step count: the counts live in device memory (allocated by the capture,
+  // so the graph's), the kernel reads them, and the hook writes them before every replay.
+  Tensor counts;
+  std::vector<Tensor> count_views;  // the one-element views the updates point at, kept alive by the hook
+  if (counted) {
+    counts = empty(Shape{counted}, DType::I64, items.front().param->device());
+    for (size_t i = 0; i < items.size(); ++i)
+      if (entries[i].count_index >= 0) {
+        count_views.push_back(counts.narrow(0, entries[i].count_index, 1));
+        items[i].step_count = count_views.back().impl();
+      }
+  }
+  std::weak_ptr<char> alive = alive_;
+  oxmera::detail::add_replay_hook([this, alive, entries = std::move(entries), counts, count_views] {
+    const auto owner = alive.lock();
+    OXM_CHECK(owner != nullptr, InvalidArgument,
+              "cuda::Graph::replay: the optimizer whose step this graph captured no longer exists; reset() the "
+              "graph (or capture again with the new optimizer)");
+    // Everything the graph baked in must still hold: the state buffers it updates and the hyperparameters.
+    for (const Entry& e : entries) {
+      auto it = state_.find(e.param.impl());
+      bool same = it != state_.end() && e.group < num_param_groups();
+      for (int b = 0; same && b < 3; ++b) same = it->second.buf[b].impl() == e.buf[b];
+      OXM_CHECK(same, InvalidArgument, "cuda::Graph::replay: ", name_, "'s state for a parameter of shape ",
+                e.param.shape(), " (group ", e.group,
+                ") was replaced or dropped since the capture (load_state_tensors, new groups); the graph would "
+                "update the old buffers: capture again");
+      validate_group(e.group);
+      PendingUpdates scratch;
+      {
+        struct Collect {
+          explicit Collect(PendingUpdates* p) { t_pending = p; }
+          ~Collect() { t_pending = nullptr; }
+        } collect(&scratch);
+        ParamState probe = it->second;
+        ++probe.step;
+        update(e.group, e.param, e.grad, probe);
+      }
+      double was = 0, now = 0;
+      const char* changed = changed_option(e.step, scratch.items.at(0).step, was, now);
+      OXM_CHECK(changed == nullptr, InvalidArgument, "cuda::Graph::replay: ", name_, " group ", e.group, "'s ",
+                changed ? changed : "", " is ", now, " but the graph was captured with ", was,
+                "; a replay would still use ", was,
+                ". Capture again after changing hyperparameters (an lr "
+                "schedule needs a capture per value, or a step outside the graph)");
+    }
+    std::vector<int64_t> values(static_cast<size_t>(counts.defined() ? counts.numel() : 0));
+    for (const Entry& e : entries) {
+      ParamState& st = state_.at(e.param.impl());
+      ++st.step;
+      if (e.count_index >= 0) values[static_cast<size_t>(e.count_index)] = st.step;
+    }
+    if (!values.empty()) oxmera::detail::copy_host_into(counts, values.data(), values.size() * sizeof(int64_t));
+  });
 }
 
 void Optimizer::zero_grad() {

@@ -65,11 +65,18 @@ struct AdamScalars {
   T sign, decay, wd, b1, b2, omb1, omb2, bc2_sqrt, eps, neg_step_size;
   bool maximize, l2, decoupled, amsgrad;
 };
+// The step-dependent scalars (bias corrections), in double as torch computes them on the host; also run on a
+// GPU when the step count lives in device memory (a captured step, OptimizerUpdate::step_count).
+template <class T>
+OXM_HD inline void adam_bias_corrections(AdamScalars<T>& c, double lr, double beta1, double beta2, int64_t step_count) {
+  const double step = static_cast<double>(step_count);
+  const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
+  c.bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+  c.neg_step_size = static_cast<T>(-(lr / bc1));
+}
 template <class T>
 inline AdamScalars<T> adam_scalars(const OptimizerStep& s) {
   AdamScalars<T> c;
-  const double step = static_cast<double>(s.step);
-  const double bc1 = 1.0 - std::pow(s.beta1, step), bc2 = 1.0 - std::pow(s.beta2, step);
   c.decoupled = s.kind == OptimizerStep::Kind::AdamW;
   c.l2 = !c.decoupled && s.weight_decay != 0;
   c.amsgrad = s.amsgrad;
@@ -81,9 +88,8 @@ inline AdamScalars<T> adam_scalars(const OptimizerStep& s) {
   c.b2 = static_cast<T>(s.beta2);
   c.omb1 = static_cast<T>(1.0 - s.beta1);
   c.omb2 = static_cast<T>(1.0 - s.beta2);
-  c.bc2_sqrt = static_cast<T>(std::sqrt(bc2));
   c.eps = static_cast<T>(s.eps);
-  c.neg_step_size = static_cast<T>(-(s.lr / bc1));
+  adam_bias_corrections(c, s.lr, s.beta1, s.beta2, s.step);
   return c;
 }
 // decay: multiply p by c.decay first (AdamW; c.decay is exactly 1 for Adam, so the CPU always multiplies).

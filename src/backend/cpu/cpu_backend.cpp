@@ -200,6 +200,12 @@ class CpuBackend final : public Backend {
         auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i) {
           const OptimizerUpdate& u = c.updates[i];
+          if (u.step_count) {  // a captured Adam step: the count lives in memory (host memory here)
+            OptimizerStep s = u.step;
+            s.step = *u.step_count->ptr<int64_t>();
+            k_->optimizer_step(s, *u.param, *u.grad, u.state[0], u.state[1], u.state[2]);
+            continue;
+          }
           k_->optimizer_step(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2]);
         }
         return;

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -36,23 +37,62 @@ size_t bucket(size_t n) {
   return n <= three_q ? three_q : p;
 }
 
+// A CUDA graph's private pool (capture_pool): blocks allocated during its capture. Every replay writes them
+// again, so a block freed after the capture stays the graph's (its free list) until the graph is destroyed; one
+// freed during the capture may be handed to a later allocation of the same capture (stream order holds inside
+// the graph as on the stream).
+struct GraphPool {
+  std::unordered_map<size_t, std::vector<void*>> free;
+  std::vector<void*> blocks;
+};
+
 class DeviceAllocator {
  public:
+  // Allocations go to `pool` from now on (null: the ordinary cache again).
+  void set_capture_pool(GraphPool* pool) {
+    std::lock_guard<std::mutex> lock(mu_);
+    capture_pool_ = pool;
+  }
+  // The graph is gone: its free blocks join the ordinary cache, its blocks still held by tensors become ordinary
+  // blocks (cached when their tensors free them). Stream-ordered like any free.
+  void release_pool(GraphPool& pool) noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [b, v] : pool.free)
+      for (void* p : v) try {
+          free_[b].push_back(p);
+        } catch (...) {
+          cudaFree(p);
+          cached_ -= static_cast<int64_t>(b);
+        }
+    for (void* p : pool.blocks) owner_.erase(p);
+    pool.free.clear();
+    pool.blocks.clear();
+  }
   void* allocate(size_t n) {
     const size_t b = bucket(n);
     std::lock_guard<std::mutex> lock(mu_);
+    if (capture_pool_) {
+      auto pit = capture_pool_->free.find(b);
+      if (pit != capture_pool_->free.end() && !pit->second.empty()) {
+        void* p = pit->second.back();
+        pit->second.pop_back();
+        cached_ -= static_cast<int64_t>(b);
+        ++stats_.cache_hits;
+        return account(p, b);
+      }
+    }
     auto it = free_.find(b);
     if (it != free_.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
       cached_ -= static_cast<int64_t>(b);
       ++stats_.cache_hits;
-      return account(p, b);
+      return adopt(p, b);
     }
     void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, b);
-    if (e == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // not sticky: clear it, free the cache, retry once
+    if (e == cudaErrorMemoryAllocation && !capture_pool_) {  // (freeing the cache waits: not while capturing)
+      cudaGetLastError();                                    // not sticky: clear it, free the cache, retry once
       release_locked();
       e = cudaMalloc(&p, b);
     }
@@ -67,7 +107,7 @@ class DeviceAllocator {
     }
     check(e, "allocate", "cudaMalloc");
     ++stats_.system_allocations;
-    return account(p, b);
+    return adopt(p, b);
   }
   void deallocate(void* p, size_t n) noexcept {
     if (!p) return;
@@ -76,6 +116,10 @@ class DeviceAllocator {
     stats_.allocated_bytes -= static_cast<int64_t>(b);
     cached_ += static_cast<int64_t>(b);
     try {
+      if (auto o = owner_.find(p); o != owner_.end()) {
+        o->second->free[b].push_back(p);
+        return;
+      }
       free_[b].push_back(p);
     } catch (...) {  // no memory for the free list: give the block back instead
       cudaFree(p);
@@ -94,6 +138,20 @@ class DeviceAllocator {
   }
 
  private:
+  // A block handed out: the capture's pool owns it while a capture is open.
+  void* adopt(void* p, size_t b) {
+    if (capture_pool_) {
+      try {
+        owner_[p] = capture_pool_;
+        capture_pool_->blocks.push_back(p);
+      } catch (...) {
+        owner_.erase(p);
+        free_[b].push_back(p);  // reserved by the vector above (it held p a moment ago)
+        throw std::bad_alloc();
+      }
+    }
+    return account(p, b);
+  }
   void* account(void* p, size_t b) {
     stats_.allocated_bytes += static_cast<int64_t>(b);
     if (stats_.allocated_bytes > stats_.peak_allocated_bytes) stats_.peak_allocated_bytes = stats_.allocated_bytes;
@@ -109,8 +167,10 @@ class DeviceAllocator {
   }
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
-  int64_t cached_ = 0;
+  int64_t cached_ = 0;  // bytes in free lists, the graphs' included (reserved, not allocated)
   MemoryStats stats_;
+  GraphPool* capture_pool_ = nullptr;
+  std::unordered_map<void*, GraphPool*> owner_;  // blocks of live graphs' pools
 };
 
 DeviceAllocator* g_alloc = nullptr;
@@ -277,9 +337,36 @@ void fail(cudaError_t e, const char* op, const char* what) {
 }
 cudaStream_t stream() { return g_stream; }
 int sm_count() { return g_sms; }
+// Host constants copied in during a capture (a batched GEMM's pointer lists): the graph's memcpy node reads them
+// at every replay, so they go to page-locked memory that belongs to the graph (allocated before the capture
+// began: no driver allocation while capturing) instead of a staging slot that later copies reuse.
+struct CaptureArena {
+  static constexpr size_t kBytes = size_t{1} << 20;
+  char* base = nullptr;
+  size_t used = 0;
+};
+CaptureArena* g_capture_arena = nullptr;  // non-null while a capture is open
+
+void refuse_in_capture(const char* op, const char* why) {
+  OXM_CHECK(g_capture_arena == nullptr, InvalidArgument, "cuda: ", op, ": ", why,
+            " while a CUDA graph is being captured (cuda::Graph): a replay could not repeat it; do it outside the "
+            "capture");
+}
+
 void* scratch_alloc(size_t n) { return g_alloc->allocate(n); }
 void copy_host_to_device(void* dst, const void* src, size_t n, const char* op) {
-  if (n == 0 || (g_staging && g_staging->copy(dst, src, n, op))) return;
+  if (n == 0) return;
+  if (g_capture_arena) {
+    CaptureArena& a = *g_capture_arena;
+    const size_t at = (a.used + 15) / 16 * 16;
+    OXM_CHECK(at + n <= CaptureArena::kBytes, NotImplemented, "cuda: ", op, ": more than ", CaptureArena::kBytes,
+              " bytes of host constants in one CUDA graph capture");
+    std::memcpy(a.base + at, src, n);
+    a.used = at + n;
+    check(cudaMemcpyAsync(dst, a.base + at, n, cudaMemcpyHostToDevice, g_stream), op, "cudaMemcpyAsync (captured)");
+    return;
+  }
+  if (g_staging && g_staging->copy(dst, src, n, op)) return;
   // Pageable source: staged by the driver before this returns, so the caller may free it right away.
   check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream), op, "cudaMemcpyAsync");
 }
@@ -297,10 +384,12 @@ class CudaBackend final : public Backend {
   void deallocate(void* p, size_t n) noexcept override { g_alloc->deallocate(p, n); }
   MemoryStats memory_stats() const override { return g_alloc->stats(); }
   void empty_cache() override {
+    refuse_in_capture("empty_cache", "frees cached memory (a wait for the stream)");
     g_alloc->release();
     g_pinned->release();
   }
   void copy_from_host(void* dst, const void* src, size_t n) override {
+    refuse_in_capture("copy_from_host", "copies host memory to the device");
     copy_host_to_device(dst, src, n, "copy_from_host");
   }
   bool can_pin_host() const override { return true; }
@@ -308,14 +397,19 @@ class CudaBackend final : public Backend {
   void deallocate_pinned_host(void* p, size_t n) noexcept override { g_pinned->deallocate(p, n); }
   // From pinned memory the copy is a DMA the stream runs in order: nothing is staged and nothing waits.
   void copy_from_pinned_host(void* dst, const void* src, size_t n) override {
+    refuse_in_capture("copy_from_pinned_host", "copies host memory to the device");
     if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream), "to", "cudaMemcpyAsync (pinned)");
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
+    refuse_in_capture("copy_to_host", "reads device memory on the host");
     check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_stream), "copy_to_host", "cudaMemcpyAsync");
     check(cudaStreamSynchronize(g_stream), "copy_to_host",
           "synchronisation (an earlier asynchronous kernel may have failed)");
   }
-  void synchronize() override { check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize"); }
+  void synchronize() override {
+    refuse_in_capture("synchronize", "waits for the device");
+    check(cudaStreamSynchronize(g_stream), "synchronize", "cudaStreamSynchronize");
+  }
   bool memory_is_cuda() const override { return true; }
   std::string device_identity() override {
     char host[256] = {};
@@ -326,8 +420,12 @@ class CudaBackend final : public Backend {
     gethostname(host, sizeof host - 1);
     return std::string(host) + " " + bus;
   }
-  void* native_stream() override { return g_stream; }
+  void* native_stream() override {
+    refuse_in_capture("native_stream", "hands the stream to another library (a collective)");
+    return g_stream;
+  }
   void* record_marker() override {
+    refuse_in_capture("record_marker", "waits for the device (a collective)");
     cudaEvent_t ev = nullptr;
     check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "record_marker", "cudaEventCreateWithFlags");
     const cudaError_t e = cudaEventRecord(ev, g_stream);
@@ -344,6 +442,77 @@ class CudaBackend final : public Backend {
   }
   void release_marker(void* marker) noexcept override {
     if (marker != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(marker));
+  }
+  // ---- CUDA graphs: stream capture of g_stream (thread-local mode: other threads may still call the runtime),
+  // a private pool in the allocator, and a page-locked arena for host constants (copy_host_to_device).
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    GraphPool pool;
+    CaptureArena arena;
+  };
+  bool can_capture() const override { return true; }
+  void begin_capture() override {
+    OXM_CHECK(capturing_ == nullptr, InvalidArgument, "cuda::Graph: a capture is already open");
+    auto g = std::make_unique<Graph>();
+    check(cudaHostAlloc(reinterpret_cast<void**>(&g->arena.base), CaptureArena::kBytes, cudaHostAllocDefault),
+          "cuda::Graph::capture_begin", "cudaHostAlloc (the capture's constants)");
+    {
+      // cuBLAS must not allocate its workspace while capturing: give it one now (kept for the process).
+      std::lock_guard<std::mutex> lock(blas_mu_);
+      if (workspace_ == nullptr) {
+        constexpr size_t kWorkspace = size_t{32} << 20;  // what NVIDIA advises for Hopper (4 MiB before it)
+        void* w = nullptr;
+        const cudaError_t e = cudaMalloc(&w, kWorkspace);
+        if (e != cudaSuccess) cudaFreeHost(g->arena.base);
+        check(e, "cuda::Graph::capture_begin", "cudaMalloc (cuBLAS workspace)");
+        check_blas(cublasSetWorkspace(blas_, w, kWorkspace), "cuda::Graph::capture_begin", "cublasSetWorkspace");
+        workspace_ = w;
+      }
+    }
+    g_alloc->set_capture_pool(&g->pool);
+    const cudaError_t e = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+      g_alloc->set_capture_pool(nullptr);
+      cudaFreeHost(g->arena.base);
+      check(e, "cuda::Graph::capture_begin", "cudaStreamBeginCapture");
+    }
+    g_capture_arena = &g->arena;
+    capturing_ = g.release();
+  }
+  void* end_capture() override {
+    OXM_CHECK(capturing_ != nullptr, InvalidArgument, "cuda::Graph: no capture is open");
+    std::unique_ptr<Graph> g(capturing_);
+    capturing_ = nullptr;
+    g_capture_arena = nullptr;
+    g_alloc->set_capture_pool(nullptr);
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(g_stream, &graph);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);  // the executable graph does not need it
+    if (e != cudaSuccess) {
+      drop(*g);
+      check(e, "cuda::Graph::capture_end", "cudaStreamEndCapture / cudaGraphInstantiate");
+    }
+    return g.release();
+  }
+  void abort_capture() noexcept override {
+    if (capturing_ == nullptr) return;
+    std::unique_ptr<Graph> g(capturing_);
+    capturing_ = nullptr;
+    g_capture_arena = nullptr;
+    g_alloc->set_capture_pool(nullptr);
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(g_stream, &graph);  // may report the capture invalidated: it is dropped either way
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    drop(*g);
+  }
+  void replay(void* graph) override {
+    check(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, g_stream), "cuda::Graph::replay", "cudaGraphLaunch");
+  }
+  void destroy_graph(void* graph) noexcept override {
+    std::unique_ptr<Graph> g(static_cast<Graph*>(graph));
+    drop(*g);
   }
   void unary(ops::UnaryOp op, const TensorImpl& x, TensorImpl& out, const ops::OpParams& p) override {
     cuda::unary(op, x, out, p);
@@ -509,8 +678,21 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A graph's resources: a replay may still be running, so the arena it reads is freed after the stream drains
+  // (a rare wait: reset() or a failed capture); the pool's blocks are stream-ordered frees.
+  void drop(Graph& g) noexcept {
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+    if (g.arena.base) {
+      cudaStreamSynchronize(g_stream);
+      cudaFreeHost(g.arena.base);
+    }
+    cudaGetLastError();
+    g_alloc->release_pool(g.pool);
+  }
   std::mutex blas_mu_;  // a cuBLAS handle must not be used by two threads at once
   cublasHandle_t blas_;
+  void* workspace_ = nullptr;  // cuBLAS's, set before the first capture
+  Graph* capturing_ = nullptr;
 };
 
 void CudaBackend::matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {

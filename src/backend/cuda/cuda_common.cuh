@@ -42,6 +42,8 @@ class Scratch {
 // Enqueues a host-to-device copy on the stream; `src` may be freed as soon as this returns (small copies are
 // staged in pinned memory, so they never wait for the stream's earlier work).
 void copy_host_to_device(void* dst, const void* src, size_t nbytes, const char* op);
+// InvalidArgument naming `op` while a CUDA graph is being captured (a host read-back or wait cannot be captured).
+void refuse_in_capture(const char* op, const char* why);
 
 inline constexpr int kThreads = 256;
 inline unsigned blocks(int64_t n) { return static_cast<unsigned>(grid_blocks(n, kThreads, sm_count())); }

@@ -226,6 +226,9 @@ __global__ void col2im_kernel(I n, const T* cols, T* xg, bool zero_first, I H, I
 // One parameter's update: its kind and the scalars optim_math.hpp rounds to f32 on the host (the CPU's).
 struct OptArgs {
   OptimizerStep::Kind kind;
+  // Adam(W) with its step count in device memory (a captured step): the bias corrections are computed per block.
+  const int64_t* step_count;
+  double lr, beta1, beta2;
   union {
     optim_math::SgdScalars<float> sgd;
     optim_math::AdamScalars<float> adam;
@@ -274,6 +277,18 @@ __global__ void __launch_bounds__(kThreads) optim_multi_kernel(MultiOptArgs m) {
   const int j = multi_block_param(m.first_block, m.count, b);
   int64_t begin, end;
   multi_block_range(m.first_block, m.n, j, b, begin, end);
+  if (m.a[j].step_count != nullptr) {  // uniform in the block (j is the block's parameter)
+    __shared__ OptArgs counted;
+    if (threadIdx.x == 0) {
+      OptArgs a = m.a[j];
+      optim_math::adam_bias_corrections(a.adam, a.lr, a.beta1, a.beta2, *a.step_count);
+      counted = a;
+    }
+    __syncthreads();
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      optim_element(counted, i, m.p[j], m.g[j], m.s[0][j], m.s[1][j], m.s[2][j]);
+    return;
+  }
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
     optim_element(m.a[j], i, m.p[j], m.g[j], m.s[0][j], m.s[1][j], m.s[2][j]);
 }
@@ -481,6 +496,9 @@ OptArgs optimizer_args(const OptimizerStep& s, const TensorImpl& param, const Te
     p0 = state(s0, param, "momentum_buffer", a.sgd.use_mom);
   } else if (s.kind == K::Adam || s.kind == K::AdamW) {
     a.adam = optim_math::adam_scalars<float>(s);
+    a.lr = s.lr;
+    a.beta1 = s.beta1;
+    a.beta2 = s.beta2;
     p0 = state(s0, param, "exp_avg", true);
     p1 = state(s1, param, "exp_avg_sq", true);
     p2 = state(s2, param, "max_exp_avg_sq", a.adam.amsgrad);
@@ -503,6 +521,14 @@ void optimizer_steps(const OptimizerUpdate* updates, size_t count) {
     const OptimizerUpdate& u = updates[i];
     args[i] = optimizer_args(u.step, *u.param, *u.grad, u.state[0], u.state[1], u.state[2], st[3 * i], st[3 * i + 1],
                              st[3 * i + 2]);
+    if (u.step_count) {
+      OXM_CHECK(u.step.kind == OptimizerStep::Kind::Adam || u.step.kind == OptimizerStep::Kind::AdamW, InvalidArgument,
+                "optimizer_step: a step count in device memory is for Adam and AdamW only");
+      OXM_CHECK(
+          u.step_count->dtype == DType::I64 && u.step_count->numel == 1 && u.step_count->device() == u.param->device(),
+          InvalidArgument, "optimizer_step: the step count must be one i64 element on the parameter's device");
+      args[i].step_count = u.step_count->ptr<int64_t>();
+    }
     sizes[i] = u.param->numel;
   }
   std::vector<MultiOptArgs> launches;

@@ -74,6 +74,7 @@ void with_size(int64_t n, F&& f) {
 
 // The first failing matrix from the per-matrix flags (pivot -1 = fine), with its value when `value` is given.
 SpdFailure read_failure(const int* pivot, const double* value, int64_t count, const char* op) {
+  refuse_in_capture(op, "reads its failure flags on the host");
   std::vector<int> host(static_cast<size_t>(count));
   check(cudaMemcpyAsync(host.data(), pivot, host.size() * sizeof(int), cudaMemcpyDeviceToHost, stream()), op,
         "cudaMemcpyAsync");

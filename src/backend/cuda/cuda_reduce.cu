@@ -284,6 +284,7 @@ bool arg_reduce_t(ArgReduceOp op, const TensorImpl& x, TensorImpl& out, int64_t 
   const int64_t M = l.rest.numel();
   if (M == 0 || l.len == 0) return true;
   OXM_CHECK(M <= INT32_MAX, NotImplemented, name, ": too many lines for the cuda kernel (", M, ")");
+  refuse_in_capture(name, "reads its NaN flag on the host");
   int* flag = static_cast<int*>(scratch_alloc(sizeof(int)));
   int host_flag = 0;
   cudaError_t e = cudaMemsetAsync(flag, 0, sizeof(int), stream());

@@ -1,0 +1,27 @@
+#pragma once
+// The open CUDA graph capture (oxmera::cuda::Graph, graph.cpp), for the layers that must refuse or adapt work
+// while one is open: host transfers (Tensor::to), optimizers (their hyperparameters are baked into the graph).
+#include <atomic>
+#include <cstddef>
+#include <functional>
+
+#include "oxmera/tensor.hpp"
+
+namespace oxmera::detail {
+
+extern std::atomic<bool> g_capture_open;
+// Whether a capture is open; one relaxed load, cheap enough for every transfer.
+inline bool capture_open() noexcept { return g_capture_open.load(std::memory_order_relaxed); }
+// Throws InvalidArgument naming `op` and `why` when a capture is open.
+void refuse_in_capture(const char* op, const char* why);
+// Adds a function the open capture's graph runs on the host before each replay: it may check that what the graph
+// baked in still holds (throwing InvalidArgument), or advance host-side bookkeeping the replay advances on the
+// device. InvalidArgument when no capture is open.
+void add_replay_hook(std::function<void()> hook);
+// Adds `count` (an i64 scalar on the capture's device: out-of-range indices an op clamped) to the open capture's
+// error count; Graph::replay() reads it after each replay and throws IndexOutOfBounds when it grew.
+void count_capture_index_errors(const Tensor& count);
+// Writes `nbytes` of host memory into the contiguous device tensor `dst` (outside a capture: a replay hook's).
+void copy_host_into(const Tensor& dst, const void* src, size_t nbytes);
+
+}  // namespace oxmera::detail
