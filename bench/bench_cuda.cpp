@@ -2,7 +2,8 @@
 // data (alternating, best of 3 rounds), elementwise GB/s on 256M floats vs cudaMemcpy device-to-device, the
 // host time from call to enqueue of a tiny op and its completed throughput, one demo training step CPU vs
 // GPU (reading the loss each step, and without), and a 784-1024-1024-10 MLP step (batch 256) where a GPU
-// should win. Prints `key value unit` lines and the ratios issue #6 asks for; exits 77 (skip) without a usable GPU.
+// should win, each also as a replayed CUDA graph. Prints `key value unit` lines and the ratios issue #6 asks for; exits
+// 77 (skip) without a usable GPU.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -170,6 +171,40 @@ int main() {
     }
     std::printf("%s_step_no_sync cpu %.1f us, cuda %.1f us, cuda/cpu %.3f (%d CPU threads)\n",
                 big ? "mlp784x1024_b256" : "demo_mlp", us[0], us[1], us[1] / us[0], get_num_threads());
+    // The GPU step captured once as a CUDA graph (cuda::Graph) and replayed: one launch per step.
+    Generator gen(2);
+    const int64_t in = big ? 784 : 2, hid = big ? 1024 : 32, out = big ? 10 : 2, batch = big ? 256 : 32;
+    nn::Sequential model{std::make_shared<nn::Linear>(in, hid, true, gen), std::make_shared<nn::ReLU>(),
+                         std::make_shared<nn::Linear>(hid, hid, true, gen), std::make_shared<nn::ReLU>(),
+                         std::make_shared<nn::Linear>(hid, out, true, gen)};
+    model.to(g);
+    Tensor x = randn({batch, in}, 4).to(g), y = zeros({batch}, DType::I64, g);
+    optim::Adam adam(model.parameters());
+    auto step = [&] {
+      Tensor l = nn::cross_entropy(model(x), y);
+      adam.zero_grad();
+      l.backward();
+      adam.step();
+      return l;
+    };
+    (void)step().item<float>();  // the optimizer's state, before the capture
+    cuda::Graph graph;
+    Tensor l;
+    {
+      cuda::GraphCapture capture(graph);
+      l = step();
+    }
+    graph.replay();
+    (void)l.item<float>();
+    const int n = big ? 20 : 200;
+    auto t0 = clk::now();
+    for (int i = 0; i < n; ++i) graph.replay();
+    (void)l.item<float>();
+    const double graph_us = secs(t0) / n * 1e6;
+    std::printf(
+        "%s_step_graph cuda %.1f us, graph/cpu %.3f, graph/eager cuda %.3f (goal < 1: the replayed GPU step "
+        "faster than the CPU's)\n",
+        big ? "mlp784x1024_b256" : "demo_mlp", graph_us, graph_us / us[0], graph_us / us[1]);
   }
   return 0;
 }

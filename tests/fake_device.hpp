@@ -121,9 +121,9 @@ class HostMemoryDevice final : public d::Backend {
   // CUDA graphs, as the CUDA backend captures them: while capturing, a kernel is recorded (with a copy of its
   // tensors' geometry and data pointers, as a GPU launch captures its arguments) instead of run, and a replay runs
   // the records in order. Allocations come from the capture's pool (fake_device.hpp's deallocate keeps a pool block
-  // reserved until the graph goes). Transfers and waits are refused, and so are the fused ops other than the
-  // optimizer steps (their call structs hold borrowed tensors that are gone by the replay; the composite
-  // fallbacks run instead, as ordinary kernels).
+  // reserved until the graph goes). Transfers and waits are refused; of the fused ops only the optimizer steps and
+  // scans are offered while capturing (the others' call structs hold borrowed tensors that are gone by the replay,
+  // and copying each kind is not worth it here: their composite fallbacks run instead, as ordinary kernels).
   bool can_capture() const override { return offer_graphs; }
   void begin_capture() override {
     run_queue();
@@ -171,6 +171,11 @@ class HostMemoryDevice final : public d::Backend {
     ++host_to_device;
     if (trace) std::fprintf(stderr, "  h2d %zu bytes\n", n);
     std::memcpy(dst, src, n);
+  }
+  void copy_constant_from_host(void* dst, const void* src, size_t n) override {
+    if (!capturing_) return copy_from_host(dst, src, n);
+    auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
+    record("constant upload", [dst, copy] { std::memcpy(dst, copy->data(), copy->size()); });
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
     refuse_in_capture("copy_to_host", "reads device memory on the host");
@@ -301,7 +306,8 @@ class HostMemoryDevice final : public d::Backend {
   // device offers nothing, so every fused op takes its composite fallback (ordinary kernels only).
   bool supports(const ops::FusedCall& call) const override {
     if (!offer_fused) return false;
-    if (capturing_ && ops::fused_op(call) != ops::FusedOp::OptimizerSteps) return false;
+    if (capturing_ && ops::fused_op(call) != ops::FusedOp::OptimizerSteps && ops::fused_op(call) != ops::FusedOp::Scan)
+      return false;
     switch (ops::fused_op(call)) {
       case ops::FusedOp::LogdetSpd:
         return small_linalg(std::get<ops::LogdetSpdCall>(call).a->dtype, std::get<ops::LogdetSpdCall>(call).n);
@@ -331,6 +337,14 @@ class HostMemoryDevice final : public d::Backend {
       case ops::FusedOp::SolveTriangularSmall:
         return solve_triangular_small(std::get<ops::SolveTriangularSmallCall>(call));
       case ops::FusedOp::Scan:
+        if (capturing_) {
+          const auto& c = std::get<ops::ScanCall>(call);
+          return record("scan", [this, c, xs = snap(*c.x), os = snap(*c.out)] {
+            ops::FusedCall again = ops::ScanCall{xs.get(), os.get(), c.rows, c.product, c.reverse};
+            scan_sort(again);
+          });
+        }
+        [[fallthrough]];
       case ops::FusedOp::CumprodBackward:
       case ops::FusedOp::SortIndices:
         return scan_sort(call);

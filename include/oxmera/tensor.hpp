@@ -432,6 +432,8 @@ Tensor zeros(const Shape& shape, DType dtype, Device device);
 Tensor ones(const Shape& shape, DType dtype, Device device);
 Tensor full(const Shape& shape, double value, DType dtype, Device device);
 Tensor eye(int64_t n, DType dtype, Device device);
+// 0, 1, ..., n-1 made on `device` (no host data copied: usable inside a CUDA graph capture).
+Tensor arange(int64_t n, DType dtype, Device device);
 Tensor scalar(double value, DType dtype = DType::F32);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);

@@ -60,6 +60,10 @@ class Backend {
   // the stream passes the copy (synchronize()); freeing it is safe (see deallocate_pinned_host). The default
   // (a backend without an asynchronous path) is copy_from_host.
   virtual void copy_from_pinned_host(void* dst, const void* src, size_t nbytes) { copy_from_host(dst, src, nbytes); }
+  // Host -> device copy of values that are a function of shapes alone (an index list, a triangle mask): the same
+  // at every replay of a graph, so inside a capture the backend keeps its own copy of them for the graph instead
+  // of refusing. Outside a capture it is copy_from_host.
+  virtual void copy_constant_from_host(void* dst, const void* src, size_t nbytes) { copy_from_host(dst, src, nbytes); }
   // ---- CUDA graphs (oxmera::cuda::Graph, src/ops/graph.cpp). Between begin_capture() and end_capture() the backend
   // records the work it is asked for instead of running it (every launch and device-to-device copy on its one
   // stream), and allocates from a pool private to the graph: a block freed during the capture is reused only by

@@ -6,6 +6,7 @@
 
 #include "autograd/node.hpp"
 #include "ops/fused.hpp"
+#include "ops/graph_capture.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/nn/init.hpp"
 
@@ -125,7 +126,7 @@ Tensor adaptive_matrix(int64_t n, int64_t o, DType dtype, Device device) {
     const int64_t s = (i * n) / o, e = ((i + 1) * n + o - 1) / o;
     for (int64_t j = s; j < e; ++j) p[i * n + j] = 1.0 / static_cast<double>(e - s);
   }
-  return m.to(dtype).to(device);
+  return detail::constant_on_device(m.to(dtype), device);
 }
 }  // namespace
 

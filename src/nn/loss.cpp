@@ -188,7 +188,7 @@ struct CrossEntropyNode final : detail::Node {
       const int64_t C = x.size(1);
       const Tensor safe = maximum(target, scalar(0, DType::I64));
       const Tensor keep = target.ge(scalar(0, DType::I64)).to(x.dtype()).unsqueeze(1);
-      const Tensor classes = arange(C).to(x.device()).unsqueeze(0);
+      const Tensor classes = arange(C, DType::I64, x.device()).unsqueeze(0);
       Tensor q = classes.eq(safe.unsqueeze(1)).to(x.dtype()) * (1.0 - label_smoothing);
       if (label_smoothing != 0) q = q + label_smoothing / static_cast<double>(C);
       gin[0] = (x.softmax(1) - q) * keep * (gout[0] * scale).unsqueeze(1);

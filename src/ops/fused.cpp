@@ -14,6 +14,7 @@
 #include "backend/backend.hpp"
 #include "backend/common/scan_math.hpp"
 #include "backend/common/spd_math.hpp"
+#include "ops/graph_capture.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/tensor.hpp"
 
@@ -61,7 +62,7 @@ void cross_entropy_backward_fallback(FusedCall& call, Device) {
   const Tensor x = borrow(c.x);
   const int64_t C = x.size(1);
   const RowTargets t = row_targets(borrow(c.target));
-  const Tensor classes = arange(C).to(x.device()).unsqueeze(0);
+  const Tensor classes = arange(C, DType::I64, x.device()).unsqueeze(0);
   const Tensor on_target = classes.eq(t.safe.unsqueeze(1)).to(x.dtype());
   Tensor gx = (x - borrow(c.lse).unsqueeze(1)).exp() - on_target * (1.0 - c.label_smoothing);
   if (c.label_smoothing != 0) gx = gx - c.label_smoothing / static_cast<double>(C);
@@ -209,7 +210,7 @@ Tensor window_index(const detail::ConvGeometry& g, int64_t padded_w, Device devi
       for (int64_t y = 0; y < g.oh; ++y)
         for (int64_t z = 0; z < g.ow; ++z) idx.push_back((y * g.sh + i * g.dh) * padded_w + z * g.sw + j * g.dw);
   const int64_t n = static_cast<int64_t>(idx.size());
-  return from_vector<int64_t>(idx, Shape{n}).to(device);
+  return detail::constant_on_device(from_vector<int64_t>(idx, Shape{n}), device);
 }
 
 void im2col_fallback(FusedCall& call, Device) {
@@ -269,9 +270,9 @@ void max_pool2d_fallback(FusedCall& call, Device) {
           pos[static_cast<size_t>((i * g.kw + j) * L + l)] = inside ? h * W + w : -1;
           if (inside && first[static_cast<size_t>(l)] < 0) first[static_cast<size_t>(l)] = h * W + w;
         }
-  const Tensor positions = from_vector<int64_t>(pos, Shape{K, L}).to(x.device());
+  const Tensor positions = detail::constant_on_device(from_vector<int64_t>(pos, Shape{K, L}), x.device());
   Tensor best = full({N, C, L}, ninf, x.dtype(), x.device());
-  Tensor index = from_vector<int64_t>(first, Shape{L}).to(x.device()).expand({N, C, L});
+  Tensor index = detail::constant_on_device(from_vector<int64_t>(first, Shape{L}), x.device()).expand({N, C, L});
   for (int64_t k = 0; k < K; ++k) {
     const Tensor v = cols.select(2, k);
     const Tensor take = v.gt(best) + v.isnan();  // 0/1 masks of x's dtype, never both 1

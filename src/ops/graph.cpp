@@ -163,6 +163,16 @@ void add_replay_hook(std::function<void()> hook) {
   OXM_CHECK(open != nullptr, InvalidArgument, "add_replay_hook: no CUDA graph capture is open");
   open->hooks.push_back(std::move(hook));
 }
+Tensor constant_on_device(const Tensor& host, Device device) {
+  if (device.is_cpu() || !capture_open()) return host.to(device);
+  const Tensor src = host.contiguous();
+  Tensor out = make_empty(src.shape(), src.dtype(), device, "constant_on_device");
+  const size_t bytes = static_cast<size_t>(src.numel()) * itemsize(src.dtype());
+  if (bytes)
+    backend_for(device, "constant_on_device")
+        .copy_constant_from_host(out.impl()->storage->data, src.impl()->byte_ptr(), bytes);
+  return out;
+}
 void copy_host_into(const Tensor& dst, const void* src, size_t nbytes) {
   refuse_in_capture("copy_host_into", "copies host memory to the device");
   const TensorImpl& d = *dst.impl();

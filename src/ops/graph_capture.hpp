@@ -21,6 +21,9 @@ void add_replay_hook(std::function<void()> hook);
 // Adds `count` (an i64 scalar on the capture's device: out-of-range indices an op clamped) to the open capture's
 // error count; Graph::replay() reads it after each replay and throws IndexOutOfBounds when it grew.
 void count_capture_index_errors(const Tensor& count);
+// `host` (a CPU tensor of values that depend on shapes alone: index lists, masks) on `device`; to(device) outside a
+// capture, and inside one a copy the graph keeps (Backend::copy_constant_from_host) instead of a refusal.
+Tensor constant_on_device(const Tensor& host, Device device);
 // Writes `nbytes` of host memory into the contiguous device tensor `dst` (outside a capture: a replay hook's).
 void copy_host_into(const Tensor& dst, const void* src, size_t nbytes);
 

@@ -3,6 +3,7 @@
 // gradients come from the ops they are made of, so there is no kernel and no node here.
 #include <algorithm>
 
+#include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -17,7 +18,7 @@ void check_values_dtype(const Tensor& x, const char* op) {
 
 // An I64 index tensor on x's device.
 Tensor index_on_device_of(const std::vector<int64_t>& idx, const Tensor& x) {
-  return from_vector<int64_t>(idx, {static_cast<int64_t>(idx.size())}).to(x.device());
+  return detail::constant_on_device(from_vector<int64_t>(idx, {static_cast<int64_t>(idx.size())}), x.device());
 }
 
 Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
@@ -30,7 +31,7 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j)
       keep[static_cast<size_t>(i * cols + j)] = lower ? (j - i <= diagonal) : (j - i >= diagonal);
-  Tensor mask = from_vector<uint8_t>(keep, {rows, cols}).to(x.device());
+  Tensor mask = detail::constant_on_device(from_vector<uint8_t>(keep, {rows, cols}), x.device());
   return where(mask, x, ops::scalar_on_device_of(0.0, x, op));
 }
 

@@ -5,6 +5,7 @@
 // backend/backend.hpp and autograd/node.hpp (the layering of cmake/oxmera_layers.cmake).
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -98,6 +99,10 @@ Tensor eye(int64_t n, DType dtype, Device device) {
   Tensor out = zeros({n, n}, dtype, device);
   if (n) out.diagonal(0, 0, 1).fill_(1.0);
   return out;
+}
+Tensor arange(int64_t n, DType dtype, Device device) {
+  // Values that depend on n alone: one upload, or inside a CUDA graph capture a constant the graph keeps.
+  return detail::constant_on_device(arange(n, dtype), device);
 }
 Tensor zeros_like(const Tensor& t) {
   detail::check_defined(t, "zeros_like");

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numbers>
 
+#include "ops/graph_capture.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/optim.hpp"
 
@@ -195,6 +196,28 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return 0.0;
   const bool inf = std::isinf(norm_type);
+  if (oxmera::detail::capture_open()) {
+    // No host read inside a capture: torch's computation, on the device (per-grad norms, their norm, the
+    // clamped coefficient as a 0-d tensor multiplied into every grad).
+    std::vector<Tensor> norms;
+    for (const Tensor& g : grads) {
+      if (g.numel() == 0) continue;
+      const Tensor a = g.abs();
+      norms.push_back(inf                ? a.max()
+                      : norm_type == 1.0 ? a.sum()
+                      : norm_type == 2.0 ? (a * a).sum().sqrt()
+                                         : a.pow(norm_type).sum().pow(1.0 / norm_type));
+    }
+    if (norms.empty()) return 0.0;
+    const Tensor all = stack(norms);
+    const Tensor total = inf                ? all.max()
+                         : norm_type == 1.0 ? all.sum()
+                         : norm_type == 2.0 ? (all * all).sum().sqrt()
+                                            : all.pow(norm_type).sum().pow(1.0 / norm_type);
+    const Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+    for (Tensor& g : grads) g.mul_(coef);
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   double acc = 0;  // max |g| for inf, else sum |g|^p
   for (const Tensor& g : grads) {
     if (g.numel() == 0) continue;

@@ -47,7 +47,7 @@ class CharTransformer : public nn::Module {
     const int64_t t = tokens.size(1);
     OXM_CHECK(t >= 1 && t <= context_, InvalidArgument, "oxmera train --model transformer: a window of ", t,
               " tokens; the model's context is 1 to ", context_);
-    Tensor x = tok_embed->forward(tokens) + pos_embed->forward(arange(t).to(tokens.device()));
+    Tensor x = tok_embed->forward(tokens) + pos_embed->forward(arange(t, DType::I64, tokens.device()));
     for (const auto& block : blocks) x = block->forward(x, {}, {}, /*is_causal=*/true);
     return head->forward(norm->forward(x));
   }
@@ -181,9 +181,16 @@ TrainTask char_lm_task(const TrainOptions& opt, const Device& device) {
     return offsets;
   };
   const auto vocab_size = vocab;
-  task.loss = [ids, seq, device, vocab_size](const std::vector<int64_t>& offsets, const Forward& forward) {
+  task.batch = [ids, seq](const std::vector<int64_t>& offsets) {
     auto [x, y] = windows(*ids, offsets, seq);
-    return nn::cross_entropy(forward(x.to(device)).reshape({-1, vocab_size}), y.reshape({-1}));
+    return std::vector<Tensor>{x, y};
+  };
+  task.batch_loss = [device, vocab_size](const std::vector<Tensor>& b, const Forward& forward) {
+    return nn::cross_entropy(forward(b[0].to(device)).reshape({-1, vocab_size}), b[1].reshape({-1}));
+  };
+  task.loss = [batch = task.batch, batch_loss = task.batch_loss](const std::vector<int64_t>& offsets,
+                                                                 const Forward& forward) {
+    return batch_loss(batch(offsets), forward);
   };
   auto eval_offsets = std::make_shared<std::vector<int64_t>>();
   for (int64_t o = n_train; o + seq < n && static_cast<int64_t>(eval_offsets->size()) < kMaxEvalWindows; o += seq)

@@ -61,9 +61,16 @@ TrainTask classifier_task(std::shared_ptr<nn::Sequential> model, const Tensor& t
   // Class labels and batch indices stay on the CPU whatever the device: they are validated there and copied
   // over asynchronously (on a GPU, a device index would be read back to be validated).
   const Tensor x = train_x.to(device), labels = train_labels;
-  task.loss = [x, labels](const std::vector<int64_t>& rows, const Forward& forward) {
+  task.batch = [x, labels](const std::vector<int64_t>& rows) {
     const Tensor idx = from_vector(rows, {static_cast<int64_t>(rows.size())});
-    return nn::cross_entropy(forward(x.index_select(0, idx)), labels.index_select(0, idx));
+    return std::vector<Tensor>{x.index_select(0, idx), labels.index_select(0, idx)};
+  };
+  task.batch_loss = [](const std::vector<Tensor>& b, const Forward& forward) {
+    return nn::cross_entropy(forward(b[0]), b[1]);
+  };
+  task.loss = [batch = task.batch, batch_loss = task.batch_loss](const std::vector<int64_t>& rows,
+                                                                 const Forward& forward) {
+    return batch_loss(batch(rows), forward);
   };
   const Tensor eval_x = eval_x_cpu.to(device);
   task.eval_items = eval_x.size(0);
@@ -306,6 +313,20 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
     metrics.precision(17);  // round-trip doubles: runs are compared through this file
   }
   const int64_t batches = batches_per_epoch;
+  // --graph: a CUDA graph of one full-batch step, captured at the second full batch of the run and replayed for
+  // every full batch after it (a short last batch runs eagerly).
+  if (opt.graph && dist)
+    throw Error(ErrorKind::InvalidArgument,
+                "oxmera train --graph: not with --distributed (DDP's collectives wait on the host, which a CUDA graph "
+                "cannot capture)");
+  if (opt.graph && device.is_cpu())
+    throw Error(ErrorKind::InvalidArgument,
+                "oxmera train --graph: CUDA graphs capture GPU work; use --device cuda (the CPU runs its steps "
+                "directly)");
+  cuda::Graph graph;
+  std::vector<Tensor> statics;  // the captured step's inputs: each batch is copied into them
+  Tensor graph_loss;            // the captured step's loss, rewritten by every replay
+  bool warmed = false;          // a full-batch step ran eagerly (the optimizer has its state)
   EpochStats stats;
   const int first_epoch = static_cast<int>(step / batches) + 1;
   for (int epoch = first_epoch; epoch <= opt.epochs; ++epoch) {
@@ -336,14 +357,35 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
       const int64_t share_lo = lo + rows * rank / world, share_hi = lo + rows * (rank + 1) / world;
       const int64_t share = share_hi - share_lo;
       const int64_t run_lo = share > 0 ? share_lo : lo, run_hi = share > 0 ? share_hi : lo + 1;
-      Tensor loss = task.loss(std::vector<int64_t>(order.begin() + run_lo, order.begin() + run_hi),
-                              [&](const Tensor& xb) { return ddp ? (*ddp)(xb) : model(xb); });
-      const double weight = static_cast<double>(share * world) / static_cast<double>(rows);
-      Tensor objective = weight == 1.0 ? loss : loss * weight;
-      adam.zero_grad();
-      objective.backward();
-      if (task.clip > 0) optim::clip_grad_norm_(params, task.clip);  // of the averaged gradients, under DDP
-      adam.step();
+      Tensor loss;
+      if (opt.graph && rows == opt.batch && warmed) {
+        // The captured step (TrainOptions::graph): this batch into the static inputs, then one replay.
+        const std::vector<Tensor> b = task.batch(std::vector<int64_t>(order.begin() + lo, order.begin() + hi));
+        if (!graph.captured()) {
+          for (const Tensor& t : b) statics.push_back(t.to(device).clone());
+          cuda::GraphCapture capture(graph, device);
+          adam.zero_grad();
+          const Tensor l = task.batch_loss(statics, [&](const Tensor& xb) { return model(xb); });
+          l.backward();
+          if (task.clip > 0) optim::clip_grad_norm_(params, task.clip);
+          adam.step();
+          graph_loss = l.detach();
+        } else {
+          for (size_t i = 0; i < b.size(); ++i) statics[i].copy_(b[i].to(device));
+        }
+        graph.replay();
+        loss = graph_loss.clone();  // the next replay rewrites graph_loss
+      } else {
+        loss = task.loss(std::vector<int64_t>(order.begin() + run_lo, order.begin() + run_hi),
+                         [&](const Tensor& xb) { return ddp ? (*ddp)(xb) : model(xb); });
+        const double weight = static_cast<double>(share * world) / static_cast<double>(rows);
+        Tensor objective = weight == 1.0 ? loss : loss * weight;
+        adam.zero_grad();
+        objective.backward();
+        if (task.clip > 0) optim::clip_grad_norm_(params, task.clip);  // of the averaged gradients, under DDP
+        adam.step();
+        warmed = warmed || rows == opt.batch;  // the optimizer's state exists: the next full batch is captured
+      }
       pending.push_back(loss.detach());
       pending_rows.push_back(share);
       ++step;

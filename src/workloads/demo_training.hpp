@@ -33,6 +33,10 @@ struct TrainOptions {
   // only rank 0 writes `metrics` and `checkpoint` (a single-process checkpoint: it resumes at any world size).
   // The callbacks are called on every rank: the caller decides who prints.
   bool distributed = false;
+  // Capture one training step as a CUDA graph (cuda::Graph) and replay it for every full batch: the first full
+  // batch of the run runs eagerly (the optimizer's state), the step is captured at the second, and a short last
+  // batch of an epoch runs eagerly. Needs a GPU (a device that can capture); not with `distributed`.
+  bool graph = false;
   // When it becomes non-zero (a signal number, set by a handler), training stops after the current step,
   // saves the checkpoint (if any) and returns with EpochStats::stopped_by set.
   const volatile int* stop = nullptr;

@@ -25,6 +25,11 @@ struct TrainTask {
   std::function<std::vector<int64_t>(int epoch)> epoch_rows;
   // The mean loss over `rows`, computed through `forward` (the model, or its DDP wrapper).
   std::function<Tensor(const std::vector<int64_t>& rows, const Forward& forward)> loss;
+  // `loss` in two parts, for a captured step (TrainOptions::graph): `batch` builds the rows' tensors (inputs and
+  // targets, on any device), `batch_loss` computes the mean loss from tensors of those shapes and dtypes on the
+  // training device (the graph's static copies). loss(rows, f) is batch_loss(batch(rows), f) up to devices.
+  std::function<std::vector<Tensor>(const std::vector<int64_t>& rows)> batch;
+  std::function<Tensor(const std::vector<Tensor>& batch, const Forward& forward)> batch_loss;
   // Accuracy: `correct(lo, hi)` counts the right predictions on evaluation items lo..hi-1 (called in eval mode
   // under NoGradGuard); each item holds `predictions_per_item` predictions.
   int64_t eval_items = 0, predictions_per_item = 1;

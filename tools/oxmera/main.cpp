@@ -161,6 +161,8 @@ int main(int argc, char** argv) {
   train->add_option("--resume", resume, "Continue from a checkpoint");
   train->add_flag("--distributed", topt.distributed,
                   "Data-parallel over the processes of `mpirun -np N` (--batch is the global batch)");
+  train->add_flag("--graph", topt.graph,
+                  "Capture one training step as a CUDA graph and replay it for every full batch (--device cuda)");
 
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);

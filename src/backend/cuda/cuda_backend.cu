@@ -392,6 +392,10 @@ class CudaBackend final : public Backend {
     refuse_in_capture("copy_from_host", "copies host memory to the device");
     copy_host_to_device(dst, src, n, "copy_from_host");
   }
+  // A shape-derived constant: through the staging slots, or inside a capture into the graph's arena.
+  void copy_constant_from_host(void* dst, const void* src, size_t n) override {
+    copy_host_to_device(dst, src, n, "copy_constant_from_host");
+  }
   bool can_pin_host() const override { return true; }
   void* allocate_pinned_host(size_t n) override { return g_pinned->allocate(n); }
   void deallocate_pinned_host(void* p, size_t n) noexcept override { g_pinned->deallocate(p, n); }
