@@ -8,7 +8,7 @@
 # communication (no_sync), with DDP's reduction, the all-reduce alone, and hidden = (local + allreduce - ddp) /
 # allreduce, the share of the all-reduce time that backward hid.
 # Usage: bench/ddp_compare.sh [build-dir] ; env ROUNDS (5), STEPS (60), THREADS (1), MODELS ("mlp wide"),
-#        MPIEXEC (mpirun). Needs an MPI build (OXMERA_WITH_MPI) and Open MPI's launcher.
+#        MPIEXEC (mpirun), BUCKET_MB, GRAD_AS_BUCKET_VIEW (1: both sides). Needs an MPI build (OXMERA_WITH_MPI) and Open MPI's launcher.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launch="sh tests/distributed/run_mpi.sh ${MPIEXEC:-mpirun} 2"  # --oversubscribe, and --allow-run-as-root as root

@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
   const char* bucket_mb = std::getenv("BUCKET_MB");
   nn::DistributedDataParallelOptions options;
   if (bucket_mb != nullptr) options.bucket_cap_bytes = static_cast<int64_t>(std::atof(bucket_mb) * 1024 * 1024);
+  // GRAD_AS_BUCKET_VIEW=1 (both sides): gradient_as_bucket_view.
+  const char* as_view = std::getenv("GRAD_AS_BUCKET_VIEW");
+  options.gradient_as_bucket_view = as_view != nullptr && std::string(as_view) == "1";
   nn::DistributedDataParallel ddp(net, {}, options);
   optim::SGD opt(net->parameters(), {.lr = 0.05});
   const int warmup = 5;

@@ -45,7 +45,9 @@ def worker(rank, port, path, steps, threads, name):
     m = model(name)
     m.load_state_dict(f)
     # BUCKET_MB (both sides, default 25: torch's bucket_cap_mb) sets the bucket size, to see the overlap.
-    ddp = torch.nn.parallel.DistributedDataParallel(m, bucket_cap_mb=float(os.environ.get("BUCKET_MB", "25")))
+    # GRAD_AS_BUCKET_VIEW=1 (both sides): gradient_as_bucket_view.
+    ddp = torch.nn.parallel.DistributedDataParallel(m, bucket_cap_mb=float(os.environ.get("BUCKET_MB", "25")),
+                                                    gradient_as_bucket_view=os.environ.get("GRAD_AS_BUCKET_VIEW") == "1")
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     times, losses = [], []
     for s in range(WARMUP + steps):

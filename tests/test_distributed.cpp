@@ -1028,6 +1028,40 @@ TEST(DistributedDataParallel, NoSyncAccumulationEqualsTheLargeBatch) {
   }
 }
 
+// gradient_as_bucket_view: the same f64 parameters, bit for bit, as the copying DDP over steps with zero_grad and
+// with gradients accumulated over a no_sync micro-batch (the grads then already lie in their buckets); after a
+// reduction the grads of one bucket share its buffer.
+TEST(DistributedDataParallel, GradientAsBucketViewMatchesTheCopyingReduction) {
+  NEED_MPI();
+  const int r = dist::rank(), n = dist::world_size();
+  const int64_t micro = 4, global = 2 * micro * n;
+  Tensor x = randn({global, 2}, 41, DType::F64), y = randint(0, 2, {global}, 42);
+  for (int64_t cap : {int64_t{1}, int64_t{25} << 20}) {
+    std::vector<std::vector<double>> runs[2];
+    for (int view = 0; view < 2; ++view) {
+      auto net = demo_mlp(13, DType::F64);
+      nn::DistributedDataParallel ddp(net, {}, {.bucket_cap_bytes = cap, .gradient_as_bucket_view = view == 1});
+      optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+      const int64_t base = r * 2 * micro;
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad();
+        if (step == 2) {  // accumulate: the second backward adds into the grads the first reduction left
+          auto guard = ddp.no_sync();
+          (nn::cross_entropy(ddp(x.narrow(0, base, micro)), y.narrow(0, base, micro)) * 0.5).backward();
+        }
+        (nn::cross_entropy(ddp(x.narrow(0, base + micro, micro)), y.narrow(0, base + micro, micro)) * 0.5).backward();
+        opt.step();
+      }
+      if (view == 1 && cap > 1) {
+        const auto ps = net->parameters();
+        EXPECT_TRUE(ps[0].grad().shares_storage(ps[1].grad())) << "one bucket: its grads view one buffer";
+      }
+      for (auto& p : net->parameters()) runs[view].push_back(vals(p));
+    }
+    EXPECT_EQ(runs[1], runs[0]) << "cap " << cap;
+  }
+}
+
 // A module with a parameter its forward never uses: the reduction cannot finish, and the next forward says so.
 struct WithUnusedParameter : nn::Module {
   std::shared_ptr<nn::Sequential> net = demo_mlp(3, DType::F32);

@@ -44,7 +44,8 @@ struct State {
   // find_unused_parameters: which parameters the last forward's graph reaches (all of them until a forward has
   // been walked), and the all-reduced (Max) flags saying which some rank reached.
   bool find_unused = false;
-  bool walked = false;  // a forward since the last round set `used`
+  bool as_view = false;  // gradient_as_bucket_view: the buckets' flat buffers persist and the grads view them
+  bool walked = false;   // a forward since the last round set `used`
   std::vector<uint8_t> used;
   std::unordered_map<const oxmera::detail::TensorImpl*, int> index_of;
   // The walk's work list and visited set, kept between forwards: cleared, not freed, so that after the first
@@ -131,6 +132,22 @@ struct State {
       used_work = distributed::all_reduce_async(used_flags, distributed::ReduceOp::Max, group);
     }
     Bucket& bk = buckets[static_cast<size_t>(b)];
+    if (as_view) {
+      const Tensor& first = params[static_cast<size_t>(bk.params.front())].tensor;
+      if (!bk.flat.defined()) bk.flat = empty({bk.numel}, first.dtype(), first.device());
+      for (int i : bk.params) {
+        const Param& p = params[static_cast<size_t>(i)];
+        const Tensor g = p.tensor.grad();
+        if (g.defined() && is_bucket_view(g, bk, p)) continue;  // accumulated in place: already in the bucket
+        Tensor slot = bk.flat.narrow(0, p.offset, p.tensor.numel());
+        if (g.defined())
+          slot.copy_(g.detach().reshape({-1}));
+        else
+          slot.fill_(0.0);
+      }
+      bk.work = distributed::all_reduce_async(bk.flat, distributed::ReduceOp::Avg, group);
+      return;
+    }
     std::vector<Tensor> grads;
     grads.reserve(bk.params.size());
     for (int i : bk.params) {
@@ -141,6 +158,11 @@ struct State {
     }
     bk.flat = grads.size() == 1 ? grads[0].clone() : cat(grads, 0);
     bk.work = distributed::all_reduce_async(bk.flat, distributed::ReduceOp::Avg, group);
+  }
+
+  static bool is_bucket_view(const Tensor& g, const Bucket& bk, const Param& p) {
+    return g.impl()->storage.get() == bk.flat.impl()->storage.get() && g.impl()->offset == p.offset &&
+           g.is_contiguous() && g.numel() == p.tensor.numel();
   }
 
   void wait_for(distributed::Work& w) {
@@ -168,6 +190,10 @@ struct State {
         if (find_unused && !used_somewhere[static_cast<size_t>(i)]) continue;
         Tensor avg = bk.flat.narrow(0, p.offset, p.tensor.numel()).reshape(p.tensor.shape());
         Tensor g = p.tensor.grad();
+        if (as_view) {  // the grad becomes (or already is) its slot of the bucket: no copy
+          if (!(g.defined() && is_bucket_view(g, bk, p))) p.tensor.set_grad(avg);
+          continue;
+        }
         if (g.defined())
           g.copy_(avg);
         else
@@ -180,7 +206,7 @@ struct State {
   void reset() {
     for (Bucket& bk : buckets) {
       bk.ready = 0;
-      bk.flat = Tensor();
+      if (!as_view) bk.flat = Tensor();
       bk.work = distributed::Work();
     }
     for (Param& p : params) p.ready = false;
@@ -244,6 +270,7 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, distributed::
   auto& s = *state_;
   s.group = group;
   s.find_unused = options.find_unused_parameters;
+  s.as_view = options.gradient_as_bucket_view;
   const int src = group.ranks().front();
   {
     NoGradGuard no_grad;

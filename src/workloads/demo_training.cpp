@@ -277,7 +277,10 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
   // After the load: DDP broadcasts rank 0's parameters, and the hooks it installs average every backward's
   // gradients over the ranks.
   std::unique_ptr<nn::DistributedDataParallel> ddp;
-  if (dist) ddp = std::make_unique<nn::DistributedDataParallel>(task.model);
+  // The loop holds no gradient across steps, so the reduced averages may stay in the buckets (no copy back).
+  if (dist)
+    ddp = std::make_unique<nn::DistributedDataParallel>(
+        task.model, distributed::ProcessGroup{}, nn::DistributedDataParallelOptions{.gradient_as_bucket_view = true});
   // The sums every rank adds its own share to (loss, correct predictions), summed over the ranks.
   auto global_sum = [&](double local) {
     if (!dist) return local;

@@ -34,6 +34,11 @@ struct DistributedDataParallelOptions {
   // no rank used keeps its .grad untouched (undefined stays undefined); one used on some ranks gets the average
   // over all ranks. Costs a graph walk per forward and one small collective per backward.
   bool find_unused_parameters = false;
+  // torch's gradient_as_bucket_view: after each reduction every parameter's .grad is a view into its bucket's
+  // flat buffer (kept between backwards) instead of a tensor the average is copied into, and a gradient that
+  // already is that view (accumulated in place) is reduced where it lies. Saves one copy of every gradient per
+  // step and the buckets' allocations. As in torch, a .grad held across steps sees the next reduction's values.
+  bool gradient_as_bucket_view = false;
 };
 
 namespace ddp_detail {
