@@ -6,8 +6,10 @@
 // research workload (`--device cuda`, f32) execute here, against the CPU, also under ASan in CI. On a
 // machine with a real GPU registered the suite skips itself (tests/test_cuda.cpp covers that case).
 #include <unistd.h>
+
 #include <cstdio>
 #include <map>
+#include <thread>
 
 #include "demo_training.hpp"
 #include "fake_device.hpp"
@@ -693,4 +695,32 @@ TEST(FakeDevice, GraphCaptureRecordsAndReplayRunsTheKernels) {
   }
   g_device->offer_graphs = true;
   EXPECT_NE(what.find("cannot capture"), std::string::npos) << what;
+}
+
+// While one thread captures, another thread's CPU work keeps its ordinary checks: cross_entropy still throws on an
+// out-of-range class target there (inside the capture it would give NaN), and clip_grad_norm_ returns the norm.
+TEST(FakeDevice, ACaptureOnOneThreadLeavesOtherThreadsCpuWorkAlone) {
+  NEED_FAKE_DEVICE();
+  Tensor x = dev(from_vector<float>({1, 2, 3}, {3}));
+  cuda::Graph g;
+  std::string cpu_error;
+  double norm = 0;
+  {
+    cuda::GraphCapture capture(g);
+    (void)(x * 2.0);
+    std::thread other([&] {
+      EXPECT_FALSE(cuda::is_capturing());
+      try {
+        (void)nn::cross_entropy(from_vector<float>({0.1f, 0.2f}, {1, 2}), from_vector<int64_t>({5}, {1}));
+      } catch (const Error& e) {
+        cpu_error = e.what();
+      }
+      Tensor p = from_vector<float>({3, 4}, {2}).requires_grad_();
+      (p * p).sum().backward();
+      norm = optim::clip_grad_norm_({p}, 1.0);
+    });
+    other.join();
+  }
+  EXPECT_NE(cpu_error.find("out of range"), std::string::npos) << cpu_error;
+  EXPECT_NEAR(norm, 10.0, 1e-6);
 }

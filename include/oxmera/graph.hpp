@@ -28,7 +28,8 @@
 //   step first: torch's warm-up); Adam's step count advances at every replay. Changing a captured hyperparameter
 //   (an lr scheduler, a new weight decay) after the capture makes replay() throw InvalidArgument naming it;
 //   capture again instead.
-// - One capture at a time, on the thread that began it; nothing else may use the GPU meanwhile.
+// - One capture at a time, on the thread that began it; no other thread may use the GPU meanwhile (the backend has
+//   one stream). Other threads' CPU work is not affected.
 #include <memory>
 
 #include "oxmera/device.hpp"
@@ -79,7 +80,7 @@ class GraphCapture {
   int uncaught_;
 };
 
-// Whether a capture is open (torch.cuda.is_current_stream_capturing).
+// Whether this thread has a capture open (torch.cuda.is_current_stream_capturing).
 bool is_capturing() noexcept;
 
 }  // namespace oxmera::cuda

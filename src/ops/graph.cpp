@@ -2,6 +2,7 @@
 // the host-side hooks a replay runs first (the optimizers' checks and step counts).
 #include "oxmera/graph.hpp"
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -11,7 +12,7 @@
 
 namespace oxmera {
 namespace detail {
-std::atomic<bool> g_capture_open{false};
+thread_local bool t_capture_open = false;
 }  // namespace detail
 
 namespace cuda {
@@ -72,7 +73,7 @@ void Graph::capture_begin(Device device) {
   state_->thread = std::this_thread::get_id();
   state_->hooks.clear();
   state_->counts_index_errors = false;
-  detail::g_capture_open.store(true);
+  detail::t_capture_open = true;
 }
 
 void Graph::capture_end() {
@@ -81,7 +82,7 @@ void Graph::capture_end() {
   OXM_CHECK(state_->thread == std::this_thread::get_id(), InvalidArgument,
             "cuda::Graph::capture_end: called from another thread than capture_begin's");
   state_->capturing = false;
-  detail::g_capture_open.store(false);
+  detail::t_capture_open = false;
   g_open.store(nullptr);
   try {
     state_->graph = state_->backend->end_capture();
@@ -94,7 +95,7 @@ void Graph::capture_end() {
 void Graph::capture_abort() noexcept {
   if (!state_ || !state_->capturing) return;
   state_->capturing = false;
-  detail::g_capture_open.store(false);
+  detail::t_capture_open = false;
   g_open.store(nullptr);
   state_->backend->abort_capture();
   state_->hooks.clear();

@@ -1,7 +1,6 @@
 #pragma once
 // The open CUDA graph capture (oxmera::cuda::Graph, graph.cpp), for the layers that must refuse or adapt work
 // while one is open: host transfers (Tensor::to), optimizers (their hyperparameters are baked into the graph).
-#include <atomic>
 #include <cstddef>
 #include <functional>
 
@@ -9,9 +8,10 @@
 
 namespace oxmera::detail {
 
-extern std::atomic<bool> g_capture_open;
-// Whether a capture is open; one relaxed load, cheap enough for every transfer.
-inline bool capture_open() noexcept { return g_capture_open.load(std::memory_order_relaxed); }
+// Whether this thread has a capture open (the thread that began it: other threads' CPU work keeps its ordinary
+// checks and errors). A thread-local flag, cheap enough for every transfer.
+extern thread_local bool t_capture_open;
+inline bool capture_open() noexcept { return t_capture_open; }
 // Throws InvalidArgument naming `op` and `why` when a capture is open.
 void refuse_in_capture(const char* op, const char* why);
 // Adds a function the open capture's graph runs on the host before each replay: it may check that what the graph
