@@ -60,6 +60,10 @@ class HostMemoryDevice final : public d::Backend {
       it->second->free[n == 0 ? 1 : n].push_back(p);  // a graph's block: replays write it, so it stays reserved
       return;
     }
+    if (capturing_) {  // allocated before the capture, freed during it: replays may read its contents, so it is
+      pool_->kept.push_back({p, n});  // kept, and not reused by the capture either, until the graph goes
+      return;
+    }
     allocated_ -= static_cast<int64_t>(n);
     std::free(p);
   }
@@ -510,6 +514,7 @@ class HostMemoryDevice final : public d::Backend {
   }
   struct Pool {
     std::vector<std::pair<void*, size_t>> blocks;
+    std::vector<std::pair<void*, size_t>> kept;  // freed during the capture, allocated before it
     std::unordered_map<size_t, std::vector<void*>> free;
   };
   struct Graph {
@@ -529,8 +534,13 @@ class HostMemoryDevice final : public d::Backend {
         std::free(p);
       }
     }
+    for (auto& [p, n] : pool.kept) {
+      allocated_ -= static_cast<int64_t>(n);
+      std::free(p);
+    }
     pool.blocks.clear();
     pool.free.clear();
+    pool.kept.clear();
   }
   bool capturing_ = false;
   std::unique_ptr<Pool> pool_;

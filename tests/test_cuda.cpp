@@ -1024,3 +1024,27 @@ TEST(CudaGraph, OutOfRangeIndicesInAReplayAreReported) {
   ce.replay();
   EXPECT_TRUE(std::isnan(host(loss).item<float>())) << "a class target out of range";
 }
+
+// A tensor made before the capture, read by the captured work and dropped inside the capture: its memory is kept for
+// the graph (neither eager work after the capture nor a later allocation of the capture may reuse it), so every
+// replay reads its values.
+TEST(CudaGraph, MemoryFreedDuringTheCaptureIsKeptForTheGraph) {
+  NEED_GPU();
+  const Tensor v = uni({512}, -1, 1, 11);
+  Tensor y = gpu(v) * 2.0;  // before the capture
+  cuda::Graph g;
+  Tensor out;
+  {
+    cuda::GraphCapture capture(g);
+    out = y + 1.0;
+    y = Tensor();                                       // the graph still reads its block
+    Tensor later = full({512}, 7.0, DType::F32, kGpu);  // same size: must not get that block
+    out = out + later * 0.0;
+  }
+  std::vector<Tensor> eager;
+  for (int i = 0; i < 16; ++i) eager.push_back(full({512}, 99.0, DType::F32, kGpu));  // same size: would reuse it
+  g.replay();
+  expect_match(out, v * 2.0 + 1.0, "replay after eager allocations");
+  g.replay();
+  expect_match(out, v * 2.0 + 1.0, "second replay");
+}

@@ -44,6 +44,7 @@ size_t bucket(size_t n) {
 struct GraphPool {
   std::unordered_map<size_t, std::vector<void*>> free;
   std::vector<void*> blocks;
+  std::vector<std::pair<void*, size_t>> kept;  // allocated before the capture, freed during it (block, size class)
 };
 
 class DeviceAllocator {
@@ -64,9 +65,16 @@ class DeviceAllocator {
           cudaFree(p);
           cached_ -= static_cast<int64_t>(b);
         }
+    for (auto& [p, b] : pool.kept) try {
+        free_[b].push_back(p);
+      } catch (...) {
+        cudaFree(p);
+        cached_ -= static_cast<int64_t>(b);
+      }
     for (void* p : pool.blocks) owner_.erase(p);
     pool.free.clear();
     pool.blocks.clear();
+    pool.kept.clear();
   }
   void* allocate(size_t n) {
     const size_t b = bucket(n);
@@ -90,7 +98,7 @@ class DeviceAllocator {
       return adopt(p, b);
     }
     void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, b);
+    cudaError_t e = malloc_device(&p, b);
     if (e == cudaErrorMemoryAllocation && !capture_pool_) {  // (freeing the cache waits: not while capturing)
       cudaGetLastError();                                    // not sticky: clear it, free the cache, retry once
       release_locked();
@@ -120,6 +128,12 @@ class DeviceAllocator {
         o->second->free[b].push_back(p);
         return;
       }
+      if (capture_pool_) {
+        // Allocated before the capture, freed during it: replays may read its contents (a tensor the captured work
+        // used and then dropped), so it serves neither eager work nor the capture itself until the graph goes.
+        capture_pool_->kept.push_back({p, b});
+        return;
+      }
       free_[b].push_back(p);
     } catch (...) {  // no memory for the free list: give the block back instead
       cudaFree(p);
@@ -138,6 +152,16 @@ class DeviceAllocator {
   }
 
  private:
+  // cudaMalloc is a "potentially unsafe" call for a capturing thread (it would invalidate the capture): the block
+  // is not part of the graph, only reserved for it, so the call runs in relaxed mode then, as torch's allocator does.
+  cudaError_t malloc_device(void** p, size_t b) {
+    if (!capture_pool_) return cudaMalloc(p, b);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    const cudaError_t e = cudaMalloc(p, b);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    return e;
+  }
   // A block handed out: the capture's pool owns it while a capture is open.
   void* adopt(void* p, size_t b) {
     if (capture_pool_) {
