@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include <oxmera/oxmera.hpp>
@@ -20,6 +21,23 @@ using clk = std::chrono::steady_clock;
 namespace {
 double secs(clk::time_point a) { return std::chrono::duration<double>(clk::now() - a).count(); }
 void sync(const Tensor& t) { (void)t.to(Device::cpu()).numel(); }  // the host read is the sync point
+
+// The no-sync and graph steps' models: the demo-sized 2-32-32-2 ReLU MLP (batch 32) or the 784-1024-1024-10 one
+// (batch 256), from one seed, with its input batch.
+struct BenchMlp {
+  int64_t in, batch;
+  std::shared_ptr<nn::Sequential> model;
+};
+BenchMlp bench_mlp(bool big, Device dev) {
+  Generator gen(2);
+  const int64_t in = big ? 784 : 2, hid = big ? 1024 : 32, out = big ? 10 : 2, batch = big ? 256 : 32;
+  auto model = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Linear>(in, hid, true, gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(hid, hid, true, gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(hid, out, true, gen)});
+  model->to(dev);
+  return {in, batch, model};
+}
 }  // namespace
 
 int main() {
@@ -146,13 +164,9 @@ int main() {
   for (int big = 0; big < 2; ++big) {
     double us[2] = {0, 0};
     for (Device dev : {Device::cpu(), g}) {
-      Generator gen(2);
-      const int64_t in = big ? 784 : 2, hid = big ? 1024 : 32, out = big ? 10 : 2, batch = big ? 256 : 32;
-      nn::Sequential model{std::make_shared<nn::Linear>(in, hid, true, gen), std::make_shared<nn::ReLU>(),
-                           std::make_shared<nn::Linear>(hid, hid, true, gen), std::make_shared<nn::ReLU>(),
-                           std::make_shared<nn::Linear>(hid, out, true, gen)};
-      model.to(dev);
-      Tensor x = randn({batch, in}, 4).to(dev), y = zeros({batch}, DType::I64);
+      const BenchMlp m = bench_mlp(big, dev);
+      nn::Sequential& model = *m.model;
+      Tensor x = randn({m.batch, m.in}, 4).to(dev), y = zeros({m.batch}, DType::I64);
       optim::Adam adam(model.parameters());
       Tensor l;
       auto step = [&] {
@@ -172,13 +186,9 @@ int main() {
     std::printf("%s_step_no_sync cpu %.1f us, cuda %.1f us, cuda/cpu %.3f (%d CPU threads)\n",
                 big ? "mlp784x1024_b256" : "demo_mlp", us[0], us[1], us[1] / us[0], get_num_threads());
     // The GPU step captured once as a CUDA graph (cuda::Graph) and replayed: one launch per step.
-    Generator gen(2);
-    const int64_t in = big ? 784 : 2, hid = big ? 1024 : 32, out = big ? 10 : 2, batch = big ? 256 : 32;
-    nn::Sequential model{std::make_shared<nn::Linear>(in, hid, true, gen), std::make_shared<nn::ReLU>(),
-                         std::make_shared<nn::Linear>(hid, hid, true, gen), std::make_shared<nn::ReLU>(),
-                         std::make_shared<nn::Linear>(hid, out, true, gen)};
-    model.to(g);
-    Tensor x = randn({batch, in}, 4).to(g), y = zeros({batch}, DType::I64, g);
+    const BenchMlp m = bench_mlp(big, g);
+    nn::Sequential& model = *m.model;
+    Tensor x = randn({m.batch, m.in}, 4).to(g), y = zeros({m.batch}, DType::I64, g);
     optim::Adam adam(model.parameters());
     auto step = [&] {
       Tensor l = nn::cross_entropy(model(x), y);

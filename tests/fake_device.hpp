@@ -158,7 +158,6 @@ class HostMemoryDevice final : public d::Backend {
     release_pool(*g->pool);
     delete g;
   }
-  bool capturing() const { return capturing_; }
   bool offer_graphs = true;
   std::atomic<int64_t> graphs_captured{0}, graph_replays{0};
   // Blocks of live graphs' pools (reserved until their graph is destroyed).

@@ -41,6 +41,23 @@ void expect_match(const Tensor& got, const Tensor& want, const std::string& what
   ASSERT_EQ(got.shape(), want.shape()) << what;
   expect_close(values(host(got)), values(want), rtol, atol, what);
 }
+// One intra-op thread for a test's scope: on a loaded machine the CPU runs' waiting threads spin (>10x slower), and
+// the comparisons do not depend on it.
+struct OneIntraOpThread {
+  int was = get_num_threads();
+  OneIntraOpThread() { set_num_threads(1); }
+  ~OneIntraOpThread() { set_num_threads(was); }
+};
+// `oxmera train --model transformer|lstm` at a test's size: the GPL-3 text, batches of 4 windows, 3 steps per epoch.
+oxmera_cli::TrainOptions small_char_lm(const char* model) {
+  oxmera_cli::TrainOptions o;
+  o.model = model;
+  o.data = "/usr/share/common-licenses/GPL-3";
+  o.lr = 3e-3;
+  o.batch = 4;
+  o.steps_per_epoch = 3;
+  return o;
+}
 Tensor spd(const Shape& s, uint64_t seed) {
   const int64_t n = s[s.size() - 1];
   Tensor B = rand(s, seed) * 2.0 - 1.0;
@@ -182,22 +199,10 @@ TEST(FakeDevice, DemoTrainingOnTheDeviceMatchesTheCpuAndResumes) {
 // attention / LSTM and clipping on the device follow the CPU run, and a device checkpoint resumes bit-identically.
 TEST(FakeDevice, CharLmTrainingOnTheDeviceMatchesTheCpuAndResumes) {
   NEED_FAKE_DEVICE();
-  // One intra-op thread: on a loaded machine the CPU runs' waiting threads spin (>10x slower), and the
-  // comparison does not depend on it.
-  const int threads = get_num_threads();
-  set_num_threads(1);
-  struct Restore {
-    int n;
-    ~Restore() { set_num_threads(n); }
-  } restore{threads};
+  const OneIntraOpThread one_thread;
   for (const char* model : {"transformer", "lstm"}) {
     SCOPED_TRACE(model);
-    oxmera_cli::TrainOptions o;
-    o.model = model;
-    o.data = "/usr/share/common-licenses/GPL-3";
-    o.lr = 3e-3;
-    o.batch = 4;
-    o.steps_per_epoch = 3;
+    oxmera_cli::TrainOptions o = small_char_lm(model);
     o.epochs = 3;
     const auto none = [](int, int64_t, int64_t) {};
     const auto quiet = [](const oxmera_cli::EpochStats&) {};
@@ -226,12 +231,7 @@ TEST(FakeDevice, CharLmTrainingOnTheDeviceMatchesTheCpuAndResumes) {
 // gradient norm on the device inside the graph), with one graph launch per replayed step.
 TEST(FakeDevice, TrainingWithACapturedStepFollowsTheEagerRun) {
   NEED_FAKE_DEVICE();
-  const int threads = get_num_threads();
-  set_num_threads(1);
-  struct Restore {
-    int n;
-    ~Restore() { set_num_threads(n); }
-  } restore{threads};
+  const OneIntraOpThread one_thread;
   // Both runs without the device's fused kernels: inside a capture this device offers only two of them, and the
   // transformer's fused attention and layer norm round differently from their composites, which Adam's first steps
   // amplify (1.7e-4 relative in the loss after 6 steps); with the same kernels on both sides the runs agree closely.
@@ -245,16 +245,9 @@ TEST(FakeDevice, TrainingWithACapturedStepFollowsTheEagerRun) {
   const auto quiet = [](const oxmera_cli::EpochStats&) {};
   for (const char* model : {"mlp", "transformer", "lstm"}) {
     SCOPED_TRACE(model);
-    oxmera_cli::TrainOptions o;
-    o.model = model;
+    oxmera_cli::TrainOptions o = std::string(model) == "mlp" ? oxmera_cli::TrainOptions{} : small_char_lm(model);
     o.device = "cuda";
     o.epochs = 2;
-    if (std::string(model) != "mlp") {
-      o.data = "/usr/share/common-licenses/GPL-3";
-      o.lr = 3e-3;
-      o.batch = 4;
-      o.steps_per_epoch = 3;
-    }
     const oxmera_cli::EpochStats eager = oxmera_cli::run_demo_training(o, none, quiet);
     o.graph = true;
     const int64_t captured = g_device->graphs_captured, replays = g_device->graph_replays;

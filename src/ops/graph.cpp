@@ -18,7 +18,6 @@ thread_local bool t_capture_open = false;
 namespace cuda {
 
 struct Graph::State {
-  Device device = Device::cuda();
   detail::Backend* backend = nullptr;
   void* graph = nullptr;  // the backend's, after capture_end
   bool capturing = false;
@@ -67,7 +66,6 @@ void Graph::capture_begin(Device device) {
     g_open.store(nullptr);
     throw;
   }
-  state_->device = device;
   state_->backend = &be;
   state_->capturing = true;
   state_->thread = std::this_thread::get_id();

@@ -199,21 +199,17 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   if (oxmera::detail::capture_open()) {
     // No host read inside a capture: torch's computation, on the device (per-grad norms, their norm, the
     // clamped coefficient as a 0-d tensor multiplied into every grad).
+    const auto norm_of = [&](const Tensor& a) {  // of non-negative values
+      return inf                ? a.max()
+             : norm_type == 1.0 ? a.sum()
+             : norm_type == 2.0 ? (a * a).sum().sqrt()
+                                : a.pow(norm_type).sum().pow(1.0 / norm_type);
+    };
     std::vector<Tensor> norms;
-    for (const Tensor& g : grads) {
-      if (g.numel() == 0) continue;
-      const Tensor a = g.abs();
-      norms.push_back(inf                ? a.max()
-                      : norm_type == 1.0 ? a.sum()
-                      : norm_type == 2.0 ? (a * a).sum().sqrt()
-                                         : a.pow(norm_type).sum().pow(1.0 / norm_type));
-    }
+    for (const Tensor& g : grads)
+      if (g.numel() != 0) norms.push_back(norm_of(g.abs()));
     if (norms.empty()) return 0.0;
-    const Tensor all = stack(norms);
-    const Tensor total = inf                ? all.max()
-                         : norm_type == 1.0 ? all.sum()
-                         : norm_type == 2.0 ? (all * all).sum().sqrt()
-                                            : all.pow(norm_type).sum().pow(1.0 / norm_type);
+    const Tensor total = norm_of(stack(norms));
     const Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
     for (Tensor& g : grads) g.mul_(coef);
     return std::numeric_limits<double>::quiet_NaN();

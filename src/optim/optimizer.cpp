@@ -41,6 +41,12 @@ struct PendingUpdates {
 };
 thread_local PendingUpdates* t_pending = nullptr;
 
+// Points submit() at `p` for its lifetime (Optimizer::step, and a replay hook's probe of the captured updates).
+struct Collect {
+  explicit Collect(PendingUpdates* p) { t_pending = p; }
+  ~Collect() { t_pending = nullptr; }
+};
+
 void submit(const char* op, const OptimizerStep& s, const Tensor& param, const Tensor& grad, TensorImpl* s0,
             TensorImpl* s1, TensorImpl* s2) {
   OXM_CHECK(t_pending != nullptr, InvalidArgument, op, ": an update outside Optimizer::step()");
@@ -140,10 +146,6 @@ void Optimizer::step() {
     }
   }
   PendingUpdates pending;
-  struct Collect {
-    explicit Collect(PendingUpdates* p) { t_pending = p; }
-    ~Collect() { t_pending = nullptr; }
-  };
   // What to undo if an update fails: the step counts advanced and the state buffers created for it.
   struct Undo {
     const TensorImpl* key;
@@ -288,10 +290,7 @@ void Optimizer::prepare_capture(void* items_ptr, const std::vector<size_t>& grou
       validate_group(e.group);
       PendingUpdates scratch;
       {
-        struct Collect {
-          explicit Collect(PendingUpdates* p) { t_pending = p; }
-          ~Collect() { t_pending = nullptr; }
-        } collect(&scratch);
+        Collect collect(&scratch);
         ParamState probe = it->second;
         ++probe.step;
         update(e.group, e.param, e.grad, probe);

@@ -188,10 +188,6 @@ TrainTask char_lm_task(const TrainOptions& opt, const Device& device) {
   task.batch_loss = [device, vocab_size](const std::vector<Tensor>& b, const Forward& forward) {
     return nn::cross_entropy(forward(b[0].to(device)).reshape({-1, vocab_size}), b[1].reshape({-1}));
   };
-  task.loss = [batch = task.batch, batch_loss = task.batch_loss](const std::vector<int64_t>& offsets,
-                                                                 const Forward& forward) {
-    return batch_loss(batch(offsets), forward);
-  };
   auto eval_offsets = std::make_shared<std::vector<int64_t>>();
   for (int64_t o = n_train; o + seq < n && static_cast<int64_t>(eval_offsets->size()) < kMaxEvalWindows; o += seq)
     eval_offsets->push_back(o);

@@ -68,10 +68,6 @@ TrainTask classifier_task(std::shared_ptr<nn::Sequential> model, const Tensor& t
   task.batch_loss = [](const std::vector<Tensor>& b, const Forward& forward) {
     return nn::cross_entropy(forward(b[0]), b[1]);
   };
-  task.loss = [batch = task.batch, batch_loss = task.batch_loss](const std::vector<int64_t>& rows,
-                                                                 const Forward& forward) {
-    return batch_loss(batch(rows), forward);
-  };
   const Tensor eval_x = eval_x_cpu.to(device);
   task.eval_items = eval_x.size(0);
   nn::Sequential* m = model.get();
@@ -379,8 +375,8 @@ EpochStats run_demo_training(const TrainOptions& opt, const std::function<void(i
         graph.replay();
         loss = graph_loss.clone();  // the next replay rewrites graph_loss
       } else {
-        loss = task.loss(std::vector<int64_t>(order.begin() + run_lo, order.begin() + run_hi),
-                         [&](const Tensor& xb) { return ddp ? (*ddp)(xb) : model(xb); });
+        loss = task.batch_loss(task.batch(std::vector<int64_t>(order.begin() + run_lo, order.begin() + run_hi)),
+                               [&](const Tensor& xb) { return ddp ? (*ddp)(xb) : model(xb); });
         const double weight = static_cast<double>(share * world) / static_cast<double>(rows);
         Tensor objective = weight == 1.0 ? loss : loss * weight;
         adam.zero_grad();

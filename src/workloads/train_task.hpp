@@ -21,13 +21,12 @@ struct TrainTask {
   double clip = 0;                              // clip_grad_norm_ max norm after each backward; 0: none
   int64_t rows = 0;                             // training rows per epoch (points; LMs: windows)
   int64_t tokens_per_row = 0;                   // LMs: the window length, for tokens/s; 0 otherwise
-  // The epoch's rows in batch order: what `loss` is given, a contiguous slice per batch (and per rank).
+  // The epoch's rows in batch order: what `batch` is given, a contiguous slice per batch (and per rank).
   std::function<std::vector<int64_t>(int epoch)> epoch_rows;
-  // The mean loss over `rows`, computed through `forward` (the model, or its DDP wrapper).
-  std::function<Tensor(const std::vector<int64_t>& rows, const Forward& forward)> loss;
-  // `loss` in two parts, for a captured step (TrainOptions::graph): `batch` builds the rows' tensors (inputs and
-  // targets, on any device), `batch_loss` computes the mean loss from tensors of those shapes and dtypes on the
-  // training device (the graph's static copies). loss(rows, f) is batch_loss(batch(rows), f) up to devices.
+  // The mean loss over some rows, in two parts so that a captured step (TrainOptions::graph) can feed the second
+  // its static copies: `batch` builds the rows' tensors (inputs and targets, on any device), `batch_loss` computes
+  // the mean loss from such tensors (or copies of them on the training device) through `forward` (the model, or
+  // its DDP wrapper).
   std::function<std::vector<Tensor>(const std::vector<int64_t>& rows)> batch;
   std::function<Tensor(const std::vector<Tensor>& batch, const Forward& forward)> batch_loss;
   // Accuracy: `correct(lo, hi)` counts the right predictions on evaluation items lo..hi-1 (called in eval mode

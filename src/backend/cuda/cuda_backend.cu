@@ -168,10 +168,14 @@ class DeviceAllocator {
       try {
         owner_[p] = capture_pool_;
         capture_pool_->blocks.push_back(p);
-      } catch (...) {
-        owner_.erase(p);
-        free_[b].push_back(p);  // reserved by the vector above (it held p a moment ago)
-        throw std::bad_alloc();
+      } catch (...) {     // no host memory for the bookkeeping: the block goes back to the cache (or leaks, if that
+        owner_.erase(p);  // fails too: no cudaFree while capturing)
+        try {
+          free_[b].push_back(p);
+          cached_ += static_cast<int64_t>(b);
+        } catch (...) {
+        }
+        throw;
       }
     }
     return account(p, b);
