@@ -5,7 +5,7 @@
 # Steps, most important first, so that a run cut short by its budget loses the least: configure (Release,
 # -DCMAKE_CUDA_ARCHITECTURES=90) and build, `blas` (oxmera doctor: the CPU side must use OpenBLAS, or
 # every CPU-vs-GPU figure is wrong), the `cuda` test label, compute-sanitizer memcheck and racecheck over
-# the cuda suite, the GPU benchmarks, the demo training on the GPU (eagerly and as a replayed CUDA graph), the research workload on the GPU (f32)
+# the cuda suite, the GPU benchmarks, the demo training on the GPU (eagerly and as a replayed CUDA graph), the research workload on the GPU (f32, eagerly and with CUDA graphs)
 # and on the CPU at the same dtype, and — opt-in, GPU_CHECK_TORCH=1 — the research workload side by side
 # with the machine's PyTorch (bench/compare.sh). One summary table at the end.
 #
@@ -145,8 +145,10 @@ step train_cuda 15 "$ox" train --device cuda --epochs 5
 # the same run with its step captured once as a CUDA graph and replayed (issue #18: where a small model's GPU step
 # should beat the CPU's); its epoch times against train_cuda's are the graph's figure
 step train_graph 15 "$ox" train --device cuda --graph --epochs 5
-step research_cuda 30 "$ox" bench research --device cuda --out "$logs/research_cuda.json"
-step research_cpu 30 env OMP_NUM_THREADS=1 "$ox" bench research --device cpu --dtype f32 --out "$logs/research_cpu.json"
+step research_cuda 20 "$ox" bench research --device cuda --out "$logs/research_cuda.json"
+# each fit's step captured as a CUDA graph and replayed (the DPP fits' logdet checks stay on the device)
+step research_graph 20 "$ox" bench research --device cuda --graph --out "$logs/research_graph.json"
+step research_cpu 20 env OMP_NUM_THREADS=1 "$ox" bench research --device cpu --dtype f32 --out "$logs/research_cpu.json"
 if [ "${GPU_CHECK_TORCH:-0}" != 1 ]; then
   skip compare_torch "opt-in: GPU_CHECK_TORCH=1"
 elif [ "$dry" = 1 ] || python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -168,7 +170,7 @@ summary() {
   done
   [ -f "$logs/blas.log" ] && { echo "---- blas (oxmera doctor)"; cat "$logs/blas.log"; }
   if [ -f "$logs/bench.log" ]; then echo "---- benchmarks"; cat "$logs/bench.log"; fi
-  for s in train_cuda train_graph research_cuda research_cpu; do
+  for s in train_cuda train_graph research_cuda research_graph research_cpu; do
     [ -f "$logs/$s.log" ] && { echo "---- $s"; cat "$logs/$s.log"; }
   done
   if [ -f "$logs/compare_torch.log" ]; then echo "---- compare_torch (oxmera vs PyTorch, both on the GPU)"; grep -v "^\[" "$logs/compare_torch.log"; fi

@@ -125,9 +125,10 @@ class HostMemoryDevice final : public d::Backend {
   // CUDA graphs, as the CUDA backend captures them: while capturing, a kernel is recorded (with a copy of its
   // tensors' geometry and data pointers, as a GPU launch captures its arguments) instead of run, and a replay runs
   // the records in order. Allocations come from the capture's pool (fake_device.hpp's deallocate keeps a pool block
-  // reserved until the graph goes). Transfers and waits are refused; of the fused ops only the optimizer steps and
-  // scans are offered while capturing (the others' call structs hold borrowed tensors that are gone by the replay,
-  // and copying each kind is not worth it here: their composite fallbacks run instead, as ordinary kernels).
+  // reserved until the graph goes). Transfers and waits are refused; of the fused ops only the optimizer steps,
+  // scans and the small linear algebra are offered while capturing (the others' call structs hold borrowed tensors
+  // that are gone by the replay, and copying each kind is not worth it here: their composite fallbacks run
+  // instead, as ordinary kernels).
   bool can_capture() const override { return offer_graphs; }
   void begin_capture() override {
     run_queue();
@@ -309,8 +310,7 @@ class HostMemoryDevice final : public d::Backend {
   // device offers nothing, so every fused op takes its composite fallback (ordinary kernels only).
   bool supports(const ops::FusedCall& call) const override {
     if (!offer_fused) return false;
-    if (capturing_ && ops::fused_op(call) != ops::FusedOp::OptimizerSteps && ops::fused_op(call) != ops::FusedOp::Scan)
-      return false;
+    if (capturing_ && !offered_while_capturing(ops::fused_op(call))) return false;
     switch (ops::fused_op(call)) {
       case ops::FusedOp::LogdetSpd:
         return small_linalg(std::get<ops::LogdetSpdCall>(call).a->dtype, std::get<ops::LogdetSpdCall>(call).n);
@@ -382,44 +382,99 @@ class HostMemoryDevice final : public d::Backend {
 
  private:
   static bool small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= d::kSpdMaxN; }
-  // Small linear algebra: the CUDA kernels' per-matrix functions, one matrix (or column) at a time.
-  void logdet_spd(ops::LogdetSpdCall& c) {
-    ++linalg_kernel_calls;
-    note_kernel("logdet_spd");
-    const int64_t n = c.n;
-    std::vector<double> work(static_cast<size_t>(d::spd_work_size(static_cast<int>(n))));
-    c.fail = {};
-    for (int64_t b = 0; b < c.count; ++b) {
-      const d::SpdPivot p =
-          d::spd_logdet_inverse(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
-                                c.logdet->ptr<float>() + b, c.inverse ? c.inverse->ptr<float>() + b * n * n : nullptr);
-      if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
-    }
+  static bool offered_while_capturing(ops::FusedOp op) {
+    return op == ops::FusedOp::OptimizerSteps || op == ops::FusedOp::Scan || op == ops::FusedOp::LogdetSpd ||
+           op == ops::FusedOp::CholeskySpd || op == ops::FusedOp::SolveTriangularSmall;
   }
-  void cholesky_spd(ops::CholeskySpdCall& c) {
-    ++linalg_kernel_calls;
-    note_kernel("cholesky_spd");
-    const int64_t n = c.n;
-    std::vector<double> work(static_cast<size_t>(d::spd_work_size(static_cast<int>(n))));
-    c.fail = {};
-    for (int64_t b = 0; b < c.count; ++b) {
-      const d::SpdPivot p = d::spd_cholesky(c.a->ptr<float>() + b * n * n, static_cast<int>(n), work.data(),
-                                            c.L->ptr<float>() + b * n * n);
-      if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
+  // Small linear algebra: the CUDA kernels' per-matrix functions (a warp's lanes run one after another, in reverse
+  // order), one matrix (or column) at a time, reporting as
+  // the CUDA kernels do (ops::SpdReport: per-matrix info, the first-failure word's atomic min; else `fail`, which
+  // the CUDA backend reads back with a wait). While capturing they are recorded like any kernel; a call that wants
+  // its answer on the host at once (empty report) is refused then, as on CUDA.
+  template <class Call>
+  static void report(Call& c, int64_t b, int pivot, double value) {
+    if (c.report.info) c.report.info->template ptr<int64_t>()[b] = pivot < 0 ? 0 : pivot + 1;
+    if (pivot < 0) return;
+    if (c.report.first) {
+      int64_t& word = c.report.first->template ptr<int64_t>()[0];
+      word = std::min(word, d::spd_failure_key(c.report.tag, b, pivot));
     }
+    if (c.report.empty() && c.fail.batch < 0) c.fail = {b, pivot, value};
   }
-  void solve_triangular_small(ops::SolveTriangularSmallCall& c) {
+  template <class Call, class Run>
+  void spd_kernel(Call& c, const char* what, Run run) {
+    if (capturing_) {
+      if (c.report.empty()) refuse_in_capture(what, "reads its failure flags on the host");
+      // The tensors' geometry and pointers as a launch captures them; the replay runs a copy of the call on them.
+      std::vector<std::shared_ptr<d::TensorImpl>> keep;
+      Call again = c;
+      auto rebind = [&keep](auto*& t) {
+        if (t == nullptr) return;
+        keep.push_back(snap(*t));
+        t = keep.back().get();
+      };
+      rebind_call(again, rebind);
+      return record(what, [again, keep, run] {
+        Call c = again;
+        run(c);
+      });
+    }
     ++linalg_kernel_calls;
-    note_kernel("solve_triangular_small");
-    const int64_t n = c.n, k = c.k;
-    std::vector<double> work(static_cast<size_t>(n));
+    note_kernel(what);
     c.fail = {};
-    for (int64_t b = 0; b < c.count; ++b)
-      for (int64_t col = 0; col < k; ++col) {
-        const int row = d::tri_solve_column(c.t->ptr<float>() + b * n * n, static_cast<int>(n),
-                                            c.x->ptr<float>() + b * n * k + col, k, c.upper, work.data());
-        if (row >= 0 && c.fail.batch < 0) c.fail = {b, row, 0.0};
+    run(c);
+  }
+  template <class F>
+  static void rebind_call(ops::LogdetSpdCall& c, F rebind) {
+    rebind(c.a), rebind(c.logdet), rebind(c.inverse), rebind(c.report.info), rebind(c.report.first);
+  }
+  template <class F>
+  static void rebind_call(ops::CholeskySpdCall& c, F rebind) {
+    rebind(c.a), rebind(c.L), rebind(c.report.info), rebind(c.report.first);
+  }
+  template <class F>
+  static void rebind_call(ops::SolveTriangularSmallCall& c, F rebind) {
+    rebind(c.t), rebind(c.x), rebind(c.report.info), rebind(c.report.first);
+  }
+  void logdet_spd(ops::LogdetSpdCall& call) {
+    spd_kernel(call, "logdet_spd", [](ops::LogdetSpdCall& c) {
+      const int64_t n = c.n;
+      std::vector<double> tile(d::kSpdWarpTile);
+      const d::SequentialWarp w{true};
+      for (int64_t b = 0; b < c.count; ++b) {
+        const d::SpdPivot p = d::spd_warp_logdet_inverse(w, c.a->ptr<float>() + b * n * n, static_cast<int>(n),
+                                                         tile.data(), c.logdet->ptr<float>() + b,
+                                                         c.inverse ? c.inverse->ptr<float>() + b * n * n : nullptr);
+        report(c, b, p.pivot, p.value);
       }
+    });
+  }
+  void cholesky_spd(ops::CholeskySpdCall& call) {
+    spd_kernel(call, "cholesky_spd", [](ops::CholeskySpdCall& c) {
+      const int64_t n = c.n;
+      std::vector<double> tile(d::kSpdWarpTile);
+      const d::SequentialWarp w{true};
+      for (int64_t b = 0; b < c.count; ++b) {
+        const d::SpdPivot p = d::spd_warp_cholesky(w, c.a->ptr<float>() + b * n * n, static_cast<int>(n), tile.data(),
+                                                   c.L->ptr<float>() + b * n * n);
+        report(c, b, p.pivot, p.value);
+      }
+    });
+  }
+  void solve_triangular_small(ops::SolveTriangularSmallCall& call) {
+    spd_kernel(call, "solve_triangular_small", [](ops::SolveTriangularSmallCall& c) {
+      const int64_t n = c.n, k = c.k;
+      std::vector<double> work(static_cast<size_t>(n));
+      for (int64_t b = 0; b < c.count; ++b) {
+        int pivot = -1;
+        for (int64_t col = 0; col < k; ++col) {
+          const int row = d::tri_solve_column(c.t->ptr<float>() + b * n * n, static_cast<int>(n),
+                                              c.x->ptr<float>() + b * n * k + col, k, c.upper, work.data());
+          if (col == 0) pivot = row;
+        }
+        report(c, b, pivot, 0.0);
+      }
+    });
   }
   // Scans and sort indices (f32, i64 as on CUDA): the CUDA kernels' per-row functions, one row at a time.
   static bool scan_sort_dtype(DType dtype) { return dtype == DType::F32 || dtype == DType::I64; }
@@ -455,14 +510,22 @@ class HostMemoryDevice final : public d::Backend {
       scan_sort_typed<float>(call);
   }
   // A kernel argument as a GPU launch captures it: the tensor's geometry and data pointer, not the tensor (whose
-  // block the capture's pool keeps). The alias owns a Storage object that does not own the memory.
+  // block the capture's pool keeps). The alias owns a Storage object that does not own the memory. A 0-d host tensor
+  // (a scalar operand, which the CUDA backend passes to its kernel by value) is copied: the launch holds its value,
+  // and the host tensor may be gone by the replay.
   using Snap = std::shared_ptr<d::TensorImpl>;
   static Snap snap(const d::TensorImpl& t) {
     d::TensorImpl* c = d::new_impl();
     auto* st = new d::Storage();
+    const bool by_value = t.storage->device.is_cpu();
     st->data = t.storage->data;
     st->nbytes = t.storage->nbytes;
     st->device = t.storage->device;
+    if (by_value) {
+      st->data = std::malloc(t.storage->nbytes == 0 ? 1 : t.storage->nbytes);
+      if (st->data == nullptr) throw std::bad_alloc();
+      if (t.storage->nbytes) std::memcpy(st->data, t.storage->data, t.storage->nbytes);
+    }
     c->storage = d::Ref<d::Storage>::adopt(st);
     c->shape = t.shape;
     c->strides = t.strides;
@@ -470,8 +533,9 @@ class HostMemoryDevice final : public d::Backend {
     c->numel = t.numel;
     c->dtype = t.dtype;
     c->contiguous = t.contiguous;
-    return Snap(c, [](d::TensorImpl* p) {
-      p->storage->data = nullptr;  // not ours to free
+    return Snap(c, [by_value](d::TensorImpl* p) {
+      if (by_value) std::free(p->storage->data);
+      p->storage->data = nullptr;  // ours freed above when copied; else not ours to free
       d::destroy(p);
     });
   }

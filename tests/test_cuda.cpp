@@ -42,6 +42,18 @@ Tensor uni(const Shape& s, double lo, double hi, uint64_t seed) { return rand(s,
 Tensor gpu(const Tensor& t) { return t.to(kGpu); }
 Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
 
+// The kind of the error `f` throws (nothing when it throws none), with its text in `what`.
+template <class F>
+std::optional<ErrorKind> error_kind(F&& f, std::string* what = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (what) *what = e.what();
+    return e.kind();
+  }
+  return std::nullopt;
+}
+
 // Elementwise: 1e-5 relative (plus a tiny absolute floor for values near 0).
 void expect_match(const Tensor& got_gpu, const Tensor& want_cpu, const std::string& what, double rtol = 1e-5,
                   double atol = 1e-6) {
@@ -494,10 +506,59 @@ TEST(Cuda, LogdetOnTheDeviceMatchesCpu) {
     NoGradGuard ng;
     expect_match(linalg::logdet(gpu(a.detach())), l.detach(), "logdet without grad " + s.str(), 1e-5, 1e-5);
   }
+  // A matrix that is not positive definite: logdet does not wait for its check on the device; the failure is
+  // thrown at the next read-back (the earliest failing call's), and the failing entry is NaN. (On a device without
+  // the small-linalg kernels, the host path reports at the call.)
   Tensor bad = eye(4).expand({3, 6, 4, 4}).contiguous();
   bad.select(0, 2).select(0, 5).select(0, 1).select(0, 1).fill_(-1.0);
-  EXPECT_OXM_ERROR(linalg::logdet(gpu(bad)), NotPositiveDefinite, "batch index 17 [2, 5]");
-  EXPECT_OXM_ERROR(linalg::logdet(gpu(bad)), NotPositiveDefinite, "Cholesky pivot 1 is -1");
+  Tensor later_bad = eye(4).expand({5, 4, 4}).contiguous();
+  later_bad.select(0, 1).select(0, 0).select(0, 0).fill_(0.0);
+  Tensor ld, ld_later;
+  std::string what;
+  const std::optional<ErrorKind> kind = error_kind(
+      [&] {
+        ld = linalg::logdet(gpu(bad));
+        ld_later = linalg::logdet(gpu(later_bad));
+        (void)host(ld);
+      },
+      &what);
+  EXPECT_EQ(kind, ErrorKind::NotPositiveDefinite);
+  EXPECT_NE(what.find("batch index 17 [2, 5]"), std::string::npos) << what;
+  EXPECT_NE(what.find("Cholesky pivot 1"), std::string::npos) << what;
+  if (ld_later.defined()) {  // the device's kernels: both calls ran, the earlier one's failure was reported
+    EXPECT_NE(what.find("found at the next read-back"), std::string::npos) << what;
+    const Tensor got = host(ld);  // reported once: the checks are done
+    EXPECT_TRUE(std::isnan(got.select(0, 2).select(0, 5).item<float>()));
+    EXPECT_EQ(got.select(0, 2).select(0, 4).item<float>(), 0.0f);
+    EXPECT_TRUE(std::isnan(host(ld_later).select(0, 1).item<float>()));
+  }
+  // On the CPU the error comes at once.
+  EXPECT_OXM_ERROR(linalg::logdet(bad), NotPositiveDefinite, "batch index 17 [2, 5]");
+}
+
+// cholesky_ex (torch.linalg.cholesky_ex): per-matrix info codes instead of an error, on the CPU and on the device
+// (no wait there), NaN factors for the failing matrices; check_errors gives cholesky's error.
+TEST(Cuda, CholeskyExReportsInfoWithoutAnError) {
+  NEED_GPU();
+  Tensor a = eye(4).expand({2, 3, 4, 4}).contiguous() * 2.0;
+  a.select(0, 1).select(0, 0).select(0, 2).select(0, 2).fill_(-3.0);  // batch 3: the leading minor of order 3 fails
+  a.select(0, 1).select(0, 2).select(0, 0).select(0, 0).fill_(0.0);   // batch 5: order 1
+  for (Device dev : {Device::cpu(), kGpu}) {
+    const std::string tag = dev.str();
+    const Tensor in = dev.is_cpu() ? a : gpu(a);
+    linalg::CholeskyExResult r = linalg::cholesky_ex(in);
+    EXPECT_EQ(r.info.device(), dev) << tag;
+    EXPECT_EQ(r.info.dtype(), DType::I64) << tag;
+    EXPECT_EQ(r.info.shape(), (Shape{2, 3})) << tag;
+    EXPECT_EQ(host(r.info).reshape({6}).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0, 3, 0, 1})) << tag;
+    const Tensor L = host(r.L);
+    EXPECT_TRUE(std::isnan(L.select(0, 1).select(0, 0).select(0, 3).select(0, 3).item<float>())) << tag;
+    expect_close(values(L.select(0, 0)), values(linalg::cholesky(a.select(0, 0))), 1e-6, 1e-6,
+                 "cholesky_ex good batch " + tag);
+    EXPECT_OXM_ERROR(linalg::cholesky_ex(in, true), NotPositiveDefinite, "batch index 3 [1, 0]");
+    linalg::CholeskyExResult ok = linalg::cholesky_ex(in.select(0, 0), true);
+    EXPECT_EQ(host(ok.info).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0})) << tag;
+  }
 }
 
 // cholesky and solve_triangular run on the device for n <= 32 (and cholesky_solve, solve, inverse through
@@ -538,8 +599,23 @@ TEST(Cuda, CholeskyAndTriangularSolvesOnTheDeviceMatchCpu) {
   bad.select(0, 3).select(0, 2).select(0, 2).fill_(0.0);
   EXPECT_OXM_ERROR(linalg::cholesky(gpu(bad)), NotPositiveDefinite, "batch index 3 [3]");
   EXPECT_OXM_ERROR(linalg::cholesky(gpu(bad)), NotPositiveDefinite, "pivot 2 is 0");
-  EXPECT_OXM_ERROR(linalg::solve_triangular(gpu(bad), gpu(ones({4, 5, 1})), false), InvalidArgument,
-                   "zero on its diagonal at row 2");
+  // solve_triangular does not wait for its check on the device: the zero diagonal is reported at the next
+  // read-back, and that matrix's solution is NaN (at the call on a device without the kernels).
+  Tensor x;
+  std::string what;
+  const std::optional<ErrorKind> kind = error_kind(
+      [&] {
+        x = linalg::solve_triangular(gpu(bad), gpu(ones({4, 5, 1})), false);
+        (void)host(x);
+      },
+      &what);
+  EXPECT_EQ(kind, ErrorKind::InvalidArgument);
+  EXPECT_NE(what.find("zero on its diagonal at row 2"), std::string::npos) << what;
+  if (x.defined()) {
+    const Tensor xs = host(x);
+    EXPECT_TRUE(std::isnan(xs.select(0, 3).select(0, 0).item<float>()));
+    EXPECT_EQ(xs.select(0, 2).select(0, 4).item<float>(), 1.0f);
+  }
 }
 
 // The research workload (2 epochs, f32) on the GPU tracks the same run on the CPU.
@@ -754,18 +830,6 @@ TEST(CudaNccl, OneRankCollectivesOnTheBackendStream) {
 
 // ---------------------------------------------------------------- CUDA graphs (oxmera::cuda::Graph)
 namespace {
-
-// The kind of the error `f` throws (nothing when it throws none), with its text in `what`.
-template <class F>
-std::optional<ErrorKind> error_kind(F&& f, std::string* what = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (what) *what = e.what();
-    return e.kind();
-  }
-  return std::nullopt;
-}
 
 std::shared_ptr<nn::Sequential> graph_test_model() {
   Generator gen(5);
@@ -1023,6 +1087,44 @@ TEST(CudaGraph, OutOfRangeIndicesInAReplayAreReported) {
   target.copy_(gpu(from_vector<int64_t>({0, 3, 1, 1}, {4})));
   ce.replay();
   EXPECT_TRUE(std::isnan(host(loss).item<float>())) << "a class target out of range";
+}
+
+// The small linear algebra inside a capture: logdet and solve_triangular report failing matrices on the device, and
+// replay() reads that report (one wait) and throws the op's own error after a failing replay; the next good replay
+// runs normally. cholesky, which waits for its check, is refused; cholesky_ex (info on the device) is captured.
+TEST(CudaGraph, SmallLinearAlgebraFailuresInAReplayAreReported) {
+  NEED_GPU();
+  if (std::getenv("OXMERA_TEST_DEVICE_NO_FUSED"))
+    GTEST_SKIP() << "the test device offers no small-linalg kernels in this run (their host path cannot be captured)";
+  Tensor B = uni({3, 4, 4}, -1, 1, 21);
+  const Tensor good = matmul(B, B.transpose(-1, -2)) + eye(4);
+  Tensor a = gpu(good), rhs = gpu(uni({3, 4, 2}, -1, 1, 22));
+  (void)host(linalg::logdet(a));  // kernels loaded, nothing pending
+  cuda::Graph g;
+  Tensor ld, x, info;
+  {
+    cuda::GraphCapture capture(g);
+    ld = linalg::logdet(a);
+    x = linalg::solve_triangular(a, rhs, false);
+    info = linalg::cholesky_ex(a).info;
+    EXPECT_OXM_ERROR(linalg::cholesky(a), InvalidArgument, "reads its failure flags on the host");
+  }
+  g.replay();
+  expect_match(ld, linalg::logdet(good), "captured logdet", 1e-5, 1e-5);
+  expect_match(x, linalg::solve_triangular(good, host(rhs), false), "captured solve_triangular", 1e-4, 1e-5);
+  EXPECT_EQ(host(info).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
+  Tensor bad = good.clone();
+  bad.select(0, 1).select(0, 2).select(0, 2).fill_(-5.0);
+  a.copy_(gpu(bad));
+  std::string what;
+  EXPECT_EQ(error_kind([&] { g.replay(); }, &what), ErrorKind::NotPositiveDefinite);
+  EXPECT_NE(what.find("batch index 1"), std::string::npos) << what;
+  EXPECT_NE(what.find("found after cuda::Graph::replay()"), std::string::npos) << what;
+  EXPECT_TRUE(std::isnan(host(ld).select(0, 1).item<float>()));
+  EXPECT_EQ(host(info).to_vector<int64_t>(), (std::vector<int64_t>{0, 3, 0}));
+  a.copy_(gpu(good));
+  g.replay();  // the report starts again from nothing
+  expect_match(ld, linalg::logdet(good), "after the error", 1e-5, 1e-5);
 }
 
 // A tensor made before the capture, read by the captured work and dropped inside the capture: its memory is kept for

@@ -660,18 +660,19 @@ TEST(CudaSpdMath, LogdetWithoutInverseAndFailedPivots) {
   // A negative diagonal entry fails at its pivot; a rank-deficient matrix at the first zero pivot; NaN fails.
   std::vector<double> bad = a;
   bad[3 * n + 3] = -1.0;
-  double untouched = 42;
-  SpdPivot p = spd_logdet_inverse(bad.data(), n, work.data(), &untouched, inv.data());
+  double failed = 42;
+  SpdPivot p = spd_logdet_inverse(bad.data(), n, work.data(), &failed, inv.data());
   EXPECT_EQ(p.pivot, 3);
   EXPECT_LT(p.value, 0);
-  EXPECT_EQ(untouched, 42);
+  EXPECT_TRUE(std::isnan(failed));  // a failing matrix's outputs are NaN
+  for (double v : inv) EXPECT_TRUE(std::isnan(v));
   std::vector<double> ones(static_cast<size_t>(n * n), 1.0);  // rank 1: pivot 1 is exactly 0
-  p = spd_logdet_inverse(ones.data(), n, work.data(), &untouched, inv.data());
+  p = spd_logdet_inverse(ones.data(), n, work.data(), &failed, inv.data());
   EXPECT_EQ(p.pivot, 1);
   EXPECT_EQ(p.value, 0.0);
   std::vector<double> nan = a;
   nan[0] = std::nan("");
-  p = spd_logdet_inverse(nan.data(), n, work.data(), &untouched, inv.data());
+  p = spd_logdet_inverse(nan.data(), n, work.data(), &failed, inv.data());
   EXPECT_EQ(p.pivot, 0);
   EXPECT_TRUE(std::isnan(p.value));
 }
@@ -696,10 +697,10 @@ TEST(CudaSpdMath, CholeskyFactorReproducesTheMatrix) {
       }
     std::vector<float> bad = a;
     bad[static_cast<size_t>((n - 1) * n + (n - 1))] = -5.0f;
-    std::vector<float> untouched(static_cast<size_t>(n * n), 9.0f);
-    const SpdPivot p = spd_cholesky(bad.data(), n, work.data(), untouched.data());
+    std::vector<float> failed(static_cast<size_t>(n * n), 9.0f);
+    const SpdPivot p = spd_cholesky(bad.data(), n, work.data(), failed.data());
     EXPECT_EQ(p.pivot, n - 1);
-    EXPECT_EQ(untouched[0], 9.0f);
+    for (float v : failed) EXPECT_TRUE(std::isnan(v));
   }
 }
 
@@ -725,12 +726,65 @@ TEST(CudaSpdMath, TriangularSolveColumns) {
             s += t[static_cast<size_t>(i * n + j)] * x[static_cast<size_t>(j * k + c)];
           EXPECT_NEAR(s, b[static_cast<size_t>(i * k + c)], 1e-12) << n << upper;
         }
-      // a zero on the diagonal: reported at the first row the solve reaches, x untouched
+      // a zero on the diagonal: reported at the first row the solve reaches, that column of x NaN
       if (n >= 2) {
         t[static_cast<size_t>(1 * n + 1)] = 0.0;
         x = b;
         EXPECT_EQ(tri_solve_column(t.data(), n, x.data(), k, upper, work.data()), 1);  // the only zero
-        EXPECT_EQ(x, b);
+        for (int i = 0; i < n; ++i) {
+          EXPECT_TRUE(std::isnan(x[static_cast<size_t>(i * k)]));
+          EXPECT_EQ(x[static_cast<size_t>(i * k + 1)], b[static_cast<size_t>(i * k + 1)]);  // other columns
+        }
       }
     }
+}
+
+// The warp-per-matrix functions (the CUDA kernels' layout) give the one-thread functions' results bit for bit,
+// whatever order a phase's lanes run in (a race between lanes of one phase would show as a difference), and fail
+// at the same pivot with NaN outputs. The tile is exactly kSpdWarpTile doubles: ASan builds catch any access
+// beyond it.
+TEST(CudaSpdMath, WarpPerMatrixMatchesThreadPerMatrix) {
+  std::mt19937_64 rng(19);
+  auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+  for (int n = 1; n <= kSpdMaxN; ++n)
+    for (bool reverse : {false, true})
+      for (int fail_at : {-1, n / 2}) {
+        const std::string tag =
+            "n " + std::to_string(n) + (reverse ? " reverse" : "") + " fail_at " + std::to_string(fail_at);
+        std::vector<double> a = random_spd<double>(n, rng);
+        if (fail_at >= 0) a[static_cast<size_t>(fail_at * n + fail_at)] = -1.0;
+        std::vector<float> af(a.begin(), a.end());
+        std::vector<double> work(static_cast<size_t>(spd_work_size(n))), tile(kSpdWarpTile);
+        const SequentialWarp w{reverse};
+        // f64 storage: logdet and inverse
+        std::vector<double> inv1(static_cast<size_t>(n * n)), inv2(static_cast<size_t>(n * n));
+        double ld1 = 0, ld2 = 0;
+        const SpdPivot p1 = spd_logdet_inverse(a.data(), n, work.data(), &ld1, inv1.data());
+        const SpdPivot p2 = spd_warp_logdet_inverse(w, a.data(), n, tile.data(), &ld2, inv2.data());
+        EXPECT_EQ(p2.pivot, p1.pivot) << tag;
+        EXPECT_TRUE(same(p2.value, p1.value)) << tag;
+        EXPECT_EQ(p1.pivot, fail_at) << tag;
+        EXPECT_TRUE(same(ld2, ld1)) << tag << ": " << ld2 << " vs " << ld1;
+        for (int e = 0; e < n * n; ++e)
+          ASSERT_TRUE(same(inv2[static_cast<size_t>(e)], inv1[static_cast<size_t>(e)])) << tag << " e " << e;
+        double ld3 = 0;  // without the inverse
+        EXPECT_EQ(spd_warp_logdet_inverse(w, a.data(), n, tile.data(), &ld3, static_cast<double*>(nullptr)).pivot,
+                  fail_at)
+            << tag;
+        EXPECT_TRUE(same(ld3, ld1)) << tag;
+        // f32 storage (what the GPU kernels read and write): the Cholesky factor
+        std::vector<float> L1(static_cast<size_t>(n * n), 5.0f), L2(static_cast<size_t>(n * n), 7.0f);
+        const SpdPivot c1 = spd_cholesky(af.data(), n, work.data(), L1.data());
+        const SpdPivot c2 = spd_warp_cholesky(w, af.data(), n, tile.data(), L2.data());
+        EXPECT_EQ(c2.pivot, c1.pivot) << tag;
+        for (int e = 0; e < n * n; ++e)
+          ASSERT_TRUE(same(L2[static_cast<size_t>(e)], L1[static_cast<size_t>(e)])) << tag << " e " << e;
+        if (fail_at < 0) {
+          EXPECT_EQ(p1.pivot, -1) << tag;
+          EXPECT_FALSE(std::isnan(ld1)) << tag;
+        } else {
+          EXPECT_TRUE(std::isnan(ld2)) << tag;
+          EXPECT_TRUE(std::isnan(inv2[0]) && std::isnan(L2[0])) << tag;
+        }
+      }
 }

@@ -128,17 +128,43 @@ TEST(FakeDevice, LinalgErrorsNameTheMatrixAsOnTheCpu) {
   NEED_FAKE_DEVICE();
   Tensor bad = eye(4).expand({3, 6, 4, 4}).contiguous();
   bad.select(0, 2).select(0, 5).select(0, 1).select(0, 1).fill_(-1.0);
-  EXPECT_OXM_ERROR(la::logdet(dev(bad)), NotPositiveDefinite, "batch index 17 [2, 5]");
-  EXPECT_OXM_ERROR(la::logdet(dev(bad)), NotPositiveDefinite, "Cholesky pivot 1 is -1");
+  // logdet and solve_triangular report at the next read-back (they do not wait for their checks), cholesky at once
+  EXPECT_OXM_ERROR(la::logdet(dev(bad)).to(Device::cpu()), NotPositiveDefinite, "batch index 17 [2, 5]");
+  EXPECT_OXM_ERROR(host(la::logdet(dev(bad))), NotPositiveDefinite, "Cholesky pivot 1 is not > 0");
   EXPECT_OXM_ERROR(la::cholesky(dev(bad)), NotPositiveDefinite, "batch index 17 [2, 5]");
+  EXPECT_OXM_ERROR(la::cholesky(dev(bad)), NotPositiveDefinite, "pivot 1 is -1");
   Tensor sing = eye(5).expand({4, 5, 5}).contiguous();
   sing.select(0, 3).select(0, 2).select(0, 2).fill_(0.0);
-  EXPECT_OXM_ERROR(la::solve_triangular(dev(sing), dev(ones({4, 5, 1})), false), InvalidArgument,
+  EXPECT_OXM_ERROR(la::solve_triangular(dev(sing), dev(ones({4, 5, 1})), false).sum().item<float>(), InvalidArgument,
                    "batch index 3 [3] has a zero on its diagonal at row 2");
   // the same inputs on the CPU give the same messages
   EXPECT_OXM_ERROR(la::logdet(bad), NotPositiveDefinite, "batch index 17 [2, 5]");
   EXPECT_OXM_ERROR(la::solve_triangular(sing, ones({4, 5, 1}), false), InvalidArgument,
                    "batch index 3 [3] has a zero on its diagonal at row 2");
+}
+
+// On a GPU, logdet and solve_triangular do not wait for their checks (a read-back per call): the failures are
+// kept on the device and read with the device's next read-back, or once kMaxPendingChecks (256) calls are pending.
+TEST(FakeDevice, SmallLinearAlgebraChecksDoNotWait) {
+  NEED_FAKE_DEVICE();
+  Tensor a = dev(spd({8, 6, 6}, 31)), rhs = dev(rand({8, 6, 1}, 32));
+  (void)host(la::logdet(a));
+  const int64_t reads0 = g_device->device_to_host, calls0 = g_device->linalg_kernel_calls;
+  Tensor acc = zeros({8}, DType::F32, kDev);
+  for (int i = 0; i < 300; ++i) acc = acc + la::logdet(a) + la::solve_triangular(a, rhs, false).sum({1, 2});
+  EXPECT_EQ(g_device->linalg_kernel_calls - calls0, 600);
+  EXPECT_EQ(g_device->device_to_host - reads0, 2) << "one read of the failure word per 256 checked calls";
+  const int64_t reads1 = g_device->device_to_host;
+  (void)host(acc);
+  EXPECT_EQ(g_device->device_to_host - reads1, 2) << "the result, then the pending checks' word";
+  (void)host(acc);
+  EXPECT_EQ(g_device->device_to_host - reads1, 3) << "nothing pending: the result alone";
+  // With a gradient the logdet saves its inverse on the device: still no wait.
+  Tensor ag = a.detach().requires_grad_();
+  const int64_t reads2 = g_device->device_to_host;
+  la::logdet(ag).sum().backward();
+  EXPECT_EQ(g_device->device_to_host, reads2);
+  expect_match(ag.grad(), la::inverse(a.to(Device::cpu())), "logdet gradient", 1e-4, 1e-5);
 }
 
 TEST(FakeDevice, IndexOpsTakeCpuOrDeviceIndicesForDeviceData) {
@@ -283,6 +309,38 @@ TEST(FakeDevice, ResearchWorkloadTakesTheDeviceLinalgPath) {
   o.dtype = "f64";
   EXPECT_THROW(oxmera_cli::research_fits(o), std::invalid_argument);
   EXPECT_GT(memory_stats(kDev).system_allocations, 0);
+}
+
+// `oxmera bench research --graph`: every fit's full-batch step captured once and replayed (the DPP fits' logdet
+// checks and pair indices stay on the device) gives the eager run's losses and metrics; the replays do the work.
+TEST(FakeDevice, ResearchWithACapturedStepFollowsTheEagerRun) {
+  NEED_FAKE_DEVICE();
+  OneIntraOpThread one;
+  oxmera_cli::ResearchOptions o;
+  o.epochs = 2;
+  o.replicas = 2;
+  o.seed = 5;
+  o.device = "cuda";
+  const auto eager = oxmera_cli::research_fits(o);
+  o.graph = true;
+  const int64_t replays0 = g_device->graph_replays, captured0 = g_device->graphs_captured;
+  const auto replayed = oxmera_cli::research_fits(o);
+  EXPECT_EQ(g_device->graphs_captured - captured0, 3) << "one graph per fit";
+  // 3277 training rows of the MLP (51 full batches of 64 per epoch), 815 training steps of the DPP fits (12 full
+  // batches): each fit's first full batch runs eagerly, every later one (the captured one included) is a replay.
+  EXPECT_EQ(g_device->graph_replays - replays0, (2 * 51 - 1) + 2 * (2 * 12 - 1));
+  ASSERT_EQ(replayed.size(), eager.size());
+  for (size_t f = 0; f < eager.size(); ++f)
+    for (size_t r = 0; r < 2; ++r) {
+      const std::string tag = eager[f].name + " replica " + std::to_string(r);
+      EXPECT_NEAR(replayed[f].first_epoch_loss[r], eager[f].first_epoch_loss[r],
+                  1e-5 * std::abs(eager[f].first_epoch_loss[r]))
+          << tag;
+      EXPECT_NEAR(replayed[f].train_loss[r], eager[f].train_loss[r], 1e-5 * std::abs(eager[f].train_loss[r])) << tag;
+      EXPECT_NEAR(replayed[f].metric[r], eager[f].metric[r], 1e-5 * std::abs(eager[f].metric[r]) + 1e-6) << tag;
+    }
+  o.device = "cpu";
+  EXPECT_THROW(oxmera_cli::research_fits(o), std::invalid_argument);
 }
 
 }  // namespace

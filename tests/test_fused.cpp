@@ -395,18 +395,18 @@ TEST(FusedFallback, SmallLinalgMatchesTheHostPath) {
       const double t = dt == DType::F64 ? 1e-10 : 2e-4;
       Tensor a = spd({3, n, n}, 40 + static_cast<uint64_t>(n), dt);
       Tensor ld = empty({3}, dt), inv = empty({3, n, n}, dt), L = empty({3, n, n}, dt);
-      ops::FusedCall c1 = ops::LogdetSpdCall{a.impl(), 3, n, ld.impl(), inv.impl(), {}};
+      ops::FusedCall c1 = ops::LogdetSpdCall{a.impl(), 3, n, ld.impl(), inv.impl(), {}, {}};
       ops::run_fused_fallback(c1, kCpu);
       EXPECT_LT(std::get<ops::LogdetSpdCall>(c1).fail.batch, 0) << what;
       expect_close(values(ld), values(la::logdet(a)), t, t, "logdet " + what);
       expect_close(values(inv), values(la::inverse(a)), t, t, "inverse " + what);
-      ops::FusedCall c2 = ops::CholeskySpdCall{a.impl(), 3, n, L.impl(), {}};
+      ops::FusedCall c2 = ops::CholeskySpdCall{a.impl(), 3, n, L.impl(), {}, {}};
       ops::run_fused_fallback(c2, kCpu);
       expect_close(values(L), values(la::cholesky(a)), t, t, "cholesky " + what);
       for (bool upper : {false, true}) {
         Tensor T = (upper ? L.transpose(-1, -2) : L).contiguous(), b = randn({3, n, 2}, 7, dt);
         Tensor x = b.clone();
-        ops::FusedCall c3 = ops::SolveTriangularSmallCall{T.impl(), x.impl(), 3, n, 2, upper, {}};
+        ops::FusedCall c3 = ops::SolveTriangularSmallCall{T.impl(), x.impl(), 3, n, 2, upper, {}, {}};
         ops::run_fused_fallback(c3, kCpu);
         expect_close(values(x), values(la::solve_triangular(T, b, upper)), t, t, "solve_triangular " + what);
       }
@@ -414,18 +414,18 @@ TEST(FusedFallback, SmallLinalgMatchesTheHostPath) {
   Tensor bad = eye(3, DType::F64).expand({4, 3, 3}).contiguous();
   bad.select(0, 2).select(0, 1).select(0, 1).fill_(-2.0);
   Tensor ld = empty({4}, DType::F64), L = empty({4, 3, 3}, DType::F64);
-  ops::FusedCall c1 = ops::LogdetSpdCall{bad.impl(), 4, 3, ld.impl(), nullptr, {}};
+  ops::FusedCall c1 = ops::LogdetSpdCall{bad.impl(), 4, 3, ld.impl(), nullptr, {}, {}};
   ops::run_fused_fallback(c1, kCpu);
   const auto& f1 = std::get<ops::LogdetSpdCall>(c1).fail;
   EXPECT_EQ(f1.batch, 2);
   EXPECT_EQ(f1.pivot, 1);
   EXPECT_EQ(f1.value, -2.0);
-  ops::FusedCall c2 = ops::CholeskySpdCall{bad.impl(), 4, 3, L.impl(), {}};
+  ops::FusedCall c2 = ops::CholeskySpdCall{bad.impl(), 4, 3, L.impl(), {}, {}};
   ops::run_fused_fallback(c2, kCpu);
   EXPECT_EQ(std::get<ops::CholeskySpdCall>(c2).fail.batch, 2);
   Tensor sing = eye(3, DType::F64).expand({2, 3, 3}).contiguous(), x = ones({2, 3, 1}, DType::F64);
   sing.select(0, 1).select(0, 2).select(0, 2).fill_(0.0);
-  ops::FusedCall c3 = ops::SolveTriangularSmallCall{sing.impl(), x.impl(), 2, 3, 1, false, {}};
+  ops::FusedCall c3 = ops::SolveTriangularSmallCall{sing.impl(), x.impl(), 2, 3, 1, false, {}, {}};
   ops::run_fused_fallback(c3, kCpu);
   EXPECT_EQ(std::get<ops::SolveTriangularSmallCall>(c3).fail.batch, 1);
   EXPECT_EQ(std::get<ops::SolveTriangularSmallCall>(c3).fail.pivot, 2);
@@ -460,8 +460,8 @@ TEST(NoFusedOps, TheTestDeviceOffersWhatTheCpuOffersAndTheSmallLinalg) {
   Tensor loss = dev(empty({4})), lse = dev(empty({4}));
   ops::FusedCall ce = ops::CrossEntropyCall{x.impl(), t.impl(), 0, 1, loss.impl(), lse.impl()};
   Tensor a = dev(eye(4)), a40 = dev(eye(40));
-  ops::FusedCall ch = ops::CholeskySpdCall{a.impl(), 1, 4, nullptr, {}};
-  ops::FusedCall ch40 = ops::CholeskySpdCall{a40.impl(), 1, 40, nullptr, {}};
+  ops::FusedCall ch = ops::CholeskySpdCall{a.impl(), 1, 4, nullptr, {}, {}};
+  ops::FusedCall ch40 = ops::CholeskySpdCall{a40.impl(), 1, 40, nullptr, {}, {}};
   EXPECT_TRUE(ops::fused_supported(ce, kDev));
   EXPECT_TRUE(ops::fused_supported(ch, kDev));
   EXPECT_FALSE(ops::fused_supported(ch40, kDev));
@@ -721,10 +721,10 @@ TEST(NoFusedOps, RunFusedOnADeviceWithoutKernelsRunsTheFallbackThere) {
   NoFusedOps off;
   Tensor a = spd({3, 5, 5}, 93, DType::F32), ad = dev(a);
   Tensor ld = dev(empty({3})), L = dev(empty({3, 5, 5}));
-  ops::FusedCall c1 = ops::LogdetSpdCall{ad.impl(), 3, 5, ld.impl(), nullptr, {}};
+  ops::FusedCall c1 = ops::LogdetSpdCall{ad.impl(), 3, 5, ld.impl(), nullptr, {}, {}};
   ops::run_fused(c1, kDev);
   expect_match(ld, la::logdet(a), "logdet", 1e-5, 1e-5);
-  ops::FusedCall c2 = ops::CholeskySpdCall{ad.impl(), 3, 5, L.impl(), {}};
+  ops::FusedCall c2 = ops::CholeskySpdCall{ad.impl(), 3, 5, L.impl(), {}, {}};
   ops::run_fused(c2, kDev);
   expect_match(L, la::cholesky(a), "cholesky", 1e-5, 1e-5);
 }

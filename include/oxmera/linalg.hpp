@@ -12,7 +12,18 @@ inline constexpr double EIGH_SYMMETRY_TOL = 1e-5;
 // Lower Cholesky factor L of SPD a (a = L L^T); reads the lower triangle. NotPositiveDefinite names the
 // batch index and the failing pivot. Differentiable (the gradient is symmetrised, as torch's).
 Tensor cholesky(const Tensor& a);
-// log det a for SPD a (via Cholesky), [..., n, n] -> [...]. Differentiable (gradient a^{-1}).
+// torch.linalg.cholesky_ex: the factor and, per matrix, info (i64 [...] on a's device: 0, or i > 0 when the leading
+// minor of order i is not positive definite) without an error or, on a GPU, a wait for the check; a failing
+// matrix's L is NaN. With check_errors, cholesky's NotPositiveDefinite instead (info then all 0).
+struct CholeskyExResult {
+  Tensor L;
+  Tensor info;
+};
+CholeskyExResult cholesky_ex(const Tensor& a, bool check_errors = false);
+// log det a for SPD a (via Cholesky), [..., n, n] -> [...]. Differentiable (gradient a^{-1}). On a GPU (f32,
+// n <= 32) it does not wait for its check: a matrix that is not positive definite gets a NaN logdet and is
+// reported (NotPositiveDefinite naming it) at the device's next read-back to the host, or after the replay of a
+// CUDA graph that captured it.
 Tensor logdet(const Tensor& a);
 // det a for SPD a (exp of logdet). Differentiable.
 Tensor det(const Tensor& a);
@@ -22,7 +33,9 @@ Tensor solve(const Tensor& a, const Tensor& b);
 Tensor cholesky_solve(const Tensor& b, const Tensor& L);
 // Inverse of SPD a. Differentiable.
 Tensor inverse(const Tensor& a);
-// Solution x of t x = b for triangular t (lower unless `upper`); reads only that triangle. Differentiable.
+// Solution x of t x = b for triangular t (lower unless `upper`); reads only that triangle. Differentiable. A zero on
+// the diagonal is InvalidArgument; on a GPU (f32, n <= 32) it is found later, as logdet's failures, and the
+// solution is NaN.
 Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper);
 
 struct EighResult {

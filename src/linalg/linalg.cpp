@@ -10,6 +10,7 @@
 
 #include "autograd/node.hpp"
 #include "backend/cpu/parallel.hpp"
+#include "ops/device_checks.hpp"
 #include "ops/fused.hpp"
 #include "oxmera/autograd.hpp"
 
@@ -509,26 +510,34 @@ struct CholeskyOpsNode final : Node {
 };
 }  // namespace
 
-Tensor cholesky(const Tensor& a) {
-  check_square(a, "cholesky");
+namespace {
+// cholesky and cholesky_ex: with `info` null a failing matrix is NotPositiveDefinite (a device waits for its
+// check); otherwise *info gets torch's per-matrix codes (0, or the failing pivot + 1; i64 on a's device, no wait)
+// and a failing matrix's factor is NaN.
+Tensor cholesky_impl(const Tensor& a, Tensor* info) {
+  const char* op = info ? "cholesky_ex" : "cholesky";
+  check_square(a, op);
   const int64_t n = a.shape()[a.dim() - 1];
-  const int64_t count = Shape(a.shape().data(), a.dim() - 2).product();
+  const Shape batch(a.shape().data(), a.dim() - 2);
+  const int64_t count = batch.product();
   if (!a.device().is_cpu() && count > 0) {
     // The fused CholeskySpd when the device offers it (asked before anything is allocated), else the host path.
-    ops::FusedCall call = ops::CholeskySpdCall{a.impl(), count, n, nullptr, {}};
+    ops::FusedCall call = ops::CholeskySpdCall{a.impl(), count, n, nullptr, {}, {}};
     if (ops::fused_supported(call, a.device())) {
       Tensor src, L;
       {
         NoGradGuard ng;
         src = a.detach().contiguous();
         L = empty(a.shape(), a.dtype(), a.device());
+        if (info) *info = empty(batch, DType::I64, a.device());
       }
       auto& c = std::get<ops::CholeskySpdCall>(call);
       c.a = src.impl();
       c.L = L.impl();
+      if (info) c.report.info = info->impl();
       ops::run_fused(call, a.device());
       const detail::SpdFailure& fail = c.fail;
-      OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "cholesky: the matrix at batch index ",
+      OXM_CHECK(info || fail.batch < 0, NotPositiveDefinite, op, ": the matrix at batch index ",
                 batch_index_str(fail.batch, a.shape()), " of shape ", a.shape(), " is not positive definite: pivot ",
                 fail.pivot, " is ", fail.value, " (must be > 0)");
       if (detail::needs_tape(a)) {
@@ -548,16 +557,27 @@ Tensor cholesky(const Tensor& a) {
     for (int64_t blk = b0; blk < e0; ++blk)
       chol_soa(packed.data() + blk * nn2 * kLanes, n, fail.data() + blk * kLanes, bad.data() + blk * kLanes);
   });
-  for (int64_t b = 0; b < count; ++b)
-    OXM_CHECK(fail[b] < 0, NotPositiveDefinite, "cholesky: the matrix at batch index ", batch_index_str(b, a.shape()),
-              " of shape ", a.shape(), " is not positive definite: pivot ", fail[b], " is ", bad[b], " (must be > 0)");
+  if (info == nullptr)
+    for (int64_t b = 0; b < count; ++b)
+      OXM_CHECK(fail[b] < 0, NotPositiveDefinite, op, ": the matrix at batch index ", batch_index_str(b, a.shape()),
+                " of shape ", a.shape(), " is not positive definite: pivot ", fail[b], " is ", bad[b],
+                " (must be > 0)");
   Tensor L64 = empty(a.shape(), DType::F64);
   double* lp = L64.impl()->ptr<double>();
   for (int64_t b = 0; nn2 > 0 && b < count; ++b) {  // 0x0 matrices: packed is empty (its data() may be null)
     const double* src = packed.data() + (b / kLanes) * nn2 * kLanes + (b % kLanes);
     double* dst = lp + b * nn2;
+    if (fail[b] >= 0) {
+      std::fill(dst, dst + nn2, std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) dst[i * n + j] = j <= i ? src[(i * n + j) * kLanes] : 0.0;
+  }
+  if (info) {
+    Tensor codes = empty(batch, DType::I64);
+    for (int64_t b = 0; b < count; ++b) codes.impl()->ptr<int64_t>()[b] = fail[b] < 0 ? 0 : fail[b] + 1;
+    *info = codes.to(a.device());
   }
   Tensor L = to_like(L64, a);
   if (detail::needs_tape(a)) {
@@ -567,6 +587,20 @@ Tensor cholesky(const Tensor& a) {
     detail::set_history(L, node);
   }
   return L;
+}
+}  // namespace
+
+Tensor cholesky(const Tensor& a) { return cholesky_impl(a, nullptr); }
+
+CholeskyExResult cholesky_ex(const Tensor& a, bool check_errors) {
+  CholeskyExResult r;
+  if (check_errors) {
+    r.L = cholesky_impl(a, nullptr);
+    r.info = zeros(Shape(a.shape().data(), a.dim() - 2), DType::I64, a.device());
+    return r;
+  }
+  r.L = cholesky_impl(a, &r.info);
+  return r;
 }
 
 namespace {
@@ -616,7 +650,7 @@ Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
   bs.push_back(b.shape()[b.dim() - 1]);
   const int64_t count = batch.product(), k = b.shape()[b.dim() - 1];
   if (!t.device().is_cpu() && count > 0 && k > 0) {
-    ops::FusedCall call = ops::SolveTriangularSmallCall{t.impl(), nullptr, count, n, k, upper, {}};
+    ops::FusedCall call = ops::SolveTriangularSmallCall{t.impl(), nullptr, count, n, k, upper, {}, {}};
     if (ops::fused_supported(call, t.device())) {
       Tensor Tc, Xc;
       {
@@ -628,6 +662,11 @@ Tensor solve_triangular(const Tensor& t, const Tensor& b, bool upper) {
       auto& c = std::get<ops::SolveTriangularSmallCall>(call);
       c.t = Tc.impl();
       c.x = Xc.impl();
+      // No wait for the check (torch's solve_triangular does not check): a failure is thrown at the next read-back.
+      c.report = detail::defer_check(t.device(), count, [ts](int64_t batch, int row, const char* when) {
+        OXM_FAIL(InvalidArgument, "solve_triangular: the triangular matrix at batch index ", batch_index_str(batch, ts),
+                 " has a zero on its diagonal at row ", row, " (singular; ", when, "; its solution is NaN)");
+      });
       ops::run_fused(call, t.device());
       OXM_CHECK(c.fail.batch < 0, InvalidArgument, op, ": the triangular matrix at batch index ",
                 batch_index_str(c.fail.batch, ts), " has a zero on its diagonal at row ", c.fail.pivot, " (singular)");
@@ -758,7 +797,7 @@ struct LogdetInverseNode final : Node {
 };
 
 bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& out_shape, Tensor& out) {
-  ops::FusedCall call = ops::LogdetSpdCall{a.impl(), count, n, nullptr, nullptr, {}};
+  ops::FusedCall call = ops::LogdetSpdCall{a.impl(), count, n, nullptr, nullptr, {}, {}};
   if (!ops::fused_supported(call, a.device())) return false;  // before allocating anything on the device
   const bool grad = detail::needs_tape(a);
   Tensor src, ld, inv;
@@ -772,6 +811,12 @@ bool logdet_on_device(const Tensor& a, int64_t count, int64_t n, const Shape& ou
   c.a = src.impl();
   c.logdet = ld.impl();
   c.inverse = grad ? inv.impl() : nullptr;
+  // No wait for the check (torch's logdet does not check at all): a failure is thrown at the next read-back.
+  c.report = detail::defer_check(a.device(), count, [shape = a.shape()](int64_t batch, int pivot, const char* when) {
+    OXM_FAIL(NotPositiveDefinite, "logdet: the matrix at batch index ", batch_index_str(batch, shape), " of shape ",
+             shape, " is not positive definite: Cholesky pivot ", pivot, " is not > 0 (", when,
+             "; its logdet is NaN); logdet supports symmetric positive definite matrices");
+  });
   ops::run_fused(call, a.device());
   const detail::SpdFailure& fail = c.fail;
   OXM_CHECK(fail.batch < 0, NotPositiveDefinite, "logdet: the matrix at batch index ",

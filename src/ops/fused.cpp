@@ -303,36 +303,46 @@ void max_pool2d_backward_fallback(FusedCall& call, Device) {
 // A host round trip through the per-matrix functions the CUDA kernels run (f64 arithmetic inside, any n).
 namespace spd = detail;
 
+// Per-matrix pivots (-1: fine) of the host loops, reported as the call asks: `fail` when its report is empty,
+// else the report's device outputs (write_report, below the host-copy helpers).
 template <class T>
-void logdet_host(LogdetSpdCall& c, const T* a, T* logdet, T* inv) {
+std::vector<int> logdet_host(const LogdetSpdCall& c, const T* a, T* logdet, T* inv, std::vector<double>& values) {
   std::vector<double> work(static_cast<size_t>(spd::spd_work_size(static_cast<int>(c.n))));
+  std::vector<int> pivots(static_cast<size_t>(c.count));
   const int64_t nn = c.n * c.n;
   for (int64_t b = 0; b < c.count; ++b) {
     const spd::SpdPivot p = spd::spd_logdet_inverse(a + b * nn, static_cast<int>(c.n), work.data(), logdet + b,
                                                     inv ? inv + b * nn : nullptr);
-    if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
+    pivots[static_cast<size_t>(b)] = p.pivot;
+    values[static_cast<size_t>(b)] = p.value;
   }
+  return pivots;
 }
 
 template <class T>
-void cholesky_host(CholeskySpdCall& c, const T* a, T* L) {
+std::vector<int> cholesky_host(const CholeskySpdCall& c, const T* a, T* L, std::vector<double>& values) {
   std::vector<double> work(static_cast<size_t>(spd::spd_work_size(static_cast<int>(c.n))));
+  std::vector<int> pivots(static_cast<size_t>(c.count));
   const int64_t nn = c.n * c.n;
   for (int64_t b = 0; b < c.count; ++b) {
     const spd::SpdPivot p = spd::spd_cholesky(a + b * nn, static_cast<int>(c.n), work.data(), L + b * nn);
-    if (p.pivot >= 0 && c.fail.batch < 0) c.fail = {b, p.pivot, p.value};
+    pivots[static_cast<size_t>(b)] = p.pivot;
+    values[static_cast<size_t>(b)] = p.value;
   }
+  return pivots;
 }
 
 template <class T>
-void solve_host(SolveTriangularSmallCall& c, const T* t, T* x) {
+std::vector<int> solve_host(const SolveTriangularSmallCall& c, const T* t, T* x) {
   std::vector<double> work(static_cast<size_t>(c.n));
+  std::vector<int> pivots(static_cast<size_t>(c.count), -1);
   for (int64_t b = 0; b < c.count; ++b)
     for (int64_t col = 0; col < c.k; ++col) {
       const int row = spd::tri_solve_column(t + b * c.n * c.n, static_cast<int>(c.n), x + b * c.n * c.k + col, c.k,
                                             c.upper, work.data());
-      if (row >= 0 && c.fail.batch < 0) c.fail = {b, row, 0.0};
+      if (row >= 0) pivots[static_cast<size_t>(b)] = row;
     }
+  return pivots;
 }
 
 void check_real(DType d, const char* op) {
@@ -347,50 +357,76 @@ void write_back(const TensorImpl* dst, const Tensor& host) {
   d.copy_(host.to(d.device()).reshape(d.shape()));
 }
 
+// The host loops' pivots as the call asks: its report's device outputs (info entries; the first word lowered to
+// the earliest failure's key) or, with an empty report, `fail`.
+void report_pivots(const SpdReport& r, const std::vector<int>& pivots, const std::vector<double>& values,
+                   detail::SpdFailure& fail) {
+  fail = {};
+  if (r.empty()) {
+    for (size_t b = 0; b < pivots.size(); ++b)
+      if (pivots[b] >= 0) {
+        fail = {static_cast<int64_t>(b), pivots[b], values.empty() ? 0.0 : values[b]};
+        break;
+      }
+    return;
+  }
+  if (r.info) {
+    Tensor info = empty({static_cast<int64_t>(pivots.size())}, DType::I64);
+    for (size_t b = 0; b < pivots.size(); ++b) info.impl()->ptr<int64_t>()[b] = pivots[b] < 0 ? 0 : pivots[b] + 1;
+    write_back(r.info, info);
+  }
+  if (r.first) {
+    Tensor word = host_copy(r.first);
+    int64_t& key = word.impl()->ptr<int64_t>()[0];
+    for (size_t b = 0; b < pivots.size(); ++b)
+      if (pivots[b] >= 0) key = std::min(key, detail::spd_failure_key(r.tag, static_cast<int64_t>(b), pivots[b]));
+    write_back(r.first, word);
+  }
+}
+
 void logdet_fallback(FusedCall& call, Device) {
   auto& c = std::get<LogdetSpdCall>(call);
   check_real(c.a->dtype, "logdet");
   NoGradGuard no_grad;
-  c.fail = {};
   const Tensor a = host_copy(c.a);
   Tensor ld = empty({c.count}, a.dtype()), inv = c.inverse ? empty({c.count, c.n, c.n}, a.dtype()) : Tensor();
-  if (a.dtype() == DType::F32)
-    logdet_host<float>(c, a.impl()->ptr<float>(), ld.impl()->ptr<float>(),
-                       c.inverse ? inv.impl()->ptr<float>() : nullptr);
-  else
-    logdet_host<double>(c, a.impl()->ptr<double>(), ld.impl()->ptr<double>(),
-                        c.inverse ? inv.impl()->ptr<double>() : nullptr);
+  std::vector<double> values(static_cast<size_t>(c.count));
+  const std::vector<int> pivots = a.dtype() == DType::F32
+                                      ? logdet_host<float>(c, a.impl()->ptr<float>(), ld.impl()->ptr<float>(),
+                                                           c.inverse ? inv.impl()->ptr<float>() : nullptr, values)
+                                      : logdet_host<double>(c, a.impl()->ptr<double>(), ld.impl()->ptr<double>(),
+                                                            c.inverse ? inv.impl()->ptr<double>() : nullptr, values);
   write_back(c.logdet, ld);
   if (c.inverse) write_back(c.inverse, inv);
+  report_pivots(c.report, pivots, values, c.fail);
 }
 
 void cholesky_fallback(FusedCall& call, Device) {
   auto& c = std::get<CholeskySpdCall>(call);
   check_real(c.a->dtype, "cholesky");
   NoGradGuard no_grad;
-  c.fail = {};
   const Tensor a = host_copy(c.a);
   Tensor L = empty({c.count, c.n, c.n}, a.dtype());
-  if (a.dtype() == DType::F32)
-    cholesky_host<float>(c, a.impl()->ptr<float>(), L.impl()->ptr<float>());
-  else
-    cholesky_host<double>(c, a.impl()->ptr<double>(), L.impl()->ptr<double>());
+  std::vector<double> values(static_cast<size_t>(c.count));
+  const std::vector<int> pivots =
+      a.dtype() == DType::F32 ? cholesky_host<float>(c, a.impl()->ptr<float>(), L.impl()->ptr<float>(), values)
+                              : cholesky_host<double>(c, a.impl()->ptr<double>(), L.impl()->ptr<double>(), values);
   write_back(c.L, L);
+  report_pivots(c.report, pivots, values, c.fail);
 }
 
 void solve_triangular_fallback(FusedCall& call, Device) {
   auto& c = std::get<SolveTriangularSmallCall>(call);
   check_real(c.t->dtype, "solve_triangular");
   NoGradGuard no_grad;
-  c.fail = {};
   const Tensor t = host_copy(c.t);
   Tensor x = host_copy(c.x);
   if (x.shares_storage(borrow(c.x))) x = x.clone();  // solved in place: never through the caller's buffer early
-  if (t.dtype() == DType::F32)
-    solve_host<float>(c, t.impl()->ptr<float>(), x.impl()->ptr<float>());
-  else
-    solve_host<double>(c, t.impl()->ptr<double>(), x.impl()->ptr<double>());
+  const std::vector<int> pivots = t.dtype() == DType::F32
+                                      ? solve_host<float>(c, t.impl()->ptr<float>(), x.impl()->ptr<float>())
+                                      : solve_host<double>(c, t.impl()->ptr<double>(), x.impl()->ptr<double>());
   write_back(c.x, x);
+  report_pivots(c.report, pivots, {}, c.fail);
 }
 
 // ---------------------------------------------------------------- scans and sorting along a dim

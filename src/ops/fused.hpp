@@ -172,8 +172,21 @@ struct Col2imCall {
   bool zero_first = false;
 };
 
-// Small batched SPD linear algebra: `count` contiguous n x n matrices in and out. Each call completes its check
-// before returning: `fail` names the first failing matrix (its outputs are then unspecified).
+// Small batched SPD linear algebra: `count` contiguous n x n matrices in and out; a failing matrix's outputs are
+// NaN. How failures reach the host: with `report` empty, each call completes its check before returning (`fail`
+// names the first failing matrix: a device waits for it); otherwise the kernel writes them where `report` says and
+// leaves `fail` empty (a backend may still fill `fail` instead, when it has the answer on the host anyway).
+// Where a small-SPD kernel reports failing matrices without the host waiting:
+//   info (optional): i64 [count] on the call's device: 0, or the failing pivot + 1 (torch's `info`);
+//   first (optional): i64 [1] on the call's device, lowered (an atomic min) to spd_failure_key(tag, b, pivot) for
+//   every failing matrix b (backend/common/spd_math.hpp; ops/device_checks.hpp reads it later).
+struct SpdReport {
+  TensorImpl* info = nullptr;
+  TensorImpl* first = nullptr;
+  int64_t tag = 0;
+  bool empty() const { return info == nullptr && first == nullptr; }
+};
+
 // logdet[b] = log det a_b (a_b SPD) and, when `inverse` is not null, inverse_b = a_b^{-1}; fail: the pivot.
 struct LogdetSpdCall {
   static constexpr FusedOp kOp = FusedOp::LogdetSpd;
@@ -181,6 +194,7 @@ struct LogdetSpdCall {
   int64_t count = 0, n = 0;
   TensorImpl* logdet = nullptr;
   TensorImpl* inverse = nullptr;
+  SpdReport report;
   detail::SpdFailure fail;
 };
 
@@ -190,6 +204,7 @@ struct CholeskySpdCall {
   const TensorImpl* a = nullptr;
   int64_t count = 0, n = 0;
   TensorImpl* L = nullptr;
+  SpdReport report;
   detail::SpdFailure fail;
 };
 
@@ -200,6 +215,7 @@ struct SolveTriangularSmallCall {
   TensorImpl* x = nullptr;
   int64_t count = 0, n = 0, k = 0;
   bool upper = false;
+  SpdReport report;
   detail::SpdFailure fail;
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "ops/device_checks.hpp"
 #include "ops/graph_capture.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -27,6 +28,8 @@ struct Graph::State {
   // allocated before the capture. Undefined until an op counts into it.
   Tensor index_errors;
   bool counts_index_errors = false;
+  // Failing matrices of the captured small linear algebra (logdet, solve_triangular), read after each replay.
+  detail::DeferredChecks checks;
 };
 
 namespace {
@@ -60,7 +63,9 @@ void Graph::capture_begin(Device device) {
   OXM_CHECK(g_open.compare_exchange_strong(expected, state_.get()), InvalidArgument,
             "cuda::Graph::capture_begin: another graph's capture is open; end it first (one capture at a time)");
   try {
+    detail::run_deferred_checks(device);  // eager checks still pending belong to work before the capture
     state_->index_errors = zeros({1}, DType::I64, device);  // before the capture: its zeros are not replayed
+    state_->checks.prepare(device);
     be.begin_capture();
   } catch (...) {
     g_open.store(nullptr);
@@ -117,6 +122,12 @@ void Graph::replay() {
                "tensors, so this replay's results, and any parameters it updated, are wrong");
     }
   }
+  if (state_->checks.size() > 0) {  // as for the index count: one wait per replay, for graphs that have checks
+    const detail::DeferredChecks::Failure f = state_->checks.collect(false);
+    if (f.raise)
+      f.raise(f.batch, f.pivot,
+              "found after cuda::Graph::replay(): this replay's results, and any parameters it updated, are NaN");
+  }
 }
 
 void Graph::reset() noexcept {
@@ -126,6 +137,7 @@ void Graph::reset() noexcept {
   state_->graph = nullptr;
   state_->hooks.clear();
   state_->index_errors = Tensor();
+  state_->checks.clear();
 }
 
 bool Graph::captured() const noexcept { return state_ && state_->graph != nullptr; }
@@ -156,6 +168,11 @@ void count_capture_index_errors(const Tensor& count) {
   OXM_CHECK(open != nullptr, InvalidArgument, "count_capture_index_errors: no CUDA graph capture is open");
   open->index_errors.add_(count.reshape({1}));
   open->counts_index_errors = true;
+}
+DeferredChecks& open_capture_checks() {
+  cuda::Graph::State* open = cuda::g_open.load();
+  OXM_CHECK(open != nullptr, InvalidArgument, "open_capture_checks: no CUDA graph capture is open");
+  return open->checks;
 }
 void add_replay_hook(std::function<void()> hook) {
   cuda::Graph::State* open = cuda::g_open.load();

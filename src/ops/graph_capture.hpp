@@ -8,6 +8,8 @@
 
 namespace oxmera::detail {
 
+class DeferredChecks;  // ops/device_checks.hpp
+
 // Whether this thread has a capture open (the thread that began it: other threads' CPU work keeps its ordinary
 // checks and errors). A thread-local flag, cheap enough for every transfer.
 extern thread_local bool t_capture_open;
@@ -21,6 +23,9 @@ void add_replay_hook(std::function<void()> hook);
 // Adds `count` (an i64 scalar on the capture's device: out-of-range indices an op clamped) to the open capture's
 // error count; Graph::replay() reads it after each replay and throws IndexOutOfBounds when it grew.
 void count_capture_index_errors(const Tensor& count);
+// The open capture's deferred device checks (ops/device_checks.hpp): Graph::replay() runs them after each replay.
+// InvalidArgument when no capture is open.
+DeferredChecks& open_capture_checks();
 // `host` (a CPU tensor of values that depend on shapes alone: index lists, masks) on `device`; to(device) outside a
 // capture, and inside one a copy the graph keeps (Backend::copy_constant_from_host) instead of a refusal.
 Tensor constant_on_device(const Tensor& host, Device device);

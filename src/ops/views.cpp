@@ -5,6 +5,7 @@
 
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/device_checks.hpp"
 #include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
@@ -466,6 +467,7 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
         src_be.copy_to_host(host.impl()->storage->data, c.impl()->byte_ptr(), bytes);
         dst_be.copy_from_host(out.impl()->storage->data, host.impl()->storage->data, bytes);
       }
+      detail::run_deferred_checks(t.device());  // the device's results are on the host: its pending checks too
     }
   }
   if (detail::needs_tape(*this)) {

@@ -198,6 +198,47 @@ struct LossLog {
   }
 };
 
+// --graph: a full-batch training step captured as a CUDA graph and replayed (as `oxmera train --graph`). The first
+// full batch runs eagerly (the optimizer creates its state), the second is captured and replayed, every later one
+// replayed with its rows copied into a static device index tensor. Short batches run eagerly.
+class CapturedStep {
+ public:
+  CapturedStep(bool enabled, Device dev) : enabled_(enabled), dev_(dev) {}
+  // `step(rows)` zeroes the gradients, computes the per-replica batch losses [R] of the training rows `rows` (an
+  // i64 index tensor: `rows_cpu` eagerly, a device tensor when captured), backpropagates, steps the optimizer and
+  // returns the losses.
+  template <class Step>
+  Tensor run(const Tensor& rows_cpu, Step&& step) {
+    const bool full = rows_cpu.numel() == kBatch;
+    if (!enabled_ || !full || !warmed_) {
+      warmed_ = warmed_ || full;
+      return step(rows_cpu);
+    }
+    if (!graph_.captured()) {
+      rows_ = rows_cpu.to(dev_).clone();
+      cuda::GraphCapture capture(graph_, dev_);
+      per_ = step(rows_).detach();
+    } else {
+      rows_.copy_(rows_cpu.to(dev_));
+    }
+    graph_.replay();
+    return per_.clone();  // the next replay rewrites per_
+  }
+
+ private:
+  bool enabled_, warmed_ = false;
+  Device dev_;
+  cuda::Graph graph_;
+  Tensor rows_, per_;
+};
+
+void check_graph_option(const ResearchOptions& o, Device dev) {
+  if (o.graph && dev.is_cpu())
+    throw std::invalid_argument(
+        "--graph captures the training step as a CUDA graph: use it with --device cuda (the CPU runs its steps "
+        "directly)");
+}
+
 // ---- fit 1: mlp-h16
 FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions& o, Device dev) {
   const int R = o.replicas;
@@ -214,6 +255,7 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
   const auto t0 = Clock::now();
   optim::Adam opt(params, {.lr = 1e-2});
   LossLog log(R);
+  CapturedStep captured(o.graph, dev);
   for (int e = 0; e < o.epochs; ++e) {
     // Index tensors stay on the CPU whatever the device: validated on the host, copied to a GPU
     // asynchronously (a device index would be read back to be validated: one synchronisation per op).
@@ -221,16 +263,17 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
     const bool first = e == 0, last = e == o.epochs - 1;
     for (int64_t s = 0; s < ntr; s += kBatch) {
       const int64_t B = std::min<int64_t>(kBatch, ntr - s);
-      Tensor bi = order.narrow(0, s, B);
-      Tensor xb = xtr.index_select(0, bi), yb = ytr.index_select(0, bi);
-      Tensor h = (matmul(xb, W1) + b1).tanh();  // [R, B, 16]
-      Tensor logits = matmul(h, W2) + b2;       // [R, B, 1]
-      Tensor per = nn::binary_cross_entropy_with_logits(logits, yb.expand(Shape{R, B, 1}), {}, {}, nn::Reduction::None)
+      Tensor per = captured.run(order.narrow(0, s, B), [&](const Tensor& bi) {
+        Tensor xb = xtr.index_select(0, bi), yb = ytr.index_select(0, bi);
+        Tensor h = (matmul(xb, W1) + b1).tanh();  // [R, B, 16]
+        Tensor logits = matmul(h, W2) + b2;       // [R, B, 1]
+        Tensor p = nn::binary_cross_entropy_with_logits(logits, yb.expand(Shape{R, B, 1}), {}, {}, nn::Reduction::None)
                        .mean({1, 2});  // [R]
-      Tensor loss = per.sum();
-      opt.zero_grad();
-      loss.backward();
-      opt.step();
+        opt.zero_grad();
+        p.sum().backward();
+        opt.step();
+        return p;
+      });
       if (first || last) log.add(first, last, host(per));
     }
   }
@@ -276,28 +319,40 @@ struct DppRun {
   Device dev;
   int R;
   Tensor Ftr, Fte, eye_m;
+  Tensor Ydev;  // the sets on the device (--graph: a captured step builds its pair indices there)
   std::vector<int64_t> test_steps;
   DppRun(const DppData& d, Device dv, int r, DType dtype) : data(d), dev(dv), R(r) {  // dtype: of the training
     Ftr = d.F.narrow(0, 0, d.n_train).contiguous().to(dtype).to(dv);
     Fte = d.F.narrow(0, d.n_train, d.n_test).contiguous().to(dtype).to(dv);
     eye_m = eye(kSeries, dtype, dv);
+    if (!dv.is_cpu()) Ydev = d.Y.to(dv);
     test_steps.resize(static_cast<size_t>(d.n_test));
     std::iota(test_steps.begin(), test_steps.end(), d.n_train);
   }
 
-  // Per-replica batch-mean NLL [R] of the steps `steps` (features Fb [B, 16, 5]).
-  Tensor nll(const Tensor& Fb, const int64_t* steps, int64_t B, const Tensor& V, const Quality& quality) const {
+  // Per-replica batch-mean NLL [R] of a batch (features Fb [B, 16, 5]; `pairs`: its pair_index, [B * 16]).
+  Tensor nll(const Tensor& Fb, const Tensor& pairs, int64_t B, const Tensor& V, const Quality& quality) const {
     Tensor L = dpp_kernel(quality(Fb), V, eye_m);  // [R, B, 16, 16]
     Tensor logZ = linalg::logdet(L + eye_m);       // [R, B]
-    Tensor LY = L.reshape(Shape{R, B * kSeries * kSeries})
-                    .index_select(1, from_vector(pair_index(data, steps, B), Shape{B * kSetSize * kSetSize}))
-                    .view(Shape{R, B, kSetSize, kSetSize});
+    Tensor LY = L.reshape(Shape{R, B * kSeries * kSeries}).index_select(1, pairs).view(Shape{R, B, kSetSize, kSetSize});
     return (logZ - linalg::logdet(LY)).mean({1});
+  }
+  // pair_index of the training steps `rows`: on the host for host rows, with device ops for device rows (a
+  // captured step, whose rows change between replays).
+  Tensor pairs_of(const Tensor& rows, const int64_t* host_rows) const {
+    const int64_t B = rows.numel();
+    if (rows.device().is_cpu()) return from_vector(pair_index(data, host_rows, B), Shape{B * kSetSize * kSetSize});
+    Tensor Yb = Ydev.index_select(0, rows);                                             // [B, 4]
+    Tensor base = arange(B, DType::I64, dev) * static_cast<double>(kSeries * kSeries);  // [B]
+    return (base.view(Shape{B, 1, 1}) + Yb.view(Shape{B, kSetSize, 1}) * static_cast<double>(kSeries) +
+            Yb.view(Shape{B, 1, kSetSize}))
+        .reshape(Shape{B * kSetSize * kSetSize});
   }
 
   template <class Opt>
   void train(Opt& opt, const Tensor& V, const Quality& quality, const ResearchOptions& o, FitResult& res) const {
     LossLog log(R);
+    CapturedStep captured(o.graph, dev);
     const int64_t ntr = data.n_train;
     for (int e = 0; e < o.epochs; ++e) {
       const std::vector<int64_t> order = shuffled_order(ntr, o.seed + static_cast<uint64_t>(e));
@@ -305,12 +360,13 @@ struct DppRun {
       const bool first = e == 0, last = e == o.epochs - 1;
       for (int64_t s = 0; s < ntr; s += kBatch) {
         const int64_t B = std::min<int64_t>(kBatch, ntr - s);
-        Tensor bi = order_t.narrow(0, s, B);
-        Tensor per = nll(Ftr.index_select(0, bi), order.data() + s, B, V, quality);
-        Tensor loss = per.sum();
-        opt.zero_grad();
-        loss.backward();
-        opt.step();
+        Tensor per = captured.run(order_t.narrow(0, s, B), [&](const Tensor& bi) {
+          Tensor p = nll(Ftr.index_select(0, bi), pairs_of(bi, order.data() + s), B, V, quality);
+          opt.zero_grad();
+          p.sum().backward();
+          opt.step();
+          return p;
+        });
         if (first || last) log.add(first, last, host(per));
       }
     }
@@ -456,6 +512,7 @@ std::vector<FitResult> research_fits(const ResearchOptions& o) {
   const DType dtype = research_dtype(o);
   init();
   const Device dev = Device::parse(o.device);
+  check_graph_option(o, dev);
   (void)zeros(Shape{1}).to(dev);  // BackendUnavailable here, before any work, when the device has no backend
 
   // Data and initial parameters (not timed).
@@ -475,8 +532,9 @@ int run_research(const ResearchOptions& o, std::ostream& out) {
   const std::vector<FitResult> fits = research_fits(o);
   const int threads = get_num_threads();
   const std::string dtype = dtype_name(research_dtype(o));
-  out << "oxmera bench research: device " << o.device << ", dtype " << dtype << ", epochs " << o.epochs << ", replicas "
-      << o.replicas << ", seed " << o.seed << ", threads " << threads << "\n";
+  out << "oxmera bench research: device " << o.device << (o.graph ? " (CUDA graph)" : "") << ", dtype " << dtype
+      << ", epochs " << o.epochs << ", replicas " << o.replicas << ", seed " << o.seed << ", threads " << threads
+      << "\n";
   auto list = [](const std::vector<double>& v) {
     std::ostringstream s;
     s << std::setprecision(9) << "[";
@@ -497,6 +555,7 @@ int run_research(const ResearchOptions& o, std::ostream& out) {
     nlohmann::json j;
     j["implementation"] = "oxmera";
     j["device"] = o.device;
+    j["graph"] = o.graph;
     j["dtype"] = dtype;
     j["epochs"] = o.epochs;
     j["replicas"] = o.replicas;

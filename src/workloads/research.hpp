@@ -36,6 +36,9 @@ struct ResearchOptions {
   std::string fit = "all";  // all | mlp-h16 | linear-lag5 | deepsets-H30
   std::string dump;         // safetensors file with data, batch orders and initial parameters ("" = none)
   std::string out;          // JSON summary file ("" = none)
+  // Capture one full-batch training step of each fit as a CUDA graph and replay it (GPU devices only; the first
+  // full batch runs eagerly, short batches too). Same results as the eager run, fewer launches.
+  bool graph = false;
 };
 
 struct FitResult {

@@ -16,7 +16,7 @@ rc=$?
 expect "dry run exits 0" test "$rc" = 0
 order=$(sed -n '/gpu-check summary/,$p' <<<"$out" | awk 'NR > 2 {print $1}' | tr '\n' ' ')
 expect "steps in order: $order" test "$order" = \
-  "configure build blas cuda_tests memcheck racecheck bench train_cuda train_graph research_cuda research_cpu compare_torch "
+  "configure build blas cuda_tests memcheck racecheck bench train_cuda train_graph research_cuda research_graph research_cpu compare_torch "
 expect "worst case fits the default budget of 540 s" grep -q "simulated worst case: 540 s of 540" <<<"$out"
 expect "no step skipped for budget at 540 s" bash -c '! grep -q "budget of" <<<"$1"' _ "$out"
 expect "PyTorch comparison is opt-in" grep -q "compare_torch  SKIP (opt-in" <<<"$out"
@@ -27,7 +27,7 @@ expect "budget 300: memcheck and later are skipped" grep -q "memcheck       SKIP
 expect "budget 300: research_cpu skipped too" grep -q "research_cpu   SKIP (budget of 300s spent)" <<<"$out"
 
 out=$(GPU_CHECK_BUDGET=540 GPU_CHECK_DRY_STEP_S=5 GPU_CHECK_TORCH=1 bash scripts/gpu-check.sh --dry-run 2>&1)
-expect "steps that finish early leave room for the opt-in comparison" grep -q "compare_torch  DRY (limit 120s, at 55s)" <<<"$out"
+expect "steps that finish early leave room for the opt-in comparison" grep -q "compare_torch  DRY (limit 120s, at 60s)" <<<"$out"
 
 out=$(GPU_CHECK_TOOLS="cmake oxmera-absent-tool" bash scripts/gpu-check.sh --dry-run 2>&1)
 rc=$?

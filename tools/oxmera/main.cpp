@@ -178,6 +178,8 @@ int main(int argc, char** argv) {
   research->add_option("--fit", ropt.fit, "mlp-h16, linear-lag5, deepsets-H30 or all");
   research->add_option("--dump", ropt.dump, "Write data and initial parameters as safetensors");
   research->add_option("--out", ropt.out, "Write the results as JSON");
+  research->add_flag("--graph", ropt.graph,
+                     "Capture each fit's training step as a CUDA graph and replay it (--device cuda only)");
 
   try {
     app.parse(argc, argv);

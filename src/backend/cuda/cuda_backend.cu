@@ -673,17 +673,17 @@ class CudaBackend final : public Backend {
       }
       case ops::FusedOp::LogdetSpd: {
         auto& c = std::get<ops::LogdetSpdCall>(call);
-        if (!cuda::logdet_spd(*c.a, c.count, c.n, *c.logdet, c.inverse, c.fail)) break;
+        if (!cuda::logdet_spd(c)) break;
         return;
       }
       case ops::FusedOp::CholeskySpd: {
         auto& c = std::get<ops::CholeskySpdCall>(call);
-        if (!cuda::cholesky_spd(*c.a, c.count, c.n, *c.L, c.fail)) break;
+        if (!cuda::cholesky_spd(c)) break;
         return;
       }
       case ops::FusedOp::SolveTriangularSmall: {
         auto& c = std::get<ops::SolveTriangularSmallCall>(call);
-        if (!cuda::solve_triangular_small(*c.t, *c.x, c.count, c.n, c.k, c.upper, c.fail)) break;
+        if (!cuda::solve_triangular_small(c)) break;
         return;
       }
       case ops::FusedOp::Scan:

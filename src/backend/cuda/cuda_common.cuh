@@ -77,11 +77,10 @@ void im2col(const TensorImpl& x, TensorImpl& cols, const ConvGeometry& g, double
 void col2im(const TensorImpl& cols, TensorImpl& x_grad, const ConvGeometry& g, bool zero_first);
 void optimizer_steps(const OptimizerUpdate* updates, size_t count);
 bool has_small_linalg(DType dtype, int64_t n);  // cuda_linalg.cu
-bool logdet_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& logdet, TensorImpl* inverse,
-                SpdFailure& fail);
-bool cholesky_spd(const TensorImpl& a, int64_t count, int64_t n, TensorImpl& L, SpdFailure& fail);
-bool solve_triangular_small(const TensorImpl& t, TensorImpl& x, int64_t count, int64_t n, int64_t k, bool upper,
-                            SpdFailure& fail);
+// The small SPD linear algebra; false when the call is not one the kernels take (the fallback runs).
+bool logdet_spd(ops::LogdetSpdCall& c);
+bool cholesky_spd(ops::CholeskySpdCall& c);
+bool solve_triangular_small(ops::SolveTriangularSmallCall& c);
 
 // Scans and sorting along a dim (cuda_scan_sort.cu): f32 and i64 (cumprod's backward: f32).
 bool has_scan_sort(DType dtype);
