@@ -1,6 +1,7 @@
 // The CUDA backend: one device (cuda:0), one stream, a size-bucketed caching allocator with stream-ordered
 // reuse, cuBLAS for matmul, and the kernels of cuda_*.cu. Launches are asynchronous; the host waits only in
-// copy_to_host (and in arg_reduce and logdet, whose NaN / pivot answers the host reads).
+// copy_to_host (and in arg_reduce and cholesky, whose NaN / pivot answers the host reads; logdet and solve_triangular
+// leave theirs on the device: ops/device_checks.hpp).
 #include <cublas_v2.h>
 #include <unistd.h>
 
