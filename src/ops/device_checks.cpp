@@ -19,8 +19,8 @@ void DeferredChecks::prepare(Device device) {
 
 ops::SpdReport DeferredChecks::add(DeferredFailure raise) {
   OXM_CHECK(word_.defined(), InvalidArgument, "deferred device checks: the list has no device word yet");
-  OXM_CHECK(static_cast<int64_t>(raises_.size()) < kSpdMaxTag, InvalidArgument,
-            "deferred device checks: more than ", kSpdMaxTag, " checked calls in one CUDA graph capture");
+  OXM_CHECK(static_cast<int64_t>(raises_.size()) < kSpdMaxTag, InvalidArgument, "deferred device checks: more than ",
+            kSpdMaxTag, " checked calls in one CUDA graph capture");
   ops::SpdReport r;
   r.first = word_.impl();
   r.tag = static_cast<int64_t>(raises_.size());
@@ -35,7 +35,8 @@ DeferredChecks::Failure DeferredChecks::collect(bool forget) {
   backend_for(word_.device(), "deferred device checks").copy_to_host(&key, word_.impl()->byte_ptr(), sizeof key);
   if (key != kSpdNoFailure) {
     const SpdKey k = spd_decode_key(key);
-    if (k.tag >= 0 && k.tag < static_cast<int64_t>(raises_.size())) f = {raises_[static_cast<size_t>(k.tag)], k.batch, k.pivot};
+    if (k.tag >= 0 && k.tag < static_cast<int64_t>(raises_.size()))
+      f = {raises_[static_cast<size_t>(k.tag)], k.batch, k.pivot};
     word_.fill_(static_cast<double>(kSpdNoFailure));
   }
   if (forget) raises_.clear();
