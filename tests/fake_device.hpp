@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/common/philox.hpp"
 #include "backend/common/scan_math.hpp"
 #include "backend/common/spd_math.hpp"
 #include "ops/fused.hpp"
@@ -326,6 +327,10 @@ class HostMemoryDevice final : public d::Backend {
         return std::get<ops::CumprodBackwardCall>(call).x->dtype == DType::F32;
       case ops::FusedOp::SortIndices:
         return scan_sort_dtype(std::get<ops::SortIndicesCall>(call).x->dtype);
+      case ops::FusedOp::DropoutMask: {
+        const auto& c = std::get<ops::DropoutMaskCall>(call);
+        return (c.mask->dtype == DType::F32 || c.mask->dtype == DType::F64) && c.mask->contiguous;
+      }
       default:
         return cpu().supports(call);
     }
@@ -351,6 +356,23 @@ class HostMemoryDevice final : public d::Backend {
       case ops::FusedOp::CumprodBackward:
       case ops::FusedOp::SortIndices:
         return scan_sort(call);
+      case ops::FusedOp::DropoutMask: {
+        // The CUDA kernel's code (philox.hpp) on host memory; recorded while capturing, reading the state at replay.
+        const auto& c = std::get<ops::DropoutMaskCall>(call);
+        auto run_mask = [c](d::TensorImpl* mask, const d::TensorImpl* state) {
+          const auto seed = static_cast<uint64_t>(state->ptr<int64_t>()[0]);
+          const auto offset = static_cast<uint64_t>(state->ptr<int64_t>()[1]);
+          if (mask->dtype == DType::F32)
+            d::dropout_mask_host(seed, offset, mask->numel, c.p, c.scale, mask->ptr<float>());
+          else
+            d::dropout_mask_host(seed, offset, mask->numel, c.p, c.scale, mask->ptr<double>());
+        };
+        if (capturing_)
+          return record("dropout_mask",
+                        [run_mask, ms = snap(*c.mask), ss = snap(*c.state)] { run_mask(ms.get(), ss.get()); });
+        note_kernel("dropout_mask");
+        return run_mask(c.mask, c.state);
+      }
       case ops::FusedOp::OptimizerSteps:
         if (capturing_) return record_optimizer_steps(std::get<ops::OptimizerStepsCall>(call));
         note_kernel("optimizer_steps");
@@ -384,7 +406,8 @@ class HostMemoryDevice final : public d::Backend {
   static bool small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= d::kSpdMaxN; }
   static bool offered_while_capturing(ops::FusedOp op) {
     return op == ops::FusedOp::OptimizerSteps || op == ops::FusedOp::Scan || op == ops::FusedOp::LogdetSpd ||
-           op == ops::FusedOp::CholeskySpd || op == ops::FusedOp::SolveTriangularSmall;
+           op == ops::FusedOp::CholeskySpd || op == ops::FusedOp::SolveTriangularSmall ||
+           op == ops::FusedOp::DropoutMask;
   }
   // Small linear algebra: the CUDA kernels' per-matrix functions (a warp's lanes run one after another, in reverse
   // order), one matrix (or column) at a time, reporting as

@@ -1127,6 +1127,56 @@ TEST(CudaGraph, SmallLinearAlgebraFailuresInAReplayAreReported) {
   expect_match(ld, linalg::logdet(good), "after the error", 1e-5, 1e-5);
 }
 
+// Dropout inside a capture draws its mask on the device (Philox) from a seed taken once from the generator and an
+// offset each replay advances: a new mask at every replay, kept fraction near 1 - p, kept values scaled by 1/(1-p),
+// the gradient following the mask; the same generator state gives the same sequence of masks.
+TEST(CudaGraph, DropoutDrawsAFreshMaskOnTheDeviceAtEveryReplay) {
+  NEED_GPU();
+  if (std::getenv("OXMERA_TEST_DEVICE_NO_FUSED"))
+    GTEST_SKIP() << "the test device offers no dropout kernel in this run (dropout in a capture needs one)";
+  const int64_t n = 4096;
+  const double p = 0.25;
+  Tensor x = gpu(uni({n}, 1, 2, 5)).requires_grad_();
+  const std::vector<float> xv = host(x).to_vector<float>();
+  auto replays = [&](uint64_t seed) {
+    Generator gen(seed);
+    cuda::Graph g;
+    Tensor y, gx;
+    x.zero_grad();
+    {
+      cuda::GraphCapture capture(g);
+      y = nn::functional::dropout(x, p, true, gen);
+      (y * 3.0).sum().backward();
+      gx = x.grad();
+    }
+    std::vector<std::vector<float>> masks;
+    for (int r = 0; r < 3; ++r) {
+      g.replay();
+      const std::vector<float> yv = host(y).to_vector<float>(), gv = host(gx).to_vector<float>();
+      std::vector<float> m(static_cast<size_t>(n));
+      int64_t kept = 0;
+      for (size_t i = 0; i < m.size(); ++i) {
+        m[i] = yv[i] != 0.0f;
+        kept += yv[i] != 0.0f;
+        if (yv[i] != 0.0f) {
+          EXPECT_NEAR(yv[i], xv[i] / (1 - p), 1e-5) << i;
+          EXPECT_NEAR(gv[i], 3.0 / (1 - p), 1e-5) << i;
+        } else {
+          EXPECT_EQ(gv[i], 0.0f) << i;
+        }
+      }
+      EXPECT_NEAR(static_cast<double>(kept) / n, 1 - p, 0.03) << "replay " << r;
+      masks.push_back(m);
+    }
+    return masks;
+  };
+  const auto a = replays(11), b = replays(11), c = replays(12);
+  EXPECT_NE(a[0], a[1]);
+  EXPECT_NE(a[1], a[2]);
+  EXPECT_EQ(a, b) << "the same generator state gives the same masks";
+  EXPECT_NE(a[0], c[0]);
+}
+
 // A tensor made before the capture, read by the captured work and dropped inside the capture: its memory is kept for
 // the graph (neither eager work after the capture nor a later allocation of the capture may reuse it), so every
 // replay reads its values.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/common/index_math.hpp"
+#include "backend/common/philox.hpp"
 #include "backend/common/spd_math.hpp"
 
 using namespace oxmera::detail;
@@ -787,4 +788,40 @@ TEST(CudaSpdMath, WarpPerMatrixMatchesThreadPerMatrix) {
           EXPECT_TRUE(std::isnan(inv2[0]) && std::isnan(L2[0])) << tag;
         }
       }
+}
+
+// Philox4x32-10 against the known-answer vectors published with the generator (Random123's kat_vectors), and the
+// dropout mask built on it: element i from word i % 4 of block offset + i / 4, a pure function of (seed, offset, i).
+TEST(Philox, KnownAnswersAndTheDropoutMask) {
+  auto words = [](Philox4 r) { return std::vector<uint32_t>(r.v, r.v + 4); };
+  EXPECT_EQ(words(philox4x32_10(Philox4{{0, 0, 0, 0}}, 0, 0)),
+            (std::vector<uint32_t>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(words(philox4x32_10(Philox4{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff)),
+            (std::vector<uint32_t>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(words(philox4x32_10(Philox4{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0)),
+            (std::vector<uint32_t>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+  // the mask: a prefix of a longer draw, shifted by whole blocks with the offset, kept fraction near 1 - p
+  const int64_t n = 40001;
+  const double p = 0.3, scale = 1.0 / 0.7;
+  std::vector<float> a(n), b(n + 8), c(n - 1);
+  dropout_mask_host<float>(77, 5, n, p, scale, a.data());
+  dropout_mask_host<float>(77, 3, n + 8, p, scale, b.data());
+  dropout_mask_host<float>(77, 5, n - 1, p, scale, c.data());
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(a[i] == 0.0f || a[i] == static_cast<float>(scale)) << i;
+    ASSERT_EQ(a[i], b[i + 8]) << i;  // offset 5 = offset 3 + two blocks of four
+    if (i < n - 1) {
+      ASSERT_EQ(a[i], c[i]) << i;
+    }
+    kept += a[i] != 0.0f;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 1 - p, 0.01);
+  std::vector<float> other(n);
+  dropout_mask_host<float>(78, 5, n, p, scale, other.data());
+  EXPECT_NE(other, a) << "another seed, another mask";
+  for (uint32_t w : {0u, 0xffu, 0x100u, 0xffffffffu}) {
+    const double u = philox_unit(w);
+    EXPECT_TRUE(u >= 0.0 && u < 1.0) << w;
+  }
 }

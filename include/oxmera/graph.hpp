@@ -19,9 +19,12 @@
 //
 // Rules (each broken one is a typed error, never a silently stale replay):
 // - During a capture nothing on the device may be read back or waited for (item(), to(Device::cpu()), printing a
-//   tensor, synchronize) and no host data may be copied in (to(Device::cuda()) of a host tensor, random numbers,
-//   which are drawn on the host): InvalidArgument naming the op. Copy new data into static device tensors before
-//   replay() instead, outside the capture.
+//   tensor, synchronize) and no host data may be copied in (to(Device::cuda()) of a host tensor, random numbers
+//   from rand / randn, which are drawn on the host): InvalidArgument naming the op. Copy new data into static device
+//   tensors before replay() instead, outside the capture.
+// - Dropout (nn::functional::dropout and the layers built on it) draws its mask on the device inside a capture
+//   (Philox, seeded once from its generator at the capture; every replay draws a new mask). Those masks are not the
+//   generator's host numbers, so a replayed step's dropout differs from an eager step's (same distribution).
 // - Memory allocated during the capture (activations, gradients, the loss) belongs to the graph: every replay
 //   writes the same addresses again, so tensors created in the capture hold the newest replay's values.
 // - Optimizers: SGD, RMSprop, Adam and AdamW steps can be captured once each parameter has its state (one eager

@@ -6,9 +6,11 @@
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "autograd/node.hpp"
 #include "ops/fused.hpp"
+#include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 
@@ -520,11 +522,37 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   return y;
 }
 
+namespace {
+// Dropout inside a CUDA graph capture: the mask is drawn on the device (Philox, the fused op DropoutMask) from a
+// seed taken from `gen` once, at the capture, and an offset that a replay hook writes before each replay, so every
+// replay draws a fresh mask (torch's graphs advance their Philox offsets the same way). The state is allocated
+// without an initialising kernel, which the graph would replay over the hook's values. The masks are not the host
+// generator's numbers: a replayed step's dropout differs from an eager step's, with the same distribution.
+Tensor dropout_captured(const Tensor& x, double p, Generator& gen) {
+  const auto seed = static_cast<int64_t>(gen.next_u64());
+  const int64_t philox_blocks = (x.numel() + 3) / 4;
+  Tensor state = empty({2}, DType::I64, x.device()), mask = empty(x.shape(), x.dtype(), x.device());
+  ops::FusedCall call = ops::DropoutMaskCall{mask.impl(), state.impl(), p, 1.0 / (1.0 - p)};
+  OXM_CHECK(ops::fused_supported(call, x.device()), NotImplemented, "dropout: inside a CUDA graph capture the mask is ",
+            "drawn on the device, and the backend of ", x.device(), " offers no dropout kernel for ", x.dtype(),
+            "; apply this dropout outside the capture");
+  auto next_offset = std::make_shared<int64_t>(0);
+  detail::add_replay_hook([state, next_offset, seed, philox_blocks] {
+    const int64_t values[2] = {seed, *next_offset};
+    detail::copy_host_into(state, values, sizeof values);
+    *next_offset += philox_blocks;
+  });
+  ops::run_fused(call, x.device());
+  return x * mask;
+}
+}  // namespace
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   detail::check_defined(x, "dropout");
   OXM_CHECK(p >= 0.0 && p <= 1.0, InvalidArgument, "dropout: p must be in [0, 1], got ", p);
   if (!training || p == 0.0) return x;
   if (p == 1.0) return x * 0.0;
+  if (detail::capture_open() && !x.device().is_cpu()) return dropout_captured(x, p, gen);
   Tensor keep = rand(x.shape(), gen, DType::F64).ge(full({}, p, DType::F64));
   return x * (keep * (1.0 / (1.0 - p))).to(x.dtype()).to(x.device());
 }

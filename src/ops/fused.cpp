@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/common/philox.hpp"
 #include "backend/common/scan_math.hpp"
 #include "backend/common/spd_math.hpp"
 #include "ops/graph_capture.hpp"
@@ -635,6 +636,24 @@ void linear_fallback(FusedCall& call, Device device) {
   if (c.bias) borrow(c.out).add_(borrow(c.bias));
 }
 
+// ---------------------------------------------------------------- dropout mask (Philox)
+// A host loop over philox.hpp (the CUDA kernel's code): a round trip for a device's tensors, refused inside a
+// capture, where the device's kernel must take it.
+void dropout_mask_fallback(FusedCall& call, Device) {
+  auto& c = std::get<DropoutMaskCall>(call);
+  check_real(c.mask->dtype, "dropout");
+  NoGradGuard no_grad;
+  const Tensor state = host_copy(c.state);
+  const auto seed = static_cast<uint64_t>(state.impl()->ptr<int64_t>()[0]);
+  const auto offset = static_cast<uint64_t>(state.impl()->ptr<int64_t>()[1]);
+  Tensor mask = empty(borrow(c.mask).shape(), c.mask->dtype);
+  if (c.mask->dtype == DType::F32)
+    detail::dropout_mask_host(seed, offset, c.mask->numel, c.p, c.scale, mask.impl()->ptr<float>());
+  else
+    detail::dropout_mask_host(seed, offset, c.mask->numel, c.p, c.scale, mask.impl()->ptr<double>());
+  write_back(c.mask, mask);
+}
+
 // ---------------------------------------------------------------- the registry
 // "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
 constexpr FusedOpInfo kFusedOps[] = {
@@ -670,6 +689,8 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::MaxPool2dBackward, "max_pool2d backward", max_pool2d_backward_fallback,
      "cpu (f32, f64; a scatter by the saved indices)"},
     {FusedOp::RnnCell, "rnn_cell", rnn_cell_fallback, "cpu (f32, f64)"},
+    {FusedOp::DropoutMask, "dropout", dropout_mask_fallback,
+     "cuda (f32; four elements per Philox block and thread); elsewhere the host loop"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

@@ -101,7 +101,8 @@ namespace oxmera::ops {
   X(GruCellBackward, GruCellBackwardCall)           \
   X(MaxPool2d, MaxPool2dCall)                       \
   X(MaxPool2dBackward, MaxPool2dBackwardCall)       \
-  X(RnnCell, RnnCellCall)
+  X(RnnCell, RnnCellCall)                           \
+  X(DropoutMask, DropoutMaskCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -217,6 +218,17 @@ struct SolveTriangularSmallCall {
   bool upper = false;
   SpdReport report;
   detail::SpdFailure fail;
+};
+
+// mask[i] = scale where the i-th uniform of the Philox4x32-10 stream (key state[0], counter state[1] + i / 4, word
+// i % 4: backend/common/philox.hpp) is >= p, else 0. The dropout mask of a CUDA graph capture, drawn on the device
+// from a seed and offset in device memory that a replay hook advances (nn::functional::dropout). mask contiguous
+// (f32, f64), state i64 [2] on its device.
+struct DropoutMaskCall {
+  static constexpr FusedOp kOp = FusedOp::DropoutMask;
+  TensorImpl* mask = nullptr;
+  const TensorImpl* state = nullptr;
+  double p = 0, scale = 1;
 };
 
 // Ops along one dim of contiguous tensors seen as [outer, n, inner]: `outer * inner` rows of n elements `inner`
@@ -415,7 +427,7 @@ using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, Optim
                                LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
                                SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
                                LstmCellBackwardCall, AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall,
-                               MaxPool2dCall, MaxPool2dBackwardCall, RnnCellCall>;
+                               MaxPool2dCall, MaxPool2dBackwardCall, RnnCellCall, DropoutMaskCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

@@ -630,6 +630,10 @@ class CudaBackend final : public Backend {
       }
       case ops::FusedOp::Scan:
         return cuda::has_scan_sort(std::get<ops::ScanCall>(call).x->dtype);
+      case ops::FusedOp::DropoutMask: {
+        const auto& c = std::get<ops::DropoutMaskCall>(call);
+        return c.mask->dtype == DType::F32 && c.mask->contiguous && c.state->dtype == DType::I64;
+      }
       case ops::FusedOp::CumprodBackward:
         return std::get<ops::CumprodBackwardCall>(call).x->dtype == DType::F32;
       case ops::FusedOp::SortIndices:
@@ -689,6 +693,8 @@ class CudaBackend final : public Backend {
       }
       case ops::FusedOp::Scan:
         return cuda::scan(std::get<ops::ScanCall>(call));
+      case ops::FusedOp::DropoutMask:
+        return cuda::dropout_mask(std::get<ops::DropoutMaskCall>(call));
       case ops::FusedOp::CumprodBackward:
         return cuda::cumprod_backward(std::get<ops::CumprodBackwardCall>(call));
       case ops::FusedOp::SortIndices:

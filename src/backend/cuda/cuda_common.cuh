@@ -82,6 +82,9 @@ bool logdet_spd(ops::LogdetSpdCall& c);
 bool cholesky_spd(ops::CholeskySpdCall& c);
 bool solve_triangular_small(ops::SolveTriangularSmallCall& c);
 
+// The dropout mask of a CUDA graph capture (cuda_elementwise.cu): f32, contiguous.
+void dropout_mask(const ops::DropoutMaskCall& c);
+
 // Scans and sorting along a dim (cuda_scan_sort.cu): f32 and i64 (cumprod's backward: f32).
 bool has_scan_sort(DType dtype);
 void scan(const ops::ScanCall& c);

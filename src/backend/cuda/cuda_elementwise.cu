@@ -1,5 +1,7 @@
 // The generic strided/broadcast elementwise kernel family: one grid-stride kernel template over a coalesced
-// Plan, instantiated with the op registry's functors (unary, binary), where, copy/cast and fill.
+// Plan, instantiated with the op registry's functors (unary, binary), where, copy/cast and fill; and the dropout
+// mask drawn on the device (Philox, for CUDA graph captures).
+#include "backend/common/philox.hpp"
 #include "backend/cuda/cuda_common.cuh"
 
 namespace oxmera::detail::cuda {
@@ -300,6 +302,27 @@ void fill(TensorImpl& dst, double v) {
     default:
       OXM_FAIL(UnsupportedDType, "fill: dtype ", dst.dtype, " does not live on cuda (f32, i64, u8)");
   }
+}
+
+namespace {
+// One thread per Philox block (four mask elements); the seed and offset are read from device memory, where a CUDA
+// graph's replay hook writes them before each replay.
+__global__ void __launch_bounds__(kThreads)
+    dropout_mask_kernel(float* mask, const int64_t* state, int64_t numel, double p, double scale) {
+  const auto seed = static_cast<uint64_t>(state[0]), offset = static_cast<uint64_t>(state[1]);
+  const int64_t n_blocks = (numel + 3) / 4;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < n_blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dropout_mask_block(seed, offset, b, numel, p, scale, mask);
+}
+}  // namespace
+
+void dropout_mask(const ops::DropoutMaskCall& c) {
+  const int64_t n_blocks = (c.mask->numel + 3) / 4;
+  if (n_blocks == 0) return;
+  dropout_mask_kernel<<<blocks(n_blocks), kThreads, 0, stream()>>>(c.mask->ptr<float>(), c.state->ptr<int64_t>(),
+                                                                   c.mask->numel, c.p, c.scale);
+  check_launch("dropout");
 }
 
 }  // namespace oxmera::detail::cuda
