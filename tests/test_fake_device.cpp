@@ -7,6 +7,8 @@
 // machine with a real GPU registered the suite skips itself (tests/test_cuda.cpp covers that case).
 #include <unistd.h>
 
+#include <filesystem>
+
 #include <cstdio>
 #include <map>
 #include <thread>
@@ -269,9 +271,21 @@ TEST(FakeDevice, TrainingWithACapturedStepFollowsTheEagerRun) {
   } restore_fused{fused};
   const auto none = [](int, int64_t, int64_t) {};
   const auto quiet = [](const oxmera_cli::EpochStats&) {};
-  for (const char* model : {"mlp", "transformer", "lstm"}) {
+  // The CNN on 95 synthetic 8x8 "digits" (IDX files as the digits export writes them): 76 training images, batches
+  // of 16, 4 full batches per epoch.
+  const std::string digits = testing::TempDir() + "oxmera_graph_digits";
+  std::filesystem::create_directories(digits);
+  save_idx(digits + "/digits-images-idx3-ubyte", randint(0, 17, {95, 8, 8}, 3, DType::U8));
+  save_idx(digits + "/digits-labels-idx1-ubyte", randint(0, 10, {95}, 4, DType::U8));
+  for (const char* model : {"mlp", "transformer", "lstm", "cnn"}) {
     SCOPED_TRACE(model);
-    oxmera_cli::TrainOptions o = std::string(model) == "mlp" ? oxmera_cli::TrainOptions{} : small_char_lm(model);
+    const std::string name = model;
+    oxmera_cli::TrainOptions o = name == "mlp" || name == "cnn" ? oxmera_cli::TrainOptions{} : small_char_lm(model);
+    if (name == "cnn") {
+      o.model = "cnn";
+      o.data = digits;
+      o.batch = 16;
+    }
     o.device = "cuda";
     o.epochs = 2;
     const oxmera_cli::EpochStats eager = oxmera_cli::run_demo_training(o, none, quiet);
@@ -279,7 +293,7 @@ TEST(FakeDevice, TrainingWithACapturedStepFollowsTheEagerRun) {
     const int64_t captured = g_device->graphs_captured, replays = g_device->graph_replays;
     const oxmera_cli::EpochStats graphed = oxmera_cli::run_demo_training(o, none, quiet);
     EXPECT_EQ(g_device->graphs_captured - captured, 1);
-    const int64_t full_batches = std::string(model) == "mlp" ? 2 * (256 / 32) : 2 * 3;
+    const int64_t full_batches = name == "mlp" ? 2 * (256 / 32) : name == "cnn" ? 2 * 4 : 2 * 3;
     EXPECT_EQ(g_device->graph_replays - replays, full_batches - 1) << "every full batch after the first";
     // 1e-4: the captured step clips on the device in f32 and, without the fused kernel, computes Adam's bias
     // corrections in f32 (2e-5 relative here); a replay that did not run is off by far more.

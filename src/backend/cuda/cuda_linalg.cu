@@ -4,6 +4,7 @@
 // Failing matrices are reported as the call's ops::SpdReport asks (per-matrix info, an atomic min into a first-failure
 // word that the host reads later: no wait); with an empty report one small device-to-host copy per call reads the
 // flags.
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -144,10 +145,10 @@ bool has_small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n 
 
 // The kernel's Report for a call: its SpdReport's outputs, or flags in `pivot` / `value` (scratch the caller
 // reads back) when the report is empty.
-Report report_for(const ops::SpdReport& r, const Scratch& pivot, const Scratch* value) {
+Report report_for(const ops::SpdReport& r, const Scratch* pivot, const Scratch* value) {
   Report out;
   if (r.empty()) {
-    out.pivot = pivot.as<int>();
+    out.pivot = pivot->as<int>();
     out.value = value ? value->as<double>() : nullptr;
     return out;
   }
@@ -162,12 +163,13 @@ template <class Call, class Launch>
 void launch_reporting(Call& c, const char* op, bool with_value, Launch launch) {
   const bool read_back = c.report.empty();
   if (read_back) refuse_in_capture(op, "reads its failure flags on the host");
-  Scratch pivot(read_back ? static_cast<size_t>(c.count) * sizeof(int) : 0),
-      value(read_back && with_value ? static_cast<size_t>(c.count) * sizeof(double) : 0);
-  launch(report_for(c.report, pivot, with_value ? &value : nullptr));
+  std::optional<Scratch> pivot, value;  // the flags read back: none on the deferred path
+  if (read_back) pivot.emplace(static_cast<size_t>(c.count) * sizeof(int));
+  if (read_back && with_value) value.emplace(static_cast<size_t>(c.count) * sizeof(double));
+  launch(report_for(c.report, pivot ? &*pivot : nullptr, value ? &*value : nullptr));
   check_launch(op);
   c.fail =
-      read_back ? read_failure(pivot.as<int>(), with_value ? value.as<double>() : nullptr, c.count, op) : SpdFailure{};
+      read_back ? read_failure(pivot->as<int>(), value ? value->as<double>() : nullptr, c.count, op) : SpdFailure{};
 }
 
 bool logdet_spd(ops::LogdetSpdCall& c) {
