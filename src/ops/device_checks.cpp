@@ -35,9 +35,11 @@ DeferredChecks::Failure DeferredChecks::collect(bool forget) {
   backend_for(word_.device(), "deferred device checks").copy_to_host(&key, word_.impl()->byte_ptr(), sizeof key);
   if (key != kSpdNoFailure) {
     const SpdKey k = spd_decode_key(key);
-    if (k.tag >= 0 && k.tag < static_cast<int64_t>(raises_.size()))
-      f = {raises_[static_cast<size_t>(k.tag)], k.batch, k.pivot};
     word_.fill_(static_cast<double>(kSpdNoFailure));
+    OXM_CHECK(k.tag >= 0 && k.tag < static_cast<int64_t>(raises_.size()), Backend,
+              "deferred device checks: the device reported a failure of call ", k.tag, " but only ", raises_.size(),
+              " checks are pending (corrupted report word ", key, ")");
+    f = {raises_[static_cast<size_t>(k.tag)], k.batch, k.pivot};
   }
   if (forget) raises_.clear();
   return f;

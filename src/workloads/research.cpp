@@ -319,13 +319,14 @@ struct DppRun {
   Device dev;
   int R;
   Tensor Ftr, Fte, eye_m;
-  Tensor Ydev;  // the sets on the device (--graph: a captured step builds its pair indices there)
+  Tensor Ydev;  // with --graph, the sets on the device: a captured step builds its pair indices there
   std::vector<int64_t> test_steps;
-  DppRun(const DppData& d, Device dv, int r, DType dtype) : data(d), dev(dv), R(r) {  // dtype: of the training
+  DppRun(const DppData& d, Device dv, int r, DType dtype, bool graph)  // dtype: of the training
+      : data(d), dev(dv), R(r) {
     Ftr = d.F.narrow(0, 0, d.n_train).contiguous().to(dtype).to(dv);
     Fte = d.F.narrow(0, d.n_train, d.n_test).contiguous().to(dtype).to(dv);
     eye_m = eye(kSeries, dtype, dv);
-    if (!dv.is_cpu()) Ydev = d.Y.to(dv);
+    if (graph) Ydev = d.Y.to(dv);
     test_steps.resize(static_cast<size_t>(d.n_test));
     std::iota(test_steps.begin(), test_steps.end(), d.n_train);
   }
@@ -402,7 +403,7 @@ struct DppRun {
 
 FitResult fit_lag(const DppData& data, const Params& init, const ResearchOptions& o, Device dev, DType dtype) {
   const int R = o.replicas;
-  DppRun run(data, dev, R, dtype);
+  DppRun run(data, dev, R, dtype, o.graph);
   std::vector<Tensor> params = to_leaves(init, dev, dtype);
   const Tensor &w = params[0], &b = params[1], &V = params[2];
   Quality quality = [&](const Tensor& F) {
@@ -424,7 +425,7 @@ FitResult fit_lag(const DppData& data, const Params& init, const ResearchOptions
 
 FitResult fit_ds(const DppData& data, const Params& init, const ResearchOptions& o, Device dev, DType dtype) {
   const int R = o.replicas;
-  DppRun run(data, dev, R, dtype);
+  DppRun run(data, dev, R, dtype, o.graph);
   std::vector<Tensor> params = to_leaves(init, dev, dtype);
   const Tensor &A = params[0], &a = params[1], &C = params[2], &d = params[3], &V = params[4];
   Quality quality = [&](const Tensor& F) {
