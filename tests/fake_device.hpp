@@ -1,8 +1,9 @@
 #pragma once
 // A test-only backend for DeviceKind::CUDA that keeps tensors in host memory: every kernel is forwarded to the
-// CPU backend, and the small-linear-algebra fused ops run the same per-matrix code as the CUDA kernels
-// (src/backend/common/spd_math.hpp). It lets the tensor layer's device branches, and the cuda test suite's own
-// logic, run without a GPU (tests/test_fake_device.cpp, the cuda_suite_on_test_device ctest).
+// CPU backend, and the fused ops the CUDA backend has its own kernels for run the same per-matrix, per-row and
+// per-element code as those kernels (src/backend/common/spd_math.hpp, scan_math.hpp, philox.hpp, nn_math.hpp). It lets
+// the tensor layer's device branches, and the cuda test suite's own logic, run without a GPU
+// (tests/test_fake_device.cpp, the cuda_suite_on_test_device ctest).
 #include <unistd.h>
 #include <atomic>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/common/nn_math.hpp"
 #include "backend/common/philox.hpp"
 #include "backend/common/scan_math.hpp"
 #include "backend/common/spd_math.hpp"
@@ -332,6 +334,7 @@ class HostMemoryDevice final : public d::Backend {
         return (c.mask->dtype == DType::F32 || c.mask->dtype == DType::F64) && c.mask->contiguous;
       }
       default:
+        if (is_nn_op(ops::fused_op(call))) return offer_nn && d::nn_kernel_takes(call);  // CUDA's offer and code
         return cpu().supports(call);
     }
   }
@@ -382,6 +385,7 @@ class HostMemoryDevice final : public d::Backend {
         }
         return cpu().run(call);
       default:
+        if (is_nn_op(ops::fused_op(call))) return nn_kernel(call);
         note_kernel(ops::fused_op_name(ops::fused_op(call)));
         return cpu().run(call);
     }
@@ -395,6 +399,9 @@ class HostMemoryDevice final : public d::Backend {
   // false: supports() is false for every fused op (the environment variable OXMERA_TEST_DEVICE_NO_FUSED sets it
   // for a whole run, as the cuda_suite_on_test_device_without_fused_ops ctest does).
   bool offer_fused = std::getenv("OXMERA_TEST_DEVICE_NO_FUSED") == nullptr;
+  // false: the nn ops (cells, layer norm, softmax's gradient, max pooling) take their composites, as on the CUDA
+  // backend before it had kernels for them; the other fused ops are still offered.
+  bool offer_nn = true;
   // false: the device cannot pin host memory (can_pin_host), as a backend without a DMA path.
   bool offer_pinned = true;
   // Pinned blocks allocated and freed, bytes outstanding; copies from pinned memory queued (non_blocking);
@@ -407,7 +414,195 @@ class HostMemoryDevice final : public d::Backend {
   static bool offered_while_capturing(ops::FusedOp op) {
     return op == ops::FusedOp::OptimizerSteps || op == ops::FusedOp::Scan || op == ops::FusedOp::LogdetSpd ||
            op == ops::FusedOp::CholeskySpd || op == ops::FusedOp::SolveTriangularSmall ||
-           op == ops::FusedOp::DropoutMask;
+           op == ops::FusedOp::DropoutMask || is_nn_op(op);
+  }
+  // The CUDA backend's nn kernels (src/backend/cuda/cuda_nn.cu): the test device runs their per-element and per-row
+  // functions (nn_math.hpp) on host memory, a warp's lanes in reverse order, and records them while capturing.
+  static bool is_nn_op(ops::FusedOp op) {
+    switch (op) {
+      case ops::FusedOp::SoftmaxBackward:
+      case ops::FusedOp::LayerNorm:
+      case ops::FusedOp::LayerNormBackward:
+      case ops::FusedOp::LstmCell:
+      case ops::FusedOp::LstmCellBackward:
+      case ops::FusedOp::GruCell:
+      case ops::FusedOp::GruCellBackward:
+      case ops::FusedOp::RnnCell:
+      case ops::FusedOp::MaxPool2d:
+      case ops::FusedOp::MaxPool2dBackward:
+        return true;
+      default:
+        return false;
+    }
+  }
+  template <class F>
+  static void rebind_call(ops::SoftmaxBackwardCall& c, F rebind) {
+    rebind(c.y), rebind(c.g), rebind(c.grad_x);
+  }
+  template <class F>
+  static void rebind_call(ops::LayerNormCall& c, F rebind) {
+    rebind(c.x), rebind(c.weight), rebind(c.bias), rebind(c.y), rebind(c.mean), rebind(c.rstd);
+  }
+  template <class F>
+  static void rebind_call(ops::LayerNormBackwardCall& c, F rebind) {
+    rebind(c.x), rebind(c.g), rebind(c.weight), rebind(c.mean), rebind(c.rstd), rebind(c.grad_x), rebind(c.grad_weight),
+        rebind(c.grad_bias);
+  }
+  template <class F>
+  static void rebind_call(ops::LstmCellCall& c, F rebind) {
+    rebind(c.gates), rebind(c.c_prev), rebind(c.acts), rebind(c.h), rebind(c.c);
+  }
+  template <class F>
+  static void rebind_call(ops::LstmCellBackwardCall& c, F rebind) {
+    rebind(c.acts), rebind(c.c_prev), rebind(c.c), rebind(c.gh), rebind(c.gc), rebind(c.grad_gates),
+        rebind(c.grad_c_prev);
+  }
+  template <class F>
+  static void rebind_call(ops::GruCellCall& c, F rebind) {
+    rebind(c.gi), rebind(c.gh), rebind(c.h_prev), rebind(c.acts), rebind(c.h);
+  }
+  template <class F>
+  static void rebind_call(ops::GruCellBackwardCall& c, F rebind) {
+    rebind(c.acts), rebind(c.h_prev), rebind(c.g), rebind(c.grad_gi), rebind(c.grad_gh), rebind(c.grad_h_prev);
+  }
+  template <class F>
+  static void rebind_call(ops::RnnCellCall& c, F rebind) {
+    rebind(c.xt), rebind(c.hh), rebind(c.h);
+  }
+  template <class F>
+  static void rebind_call(ops::MaxPool2dCall& c, F rebind) {
+    rebind(c.x), rebind(c.out), rebind(c.indices);
+  }
+  template <class F>
+  static void rebind_call(ops::MaxPool2dBackwardCall& c, F rebind) {
+    rebind(c.g), rebind(c.indices), rebind(c.grad_x);
+  }
+  void nn_kernel(ops::FusedCall& call) {
+    const char* what = ops::fused_op_name(ops::fused_op(call));
+    if (capturing_) {
+      std::vector<std::shared_ptr<d::TensorImpl>> keep;
+      ops::FusedCall again = call;
+      auto rebind = [&keep](auto*& t) {
+        if (t == nullptr) return;
+        keep.push_back(snap(*t));
+        t = keep.back().get();
+      };
+      std::visit(
+          [&](auto& c) {
+            if constexpr (requires { rebind_call(c, rebind); }) rebind_call(c, rebind);
+          },
+          again);
+      return record(what, [again, keep] { run_nn_on_host(again); });
+    }
+    note_kernel(what);
+    run_nn_on_host(call);
+  }
+  static const float* fp(const d::TensorImpl* t) { return t ? t->ptr<float>() : nullptr; }
+  static float* fm(d::TensorImpl* t) { return t ? t->ptr<float>() : nullptr; }
+  // What cuda_nn.cu's kernels do, element by element and row by row (f32).
+  static void run_nn_on_host(const ops::FusedCall& call) {
+    const d::SequentialLanes lanes{true};
+    switch (ops::fused_op(call)) {
+      case ops::FusedOp::LstmCell: {
+        const auto& c = std::get<ops::LstmCellCall>(call);
+        for (int64_t b = 0; b < c.batch; ++b)
+          for (int64_t j = 0; j < c.hidden; ++j)
+            d::lstm_cell_at<float>(fp(c.gates), fp(c.c_prev), c.hidden, b, j, fm(c.acts), fm(c.h), fm(c.c));
+        return;
+      }
+      case ops::FusedOp::LstmCellBackward: {
+        const auto& c = std::get<ops::LstmCellBackwardCall>(call);
+        for (int64_t b = 0; b < c.batch; ++b)
+          for (int64_t j = 0; j < c.hidden; ++j)
+            d::lstm_cell_backward_at<float>(fp(c.acts), fp(c.c_prev), fp(c.c), fp(c.gh), fp(c.gc), c.hidden, b, j,
+                                            fm(c.grad_gates), fm(c.grad_c_prev));
+        return;
+      }
+      case ops::FusedOp::GruCell: {
+        const auto& c = std::get<ops::GruCellCall>(call);
+        for (int64_t b = 0; b < c.batch; ++b)
+          for (int64_t j = 0; j < c.hidden; ++j)
+            d::gru_cell_at<float>(fp(c.gi), fp(c.gh), fp(c.h_prev), c.hidden, b, j, fm(c.acts), fm(c.h));
+        return;
+      }
+      case ops::FusedOp::GruCellBackward: {
+        const auto& c = std::get<ops::GruCellBackwardCall>(call);
+        for (int64_t b = 0; b < c.batch; ++b)
+          for (int64_t j = 0; j < c.hidden; ++j)
+            d::gru_cell_backward_at<float>(fp(c.acts), fp(c.h_prev), fp(c.g), c.hidden, b, j, fm(c.grad_gi),
+                                           fm(c.grad_gh), fm(c.grad_h_prev));
+        return;
+      }
+      case ops::FusedOp::RnnCell: {
+        const auto& c = std::get<ops::RnnCellCall>(call);
+        for (int64_t i = 0; i < c.count; ++i) fm(c.h)[i] = d::rnn_cell_at<float>(fp(c.xt)[i], fp(c.hh)[i], c.relu);
+        return;
+      }
+      case ops::FusedOp::LayerNorm: {
+        const auto& c = std::get<ops::LayerNormCall>(call);
+        const int64_t n = c.n, rows = c.x->numel / n;
+        for (int64_t r = 0; r < rows; ++r)
+          d::layer_norm_row(lanes, fp(c.x) + r * n, fp(c.weight), fp(c.bias), n, c.eps, fm(c.y) + r * n, fm(c.mean) + r,
+                            fm(c.rstd) + r);
+        return;
+      }
+      case ops::FusedOp::LayerNormBackward: {
+        const auto& c = std::get<ops::LayerNormBackwardCall>(call);
+        const int64_t n = c.n, rows = c.x->numel / n;
+        for (int64_t r = 0; r < rows; ++r)
+          d::layer_norm_backward_row(lanes, fp(c.x) + r * n, fp(c.g) + r * n, fp(c.weight), fp(c.mean)[r],
+                                     fp(c.rstd)[r], n, fm(c.grad_x) + r * n);
+        const int64_t chunks = (rows + d::kLayerNormRowChunk - 1) / d::kLayerNormRowChunk;
+        for (int64_t j = 0; j < n; ++j) {
+          double sw = 0, sb = 0;
+          for (int64_t k = 0; k < chunks; ++k) {
+            double pw, pb;
+            d::layer_norm_param_partial(fp(c.x), fp(c.g), fp(c.mean), fp(c.rstd), n, rows, k, j, &pw, &pb);
+            sw += pw;
+            sb += pb;
+          }
+          if (c.grad_weight) fm(c.grad_weight)[j] = static_cast<float>(sw);
+          if (c.grad_bias) fm(c.grad_bias)[j] = static_cast<float>(sb);
+        }
+        return;
+      }
+      case ops::FusedOp::SoftmaxBackward: {
+        const auto& c = std::get<ops::SoftmaxBackwardCall>(call);
+        const int64_t n = c.y->shape.empty() ? 1 : c.y->shape.back();
+        if (c.y->numel == 0 || n == 0) return;
+        for (int64_t r = 0; r < c.y->numel / n; ++r)
+          d::softmax_backward_row(lanes, fp(c.y) + r * n, fp(c.g) + r * n, n, c.log, fm(c.grad_x) + r * n);
+        return;
+      }
+      case ops::FusedOp::MaxPool2d: {
+        const auto& c = std::get<ops::MaxPool2dCall>(call);
+        const d::TensorImpl& x = *c.x;
+        const d::ConvGeometry& g = c.geometry;
+        const int64_t planes = x.shape[0] * x.shape[1], C = x.shape[1];
+        for (int64_t p = 0; p < planes; ++p)
+          for (int64_t y = 0; y < g.oh; ++y)
+            for (int64_t z = 0; z < g.ow; ++z) {
+              const int64_t e = (p * g.oh + y) * g.ow + z;
+              d::max_pool_window(fp(&x) + (p / C) * x.strides[0] + (p % C) * x.strides[1], x.strides[2], x.strides[3],
+                                 x.shape[2], x.shape[3], g, y, z, fm(c.out) + e, c.indices->ptr<int64_t>() + e);
+            }
+        return;
+      }
+      case ops::FusedOp::MaxPool2dBackward: {
+        const auto& c = std::get<ops::MaxPool2dBackwardCall>(call);
+        const int64_t H = c.grad_x->shape[2], W = c.grad_x->shape[3], plane = H * W;
+        const int64_t plane_out = c.geometry.oh * c.geometry.ow;
+        float* gx = fm(c.grad_x);
+        for (int64_t e = 0; e < c.grad_x->numel; ++e) {
+          const int64_t p = e / plane, l = e % plane;
+          gx[e] = d::max_pool_backward_at(fp(c.g) + p * plane_out, c.indices->ptr<int64_t>() + p * plane_out, W,
+                                          c.geometry, l / W, l % W, c.zero_first ? 0.f : gx[e]);
+        }
+        return;
+      }
+      default:
+        OXM_FAIL(Backend, "host-memory test device: ", ops::fused_op_name(ops::fused_op(call)), " is not an nn kernel");
+    }
   }
   // Small linear algebra: the CUDA kernels' per-matrix functions (a warp's lanes run one after another, in reverse
   // order), one matrix (or column) at a time, reporting as

@@ -332,6 +332,74 @@ TEST(Cuda, ConvolutionAndPoolingThroughIm2col) {
                "max_pool2d", 0, 0);
 }
 
+// The nn kernels (cuda_nn.cu): layer norm, softmax / log_softmax, max pooling (padding, dilation, ties) and the
+// LSTM, GRU and RNN layers, forward and parameter gradients against the CPU.
+TEST(Cuda, NnKernelsMatchCpu) {
+  NEED_GPU();
+  {  // layer norm over the last two dims, rows of 96, 70 rows (three chunks of the weight / bias gradient sums)
+    Tensor x = uni({7, 10, 8, 12}, -2, 2, 91).requires_grad_(), w = uni({8, 12}, -1, 1, 92).requires_grad_(),
+           b = uni({8, 12}, -1, 1, 93).requires_grad_();
+    Tensor xg = gpu(x.detach()).requires_grad_(), wg = gpu(w.detach()).requires_grad_(),
+           bg = gpu(b.detach()).requires_grad_();
+    Tensor y = nn::functional::layer_norm(x, {8, 12}, w, b), yg = nn::functional::layer_norm(xg, {8, 12}, wg, bg);
+    expect_match(yg, y, "layer_norm", 1e-5, 1e-5);
+    Tensor r = uni(y.shape(), -1, 1, 94);
+    (y * r).sum().backward();
+    (yg * gpu(r)).sum().backward();
+    expect_match(xg.grad(), x.grad(), "layer_norm dx", 1e-4, 1e-5);
+    expect_match(wg.grad(), w.grad(), "layer_norm dw", 1e-4, 1e-5);
+    expect_match(bg.grad(), b.grad(), "layer_norm db", 1e-4, 1e-5);
+  }
+  for (bool log : {false, true}) {
+    Tensor x = uni({6, 200}, -4, 4, 95).requires_grad_(), xg = gpu(x.detach()).requires_grad_();
+    Tensor y = log ? x.log_softmax(1) : x.softmax(1), yg = log ? xg.log_softmax(1) : xg.softmax(1);
+    Tensor r = uni(y.shape(), -1, 1, 96);
+    (y * r).sum().backward();
+    (yg * gpu(r)).sum().backward();
+    expect_match(xg.grad(), x.grad(), log ? "log_softmax dx" : "softmax dx", 1e-4, 1e-5);
+  }
+  {  // pooling: rounded values (ties), padding, dilation; the gradient sums overlapping windows
+    Tensor x = (uni({2, 3, 11, 9}, -3, 3, 97)).round().requires_grad_(), xg = gpu(x.detach()).requires_grad_();
+    auto [y, i] = nn::functional::max_pool2d_with_indices(x, {3, 3}, {2, 1}, {1, 1}, {2, 1});
+    auto [yg, ig] = nn::functional::max_pool2d_with_indices(xg, {3, 3}, {2, 1}, {1, 1}, {2, 1});
+    expect_match(yg, y, "max_pool2d", 0, 0);
+    EXPECT_EQ(host(ig).to_vector<int64_t>(), i.to_vector<int64_t>());
+    Tensor r = uni(y.shape(), -1, 1, 98);
+    (y * r).sum().backward();
+    (yg * gpu(r)).sum().backward();
+    expect_match(xg.grad(), x.grad(), "max_pool2d dx", 0, 0);
+  }
+  nn::RNNOptions o;
+  o.num_layers = 2;
+  o.bidirectional = true;
+  o.batch_first = true;
+  for (const char* kind : {"LSTM", "GRU", "RNN"}) {
+    auto make = [&]() -> std::shared_ptr<nn::RNNBase> {
+      Generator gen(17);
+      if (std::string(kind) == "LSTM") return std::make_shared<nn::LSTM>(5, 7, o, gen);
+      if (std::string(kind) == "GRU") return std::make_shared<nn::GRU>(5, 7, o, gen);
+      return std::make_shared<nn::RNN>(5, 7, o, gen);
+    };
+    auto cpu_net = make(), gpu_net = make();
+    gpu_net->to(kGpu);
+    Tensor x = uni({3, 6, 5}, -1, 1, 99);
+    auto output = [&](nn::RNNBase& net, const Tensor& in) -> Tensor {
+      if (auto* l = dynamic_cast<nn::LSTM*>(&net)) return std::get<0>(l->forward(in));
+      if (auto* g = dynamic_cast<nn::GRU*>(&net)) return std::get<0>(g->forward(in));
+      return std::get<0>(static_cast<nn::RNN&>(net).forward(in));
+    };
+    Tensor y = output(*cpu_net, x), yg = output(*gpu_net, gpu(x));
+    expect_match(yg, y, std::string(kind) + " output", 1e-5, 1e-5);
+    Tensor r = uni(y.shape(), -1, 1, 100);
+    (y * r).sum().backward();
+    (yg * gpu(r)).sum().backward();
+    const auto pc = cpu_net->named_parameters(), pg = gpu_net->named_parameters();
+    ASSERT_EQ(pc.size(), pg.size());
+    for (size_t k = 0; k < pc.size(); ++k)
+      expect_match(pg[k].second.grad(), pc[k].second.grad(), std::string(kind) + " " + pc[k].first, 1e-4, 1e-5);
+  }
+}
+
 TEST(Cuda, AutogradEndToEnd) {
   NEED_GPU();
   Tensor w = uni({6, 4}, -1, 1, 91).requires_grad_(), b = uni({4}, -1, 1, 92).requires_grad_();

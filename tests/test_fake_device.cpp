@@ -6,6 +6,7 @@
 // research workload (`--device cuda`, f32) execute here, against the CPU, also under ASan in CI. On a
 // machine with a real GPU registered the suite skips itself (tests/test_cuda.cpp covers that case).
 #include <unistd.h>
+#include <functional>
 
 #include <filesystem>
 
@@ -503,6 +504,58 @@ TEST(FakeDevice, DemoTrainingStepLaunchBudget) {
   EXPECT_EQ(g_device->kernel_calls - k0, 20);
   EXPECT_EQ(g_device->host_to_device - h0, 1);  // the class targets (the backward seed is filled on the device)
   EXPECT_EQ(g_device->device_to_host - d0, 1);  // loss.item()
+}
+
+// The launches the CUDA backend's nn kernels save: one forward + backward of a transformer encoder layer (norm
+// first, GELU, causal), a 2-layer LSTM over 8 steps and a conv + max-pool block, counted on the test device with
+// the nn kernels and without them (their composites; the other fused ops offered in both). Printed for the record.
+TEST(FakeDevice, NnKernelsCutTheLaunchesOfALayerStep) {
+  NEED_FAKE_DEVICE();
+  auto count = [&](const std::function<Tensor()>& step) {
+    step();  // warm: lazily built state (causal masks, parameter layouts)
+    const int64_t k0 = g_device->kernel_calls;
+    step();
+    return g_device->kernel_calls - k0;
+  };
+  Generator gen(5);
+  nn::TransformerEncoderLayer layer(
+      32, 4, {.dim_feedforward = 64, .dropout = 0, .activation = "gelu", .batch_first = true, .norm_first = true}, gen);
+  layer.to(kDev);
+  Tensor src = dev(randn({4, 16, 32}, 6));
+  nn::RNNOptions ro;
+  ro.num_layers = 2;
+  nn::LSTM lstm(16, 32, ro, gen);
+  lstm.to(kDev);
+  Tensor seq = dev(randn({8, 4, 16}, 7));
+  Tensor img = dev(randn({4, 3, 12, 12}, 8)), w = dev(randn({8, 3, 3, 3}, 9)).requires_grad_();
+  const std::vector<std::pair<std::string, std::function<Tensor()>>> steps = {
+      {"transformer layer",
+       [&] {
+         Tensor l = layer.forward(src, {}, {}, true).square().mean();
+         l.backward();
+         return l;
+       }},
+      {"lstm",
+       [&] {
+         Tensor l = std::get<0>(lstm.forward(seq)).square().mean();
+         l.backward();
+         return l;
+       }},
+      {"conv + max_pool", [&] {
+         Tensor l =
+             nn::functional::max_pool2d(nn::functional::conv2d(img, w, {}, {1, 1}, {1, 1}), {2, 2}).square().mean();
+         l.backward();
+         return l;
+       }}};
+  for (const auto& [what, step] : steps) {
+    const int64_t with = count(step);
+    g_device->offer_nn = false;
+    const int64_t without = count(step);
+    g_device->offer_nn = true;
+    std::printf("  %s: %lld kernels with the nn kernels, %lld with their composites\n", what.c_str(),
+                static_cast<long long>(with), static_cast<long long>(without));
+    EXPECT_LT(with, without) << what;
+  }
 }
 
 // A backward builds its zeros, ones and identities on the device (a fill kernel), never as a host buffer uploaded:

@@ -9,10 +9,12 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/common/nn_math.hpp"
 #include "demo_training.hpp"
 #include "fake_device.hpp"
 #include "ops/fused.hpp"
@@ -147,6 +149,25 @@ TEST(FusedFallback, LayerNormAndItsBackwardMatchTheCpuKernels) {
         expect_close(values(gw2), values(gw1), 5 * tol(dt), 5 * tol(dt), "grad weight " + what);
         expect_close(values(gb2), values(gb1), 5 * tol(dt), 5 * tol(dt), "grad bias " + what);
       }
+  // A normalized_shape of two dims: weight, bias and their gradients are [4, 5] (the fallback once broadcast them
+  // against rows of 20 and threw).
+  Tensor x = randn({3, 4, 5}, 3) * 2.0, w = randn({4, 5}, 4), b = randn({4, 5}, 5), g = randn({3, 4, 5}, 6);
+  Tensor y1 = empty({3, 4, 5}), m1 = empty({3, 1, 1}), r1 = empty({3, 1, 1});
+  Tensor y2 = empty({3, 4, 5}), m2 = empty({3, 1, 1}), r2 = empty({3, 1, 1});
+  ops::FusedCall k = ops::LayerNormCall{x.impl(), w.impl(), b.impl(), 1e-5, 20, y1.impl(), m1.impl(), r1.impl()};
+  ops::FusedCall f = ops::LayerNormCall{x.impl(), w.impl(), b.impl(), 1e-5, 20, y2.impl(), m2.impl(), r2.impl()};
+  run_both(k, f);
+  expect_close(values(y2), values(y1), 2e-6, 2e-6, "y, normalized_shape [4, 5]");
+  Tensor gx1 = empty({3, 4, 5}), gw1 = empty({4, 5}), gb1 = empty({4, 5});
+  Tensor gx2 = empty({3, 4, 5}), gw2 = empty({4, 5}), gb2 = empty({4, 5});
+  ops::FusedCall kb = ops::LayerNormBackwardCall{x.impl(), g.impl(),   w.impl(),   m1.impl(), r1.impl(),
+                                                 20,       gx1.impl(), gw1.impl(), gb1.impl()};
+  ops::FusedCall fb = ops::LayerNormBackwardCall{x.impl(), g.impl(),   w.impl(),   m1.impl(), r1.impl(),
+                                                 20,       gx2.impl(), gw2.impl(), gb2.impl()};
+  run_both(kb, fb);
+  expect_close(values(gx2), values(gx1), 1e-5, 1e-5, "grad x, normalized_shape [4, 5]");
+  expect_close(values(gw2), values(gw1), 1e-5, 1e-5, "grad weight, normalized_shape [4, 5]");
+  expect_close(values(gb2), values(gb1), 1e-5, 1e-5, "grad bias, normalized_shape [4, 5]");
 }
 
 // linear: the CPU's bias rows + beta-1 GEMM against the fallback (GEMM, then the bias added), with and without a
@@ -727,6 +748,239 @@ TEST(NoFusedOps, RunFusedOnADeviceWithoutKernelsRunsTheFallbackThere) {
   ops::FusedCall c2 = ops::CholeskySpdCall{ad.impl(), 3, 5, L.impl(), {}, {}};
   ops::run_fused(c2, kDev);
   expect_match(L, la::cholesky(a), "cholesky", 1e-5, 1e-5);
+}
+
+// ---------------------------------------------------------------- the CUDA backend's nn kernels
+// The test device runs cuda_nn.cu's per-element and per-row code (src/backend/common/nn_math.hpp, a warp's lanes
+// in reverse order) for the calls the CUDA backend takes (nn_kernel_takes: f32); each is compared with the CPU
+// backend's kernel on the same inputs. Max pooling (a gather per input position on the device, a scatter on the
+// CPU) gives the same bits: the same sums in the same order.
+template <class F>
+void expect_device_kernel(ops::FusedCall& call, const std::string& what, F run) {
+  ASSERT_TRUE(d::nn_kernel_takes(call)) << what;
+  const int64_t calls0 = g_device->fused_kernel_calls;
+  run();
+  EXPECT_EQ(g_device->fused_kernel_calls - calls0, 1) << what << ": the device kernel did not run";
+}
+
+TEST(DeviceNnKernels, CellsMatchTheCpuKernels) {
+  NEED_FAKE_DEVICE();
+  for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {16, 64}, {2, 37}}) {
+    const std::string shape = " [" + std::to_string(B) + ", " + std::to_string(H) + "]";
+    {  // LSTM, with every combination of absent gradients
+      Tensor gates = randn({B, 4 * H}, 31) * 3.0, cp = randn({B, H}, 32);
+      Tensor a1 = empty({B, 4 * H}), h1 = empty({B, H}), c1 = empty({B, H});
+      Tensor gd = dev(gates), cpd = dev(cp), a2 = dev(empty({B, 4 * H})), h2 = dev(empty({B, H})),
+             c2 = dev(empty({B, H}));
+      ops::FusedCall k = ops::LstmCellCall{gates.impl(), cp.impl(), B, H, a1.impl(), h1.impl(), c1.impl()};
+      ops::FusedCall kd = ops::LstmCellCall{gd.impl(), cpd.impl(), B, H, a2.impl(), h2.impl(), c2.impl()};
+      ops::run_fused(k, kCpu);
+      expect_device_kernel(kd, "lstm_cell" + shape, [&] { ops::run_fused(kd, kDev); });
+      expect_match(a2, a1, "lstm acts" + shape, 2e-6, 2e-6);
+      expect_match(h2, h1, "lstm h" + shape, 2e-6, 2e-6);
+      expect_match(c2, c1, "lstm c" + shape, 2e-6, 2e-6);
+      Tensor gh = randn({B, H}, 33), gc = randn({B, H}, 34);
+      for (int which = 0; which < 4; ++which) {
+        const std::string what = "lstm_cell backward" + shape + " gradients " + std::to_string(which);
+        const d::TensorImpl *ghp = which & 1 ? gh.impl() : nullptr, *gcp = which & 2 ? gc.impl() : nullptr;
+        Tensor ghd = dev(gh), gcd = dev(gc);
+        const d::TensorImpl *ghdp = which & 1 ? ghd.impl() : nullptr, *gcdp = which & 2 ? gcd.impl() : nullptr;
+        Tensor dg1 = empty({B, 4 * H}), dc1 = empty({B, H}), dg2 = dev(empty({B, 4 * H})), dc2 = dev(empty({B, H}));
+        ops::FusedCall kb =
+            ops::LstmCellBackwardCall{a1.impl(), cp.impl(), c1.impl(), ghp, gcp, B, H, dg1.impl(), dc1.impl()};
+        ops::FusedCall kbd =
+            ops::LstmCellBackwardCall{a2.impl(), cpd.impl(), c2.impl(), ghdp, gcdp, B, H, dg2.impl(), dc2.impl()};
+        ops::run_fused(kb, kCpu);
+        expect_device_kernel(kbd, what, [&] { ops::run_fused(kbd, kDev); });
+        expect_match(dg2, dg1, what + " gates", 1e-5, 1e-5);
+        expect_match(dc2, dc1, what + " c_prev", 1e-5, 1e-5);
+      }
+    }
+    {  // GRU
+      Tensor gi = randn({B, 3 * H}, 35) * 2.0, gh = randn({B, 3 * H}, 36) * 2.0, hp = randn({B, H}, 37);
+      Tensor a1 = empty({B, 4 * H}), h1 = empty({B, H}), a2 = dev(empty({B, 4 * H})), h2 = dev(empty({B, H}));
+      Tensor gid = dev(gi), ghd = dev(gh), hpd = dev(hp);
+      ops::FusedCall k = ops::GruCellCall{gi.impl(), gh.impl(), hp.impl(), B, H, a1.impl(), h1.impl()};
+      ops::FusedCall kd = ops::GruCellCall{gid.impl(), ghd.impl(), hpd.impl(), B, H, a2.impl(), h2.impl()};
+      ops::run_fused(k, kCpu);
+      expect_device_kernel(kd, "gru_cell" + shape, [&] { ops::run_fused(kd, kDev); });
+      expect_match(a2, a1, "gru acts" + shape, 2e-6, 2e-6);
+      expect_match(h2, h1, "gru h" + shape, 2e-6, 2e-6);
+      Tensor g = randn({B, H}, 38), gdv = dev(g);
+      Tensor di1 = empty({B, 3 * H}), dh1 = empty({B, 3 * H}), dp1 = empty({B, H});
+      Tensor di2 = dev(empty({B, 3 * H})), dh2 = dev(empty({B, 3 * H})), dp2 = dev(empty({B, H}));
+      ops::FusedCall kb =
+          ops::GruCellBackwardCall{a1.impl(), hp.impl(), g.impl(), B, H, di1.impl(), dh1.impl(), dp1.impl()};
+      ops::FusedCall kbd =
+          ops::GruCellBackwardCall{a2.impl(), hpd.impl(), gdv.impl(), B, H, di2.impl(), dh2.impl(), dp2.impl()};
+      ops::run_fused(kb, kCpu);
+      expect_device_kernel(kbd, "gru_cell backward" + shape, [&] { ops::run_fused(kbd, kDev); });
+      expect_match(di2, di1, "gru grad gi" + shape, 1e-5, 1e-5);
+      expect_match(dh2, dh1, "gru grad gh" + shape, 1e-5, 1e-5);
+      expect_match(dp2, dp1, "gru grad h_prev" + shape, 1e-5, 1e-5);
+    }
+    for (bool relu : {false, true}) {  // the plain RNN step, NaN included
+      Tensor xt = randn({B, H}, 39) * 2.0, hh = randn({B, H}, 40);
+      if (B * H > 3) {
+        std::vector<double> v = values(xt);
+        v[2] = NAN;
+        xt = from_vector<double>(v, xt.shape()).to(DType::F32);
+      }
+      Tensor o1 = empty({B, H}), o2 = dev(empty({B, H})), xtd = dev(xt), hhd = dev(hh);
+      ops::FusedCall k = ops::RnnCellCall{xt.impl(), hh.impl(), B * H, relu, o1.impl()};
+      ops::FusedCall kd = ops::RnnCellCall{xtd.impl(), hhd.impl(), B * H, relu, o2.impl()};
+      ops::run_fused(k, kCpu);
+      expect_device_kernel(kd, "rnn_cell" + shape, [&] { ops::run_fused(kd, kDev); });
+      expect_match(o2, o1, std::string(relu ? "relu" : "tanh") + " rnn_cell" + shape, 2e-6, 2e-6);
+    }
+  }
+  // f64 is not taken (CUDA's kernels are f32): the composite runs.
+  Tensor g64 = randn({2, 8}, 41, DType::F64), c64 = randn({2, 2}, 42, DType::F64), o64 = empty({2, 2}, DType::F64);
+  EXPECT_FALSE(d::nn_kernel_takes(ops::LstmCellCall{g64.impl(), c64.impl(), 2, 2, g64.impl(), o64.impl(), o64.impl()}));
+}
+
+TEST(DeviceNnKernels, RowsMatchTheCpuKernels) {
+  NEED_FAKE_DEVICE();
+  for (auto [R, n] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {7, 64}, {3, 300}, {70, 33}})
+    for (int affine = 0; affine < 4; ++affine) {
+      const std::string what =
+          " [" + std::to_string(R) + ", " + std::to_string(n) + "] affine " + std::to_string(affine);
+      Tensor x = randn({R, n}, 43) * 2.0 + 0.5, w = randn({n}, 44), b = randn({n}, 45), g = randn({R, n}, 46);
+      Tensor xd = dev(x), wd = dev(w), bd = dev(b), gd = dev(g);
+      const d::TensorImpl *wp = affine & 1 ? w.impl() : nullptr, *bp = affine & 2 ? b.impl() : nullptr;
+      const d::TensorImpl *wdp = affine & 1 ? wd.impl() : nullptr, *bdp = affine & 2 ? bd.impl() : nullptr;
+      Tensor y1 = empty({R, n}), m1 = empty({R, 1}), r1 = empty({R, 1});
+      Tensor y2 = dev(empty({R, n})), m2 = dev(empty({R, 1})), r2 = dev(empty({R, 1}));
+      ops::FusedCall k = ops::LayerNormCall{x.impl(), wp, bp, 1e-5, n, y1.impl(), m1.impl(), r1.impl()};
+      ops::FusedCall kd = ops::LayerNormCall{xd.impl(), wdp, bdp, 1e-5, n, y2.impl(), m2.impl(), r2.impl()};
+      ops::run_fused(k, kCpu);
+      expect_device_kernel(kd, "layer_norm" + what, [&] { ops::run_fused(kd, kDev); });
+      expect_match(y2, y1, "layer_norm y" + what, 1e-5, 1e-5);
+      expect_match(m2, m1, "layer_norm mean" + what, 1e-6, 1e-6);
+      expect_match(r2, r1, "layer_norm rstd" + what, 1e-6, 1e-6);
+      for (bool params : {true, false}) {
+        Tensor gx1 = empty({R, n}), gw1 = empty({n}), gb1 = empty({n});
+        Tensor gx2 = dev(empty({R, n})), gw2 = dev(empty({n})), gb2 = dev(empty({n}));
+        ops::FusedCall kb = ops::LayerNormBackwardCall{x.impl(),
+                                                       g.impl(),
+                                                       wp,
+                                                       m1.impl(),
+                                                       r1.impl(),
+                                                       n,
+                                                       gx1.impl(),
+                                                       params ? gw1.impl() : nullptr,
+                                                       params ? gb1.impl() : nullptr};
+        ops::FusedCall kbd = ops::LayerNormBackwardCall{xd.impl(),
+                                                        gd.impl(),
+                                                        wdp,
+                                                        m2.impl(),
+                                                        r2.impl(),
+                                                        n,
+                                                        gx2.impl(),
+                                                        params ? gw2.impl() : nullptr,
+                                                        params ? gb2.impl() : nullptr};
+        ops::run_fused(kb, kCpu);
+        expect_device_kernel(kbd, "layer_norm backward" + what, [&] { ops::run_fused(kbd, kDev); });
+        expect_match(gx2, gx1, "layer_norm grad x" + what, 1e-5, 1e-5);
+        if (params) {  // R = 70: three row chunks summed in order
+          expect_match(gw2, gw1, "layer_norm grad weight" + what, 1e-5, 1e-5);
+          expect_match(gb2, gb1, "layer_norm grad bias" + what, 1e-5, 1e-5);
+        }
+      }
+    }
+  for (const Shape& shape : {Shape{}, Shape{1}, Shape{3, 5}, Shape{2, 4, 64}, Shape{3, 300}, Shape{1, 17}})
+    for (bool log : {false, true}) {
+      const std::string what = std::string(log ? "log_softmax" : "softmax") + " backward, rank " +
+                               std::to_string(shape.size()) +
+                               (shape.empty() ? "" : " n " + std::to_string(shape.back()));
+      const int64_t last = shape.empty() ? 0 : static_cast<int64_t>(shape.size()) - 1;
+      Tensor x = randn(shape, 47) * 3.0;
+      Tensor y = log ? x.log_softmax(last) : x.softmax(last), g = randn(shape, 48);
+      Tensor yd = dev(y), gd = dev(g), o1 = empty(shape), o2 = dev(empty(shape));
+      ops::FusedCall k = ops::SoftmaxBackwardCall{y.impl(), g.impl(), o1.impl(), last, log};
+      ops::FusedCall kd = ops::SoftmaxBackwardCall{yd.impl(), gd.impl(), o2.impl(), last, log};
+      ops::run_fused_fallback(k, kCpu);  // the CPU kernel takes no 0-d tensor; the fallback is the reference
+      expect_device_kernel(kd, what, [&] { ops::run_fused(kd, kDev); });
+      expect_match(o2, o1, what, 1e-5, 1e-5);
+    }
+  // Not the last dim: not taken (the composite runs on the device).
+  Tensor y = dev(randn({4, 6}, 49).softmax(0)), g = dev(randn({4, 6}, 50)), out = dev(empty({4, 6}));
+  EXPECT_FALSE(d::nn_kernel_takes(ops::SoftmaxBackwardCall{y.impl(), g.impl(), out.impl(), 0}));
+}
+
+TEST(DeviceNnKernels, MaxPoolingMatchesTheCpuKernelBitForBit) {
+  NEED_FAKE_DEVICE();
+  struct G {
+    int64_t N, H, W, kh, kw, sh, sw, ph, pw, dh, dw;
+  };
+  const std::vector<G> geoms = {
+      {2, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1},   {2, 7, 5, 3, 2, 2, 1, 1, 1, 1, 1},  {1, 9, 8, 3, 3, 1, 2, 1, 1, 2, 2},
+      {2, 5, 7, 2, 4, 3, 1, 1, 2, 1, 1},   {2, 4, 4, 1, 1, 1, 1, 0, 0, 1, 1},  {1, 1, 3, 2, 2, 1, 1, 1, 1, 2, 1},
+      {2, 28, 28, 2, 2, 2, 2, 0, 0, 1, 1}, {1, 9, 41, 3, 3, 2, 2, 1, 1, 1, 1}, {1, 10, 10, 3, 3, 1, 1, 1, 1, 3, 3}};
+  for (const G& q : geoms)
+    for (int values_kind = 0; values_kind < 3; ++values_kind) {  // distinct, ties, ties + NaN + -inf
+      d::ConvGeometry g{q.kh, q.kw, q.sh, q.sw, q.ph, q.pw, q.dh, q.dw, 0, 0};
+      g.oh = (q.H + 2 * q.ph - q.dh * (q.kh - 1) - 1) / q.sh + 1;
+      g.ow = (q.W + 2 * q.pw - q.dw * (q.kw - 1) - 1) / q.sw + 1;
+      std::ostringstream name;  // (a chain of string + to_string trips GCC 12's -Wrestrict false positive)
+      name << "N" << q.N << " H" << q.H << " W" << q.W << " k" << q.kh << "x" << q.kw << " d" << q.dh << " values "
+           << values_kind;
+      const std::string what = name.str();
+      const int64_t C = 3;
+      Tensor base = randn({C, q.N, q.H, q.W}, 51);
+      if (values_kind > 0) base = (base * 1.5).round();
+      if (values_kind == 2) {
+        std::vector<double> v = values(base);
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (i % 5 == 1) v[i] = NAN;
+          if (i % 7 == 3) v[i] = -INFINITY;
+        }
+        base = from_vector<double>(v, base.shape()).to(DType::F32);
+      }
+      Tensor x = base.transpose(0, 1), xd = dev(base).transpose(0, 1);  // any strides
+      const Shape os{q.N, C, g.oh, g.ow};
+      Tensor o1 = empty(os), i1 = empty(os, DType::I64), o2 = dev(empty(os)), i2 = dev(empty(os, DType::I64));
+      ops::FusedCall k = ops::MaxPool2dCall{x.impl(), o1.impl(), i1.impl(), g};
+      ops::FusedCall kd = ops::MaxPool2dCall{xd.impl(), o2.impl(), i2.impl(), g};
+      ops::run_fused(k, kCpu);
+      expect_device_kernel(kd, "max_pool2d " + what, [&] { ops::run_fused(kd, kDev); });
+      EXPECT_EQ(bits(host(o2)), bits(o1)) << "max_pool2d values " << what;
+      EXPECT_EQ(host(i2).to_vector<int64_t>(), i1.to_vector<int64_t>()) << "max_pool2d indices " << what;
+      Tensor gy = randn(os, 52), gyd = dev(gy);
+      for (bool zero_first : {true, false}) {
+        Tensor x1 = full({q.N, C, q.H, q.W}, zero_first ? NAN : 0.25);
+        Tensor x2 = dev(x1);
+        ops::FusedCall kb = ops::MaxPool2dBackwardCall{gy.impl(), i1.impl(), x1.impl(), zero_first, g};
+        ops::FusedCall kbd = ops::MaxPool2dBackwardCall{gyd.impl(), i2.impl(), x2.impl(), zero_first, g};
+        ops::run_fused(kb, kCpu);
+        expect_device_kernel(kbd, "max_pool2d backward " + what, [&] { ops::run_fused(kbd, kDev); });
+        EXPECT_EQ(bits(host(x2)), bits(x1)) << "max_pool2d backward, zero_first " << zero_first << " " << what;
+      }
+      // Without the forward's geometry the gather has no candidates: not taken (the composite runs).
+      Tensor x3 = dev(empty({q.N, C, q.H, q.W}));
+      EXPECT_FALSE(d::nn_kernel_takes(ops::MaxPool2dBackwardCall{gyd.impl(), i2.impl(), x3.impl(), true}));
+    }
+}
+
+// What the kernels save: a layer norm forward, an LSTM step's gates and max pooling are one device kernel each
+// (their composites were 5 to 30 ordinary kernels), counted through the public API.
+TEST(DeviceNnKernels, EachLayerIsOneKernel) {
+  NEED_FAKE_DEVICE();
+  Tensor x = dev(randn({8, 16}, 53)), w = dev(randn({16}, 54)), b = dev(randn({16}, 55));
+  int64_t k0 = g_device->kernel_calls;
+  Tensor y = nn::functional::layer_norm(x, {16}, w, b);
+  EXPECT_EQ(g_device->kernel_calls - k0, 1) << "layer_norm";
+  Tensor img = dev(randn({2, 3, 8, 8}, 56));
+  k0 = g_device->kernel_calls;
+  Tensor p = nn::functional::max_pool2d(img, {2, 2});
+  EXPECT_EQ(g_device->kernel_calls - k0, 1) << "max_pool2d";
+  {
+    NoFusedOps off;
+    k0 = g_device->kernel_calls;
+    Tensor y2 = nn::functional::layer_norm(x, {16}, w, b);
+    EXPECT_GE(g_device->kernel_calls - k0, 5) << "layer_norm's composite";
+    expect_match(y2, host(y), "layer_norm with and without the kernel", 1e-5, 1e-5);
+  }
 }
 
 }  // namespace

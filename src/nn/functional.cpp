@@ -195,6 +195,7 @@ Tensor scatter_by_indices(const Tensor& g, const Tensor& indices, const Shape& i
 struct MaxPool2dNode final : detail::Node {
   detail::SavedTensor indices;
   Shape in_shape;
+  detail::ConvGeometry geometry;
   bool empty_window = false;
   bool release_saved() override {
     const bool had = indices.defined();
@@ -216,7 +217,7 @@ struct MaxPool2dNode final : detail::Node {
     }
     // The kernel zeroes each plane before its scatter (no separate fill pass over the gradient).
     Tensor gx = detail::make_empty(in_shape, g.dtype(), g.device(), "max_pool2d backward");
-    ops::FusedCall call = ops::MaxPool2dBackwardCall{g.impl(), idx.impl(), gx.impl(), /*zero_first=*/true};
+    ops::FusedCall call = ops::MaxPool2dBackwardCall{g.impl(), idx.impl(), gx.impl(), /*zero_first=*/true, geometry};
     ops::run_fused(call, gx.device());
     gin[0] = gx;
   }
@@ -259,6 +260,7 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel,
     auto* n = new MaxPool2dNode();
     n->indices.save(indices, false);
     n->in_shape = x.shape();
+    n->geometry = g;
     n->empty_window = has_empty_window(g, x.shape()[2], x.shape()[3]);
     n->next.push_back(detail::edge_of(x));
     detail::set_history(out, n);

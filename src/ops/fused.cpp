@@ -537,8 +537,9 @@ void layer_norm_fallback(FusedCall& call, Device) {
   const Tensor xc = x - mean;
   const Tensor rstd = (xc.square().mean({1}, true) + c.eps).rsqrt();
   Tensor y = xc * rstd;
-  if (c.weight) y = y * borrow(c.weight);
-  if (c.bias) y = y + borrow(c.bias);
+  // weight / bias hold normalized_shape (e.g. [8, 12]): as one row of n.
+  if (c.weight) y = y * as_rows(c.weight, c.n);
+  if (c.bias) y = y + as_rows(c.bias, c.n);
   as_rows(c.y, c.n).copy_(y);
   borrow(c.mean).copy_(mean.reshape(c.mean->shape));
   borrow(c.rstd).copy_(rstd.reshape(c.rstd->shape));
@@ -550,10 +551,10 @@ void layer_norm_backward_fallback(FusedCall& call, Device) {
   const Tensor x = as_rows(c.x, c.n), g = as_rows(c.g, c.n);
   const Tensor mean = borrow(c.mean).reshape({-1, 1}), rstd = borrow(c.rstd).reshape({-1, 1});
   const Tensor xhat = (x - mean) * rstd;
-  const Tensor gy = c.weight ? g * borrow(c.weight) : g;
+  const Tensor gy = c.weight ? g * as_rows(c.weight, c.n) : g;
   as_rows(c.grad_x, c.n).copy_(rstd * (gy - gy.mean({1}, true) - xhat * (gy * xhat).mean({1}, true)));
-  if (c.grad_weight) borrow(c.grad_weight).copy_((g * xhat).sum({0}));
-  if (c.grad_bias) borrow(c.grad_bias).copy_(g.sum({0}));
+  if (c.grad_weight) as_rows(c.grad_weight, c.n).copy_((g * xhat).sum({0}, true));
+  if (c.grad_bias) as_rows(c.grad_bias, c.n).copy_(g.sum({0}, true));
 }
 
 // ---------------------------------------------------------------- LSTM cell
@@ -675,20 +676,22 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::SortIndices, "sort", sort_indices_fallback,
      "cuda (f32, i64; one thread per row, insertion sort); elsewhere std::stable_sort on the host"},
     {FusedOp::SoftmaxBackward, "softmax backward", softmax_backward_fallback,
-     "cpu (f32, f64; contiguous rows along the last dim)"},
-    {FusedOp::LayerNorm, "layer_norm", layer_norm_fallback, "cpu (f32, f64)"},
-    {FusedOp::LayerNormBackward, "layer_norm backward", layer_norm_backward_fallback, "cpu (f32, f64)"},
-    {FusedOp::LstmCell, "lstm_cell", lstm_cell_fallback, "cpu (f32, f64)"},
-    {FusedOp::LstmCellBackward, "lstm_cell backward", lstm_cell_backward_fallback, "cpu (f32, f64)"},
+     "cpu (f32, f64; contiguous rows along the last dim); cuda (f32, the same rows; a warp per row)"},
+    {FusedOp::LayerNorm, "layer_norm", layer_norm_fallback, "cpu (f32, f64); cuda (f32; a warp per row)"},
+    {FusedOp::LayerNormBackward, "layer_norm backward", layer_norm_backward_fallback,
+     "cpu (f32, f64); cuda (f32; a warp per row, the parameter sums by chunks of 32 rows)"},
+    {FusedOp::LstmCell, "lstm_cell", lstm_cell_fallback, "cpu (f32, f64); cuda (f32)"},
+    {FusedOp::LstmCellBackward, "lstm_cell backward", lstm_cell_backward_fallback, "cpu (f32, f64); cuda (f32)"},
     {FusedOp::Attention, "scaled_dot_product_attention", attention_fallback,
      "cpu (f32, f64; key tiles with an online softmax)"},
     {FusedOp::Linear, "linear", linear_fallback, "cpu (f32, f64; the bias rows, then GEMM with beta = 1)"},
-    {FusedOp::GruCell, "gru_cell", gru_cell_fallback, "cpu (f32, f64)"},
-    {FusedOp::GruCellBackward, "gru_cell backward", gru_cell_backward_fallback, "cpu (f32, f64)"},
-    {FusedOp::MaxPool2d, "max_pool2d", max_pool2d_fallback, "cpu (f32, f64; one pass, no unfold buffer)"},
+    {FusedOp::GruCell, "gru_cell", gru_cell_fallback, "cpu (f32, f64); cuda (f32)"},
+    {FusedOp::GruCellBackward, "gru_cell backward", gru_cell_backward_fallback, "cpu (f32, f64); cuda (f32)"},
+    {FusedOp::MaxPool2d, "max_pool2d", max_pool2d_fallback,
+     "cpu (f32, f64; one pass, no unfold buffer); cuda (f32; a thread per output)"},
     {FusedOp::MaxPool2dBackward, "max_pool2d backward", max_pool2d_backward_fallback,
-     "cpu (f32, f64; a scatter by the saved indices)"},
-    {FusedOp::RnnCell, "rnn_cell", rnn_cell_fallback, "cpu (f32, f64)"},
+     "cpu (f32, f64; a scatter by the saved indices); cuda (f32; a gather per input over the windows reaching it)"},
+    {FusedOp::RnnCell, "rnn_cell", rnn_cell_fallback, "cpu (f32, f64); cuda (f32)"},
     {FusedOp::DropoutMask, "dropout", dropout_mask_fallback,
      "cuda (f32; four elements per Philox block and thread); elsewhere the host loop"},
 };

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <variant>
 
+#include "core/host_device.hpp"
 #include "oxmera/device.hpp"
 #include "oxmera/dtype.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -66,7 +67,7 @@ struct ConvGeometry {
 struct TapRange {
   int64_t lo = 0, hi = 0;
 };
-inline TapRange taps_inside(int64_t start, int64_t n, int64_t k, int64_t d) {
+OXM_HD inline TapRange taps_inside(int64_t start, int64_t n, int64_t k, int64_t d) {
   const int64_t lo = start >= 0 ? 0 : (-start - 1) / d + 1;
   const int64_t hi = n - start <= 0 ? 0 : (n - start - 1) / d + 1;
   return {lo < k ? lo : k, hi < k ? hi : k};
@@ -408,6 +409,9 @@ struct MaxPool2dBackwardCall {
   const TensorImpl* indices = nullptr;
   TensorImpl* grad_x = nullptr;
   bool zero_first = false;
+  // The forward's geometry (oh, ow: g's plane), for a kernel that gathers per input position over the outputs whose
+  // windows reach it (CUDA); oh = 0: not given (the CPU scatters by the indices alone and does not need it).
+  detail::ConvGeometry geometry{};
 };
 
 // One plain RNN step after the two matrix products: h = act(xt + hh) over `count` elements (xt and hh contiguous,

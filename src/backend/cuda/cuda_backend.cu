@@ -592,8 +592,8 @@ class CudaBackend final : public Backend {
     cuda::scatter_add(out, dim, idx, src);
   }
   // Fused ops: f32 cross entropy (rows up to INT32_MAX), im2col / col2im, the grouped optimizer steps, the
-  // small SPD linear algebra (n <= 32), and scans / sort indices along a dim (f32, i64); anything else takes the
-  // composite fallback.
+  // small SPD linear algebra (n <= 32), scans / sort indices along a dim (f32, i64), and the nn kernels (f32 LSTM,
+  // GRU and RNN cells, layer norm, softmax's gradient, max pooling); attention and linear take the composite fallback.
   bool supports(const ops::FusedCall& call) const override {
     switch (ops::fused_op(call)) {
       case ops::FusedOp::CrossEntropy: {
@@ -638,18 +638,19 @@ class CudaBackend final : public Backend {
         return std::get<ops::CumprodBackwardCall>(call).x->dtype == DType::F32;
       case ops::FusedOp::SortIndices:
         return cuda::has_scan_sort(std::get<ops::SortIndicesCall>(call).x->dtype);
-      case ops::FusedOp::SoftmaxBackward:  // the composite fallbacks (no kernels here yet)
+      case ops::FusedOp::SoftmaxBackward:  // cuda_nn.cu (f32)
       case ops::FusedOp::LayerNorm:
       case ops::FusedOp::LayerNormBackward:
       case ops::FusedOp::LstmCell:
       case ops::FusedOp::LstmCellBackward:
-      case ops::FusedOp::Attention:
-      case ops::FusedOp::Linear:  // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
       case ops::FusedOp::GruCell:
       case ops::FusedOp::GruCellBackward:
       case ops::FusedOp::RnnCell:
       case ops::FusedOp::MaxPool2d:
       case ops::FusedOp::MaxPool2dBackward:
+        return cuda::has_nn_kernel(call);
+      case ops::FusedOp::Attention:  // the composite fallbacks (no kernels here yet)
+      case ops::FusedOp::Linear:     // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
         return false;
     }
     return false;
@@ -704,13 +705,14 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::LayerNormBackward:
       case ops::FusedOp::LstmCell:
       case ops::FusedOp::LstmCellBackward:
-      case ops::FusedOp::Attention:
-      case ops::FusedOp::Linear:
       case ops::FusedOp::GruCell:
       case ops::FusedOp::GruCellBackward:
       case ops::FusedOp::RnnCell:
       case ops::FusedOp::MaxPool2d:
       case ops::FusedOp::MaxPool2dBackward:
+        return cuda::run_nn_kernel(call);
+      case ops::FusedOp::Attention:
+      case ops::FusedOp::Linear:
         break;
     }
     Backend::run(call);  // not offered (supports() said so)

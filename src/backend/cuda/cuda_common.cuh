@@ -90,4 +90,9 @@ bool has_scan_sort(DType dtype);
 void scan(const ops::ScanCall& c);
 void cumprod_backward(const ops::CumprodBackwardCall& c);
 void sort_indices(const ops::SortIndicesCall& c);
+
+// The nn fused ops (cuda_nn.cu): the LSTM / GRU / RNN cells, layer norm, softmax's gradient, max pooling; f32.
+// has_nn_kernel: whether the call is one they take (nn_math.hpp's nn_kernel_takes).
+bool has_nn_kernel(const ops::FusedCall& call);
+void run_nn_kernel(ops::FusedCall& call);
 }  // namespace oxmera::detail::cuda
