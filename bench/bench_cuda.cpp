@@ -2,7 +2,8 @@
 // data (alternating, best of 3 rounds), elementwise GB/s on 256M floats vs cudaMemcpy device-to-device, the
 // host time from call to enqueue of a tiny op and its completed throughput, one demo training step CPU vs
 // GPU (reading the loss each step, and without), and a 784-1024-1024-10 MLP step (batch 256) where a GPU
-// should win, each also as a replayed CUDA graph. Prints `key value unit` lines and the ratios issue #6 asks for; exits
+// should win, each also as a replayed CUDA graph; an LSTM and a transformer encoder layer step (the nn kernels) CPU vs
+// GPU. Prints `key value unit` lines and the ratios issue #6 asks for; exits
 // 77 (skip) without a usable GPU.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -206,6 +208,53 @@ int main() {
         "%s_step_graph cuda %.1f us, graph/cpu %.3f, graph/eager cuda %.3f (goal < 1: the replayed GPU step "
         "faster than the CPU's)\n",
         big ? "mlp784x1024_b256" : "demo_mlp", graph_us, graph_us / us[0], graph_us / us[1]);
+  }
+  // Layers with the CUDA nn kernels (cuda_nn.cu): an LSTM (hidden 64, sequence 32, batch 16, issue #15's size) and a
+  // transformer encoder layer (d 64, 4 heads, GELU, norm first, causal; batch 16, context 64), one forward + backward
+  // + SGD step each, CPU against GPU without a read-back per step.
+  for (int which = 0; which < 2; ++which) {
+    double us[2] = {0, 0};
+    for (Device dev : {Device::cpu(), g}) {
+      Generator gen(3);
+      std::shared_ptr<nn::Module> net;
+      Tensor x;
+      std::function<Tensor()> loss;
+      if (which == 0) {
+        auto lstm = std::make_shared<nn::LSTM>(64, 64, nn::RNNOptions{}, gen);
+        lstm->to(dev);
+        x = randn({32, 16, 64}, 5).to(dev);
+        loss = [lstm, &x] { return std::get<0>(lstm->forward(x)).square().mean(); };
+        net = lstm;
+      } else {
+        auto layer = std::make_shared<nn::TransformerEncoderLayer>(
+            64, 4,
+            nn::TransformerEncoderLayerOptions{
+                .dim_feedforward = 256, .dropout = 0, .activation = "gelu", .batch_first = true, .norm_first = true},
+            gen);
+        layer->to(dev);
+        x = randn({16, 64, 64}, 6).to(dev);
+        loss = [layer, &x] { return layer->forward(x, {}, {}, true).square().mean(); };
+        net = layer;
+      }
+      optim::SGD sgd(net->parameters(), {.lr = 1e-3});
+      Tensor l;
+      auto step = [&] {
+        l = loss();
+        sgd.zero_grad();
+        l.backward();
+        sgd.step();
+      };
+      step();
+      (void)l.item<float>();
+      const int n = 30;
+      auto t0 = clk::now();
+      for (int i = 0; i < n; ++i) step();
+      (void)l.item<float>();
+      us[dev.is_cpu() ? 0 : 1] = secs(t0) / n * 1e6;
+    }
+    std::printf("%s_step_no_sync cpu %.1f us, cuda %.1f us, cuda/cpu %.3f (%d CPU threads)\n",
+                which == 0 ? "lstm_h64_t32_b16" : "transformer_layer_d64_b16_t64", us[0], us[1], us[1] / us[0],
+                get_num_threads());
   }
   return 0;
 }
