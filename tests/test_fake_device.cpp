@@ -548,7 +548,9 @@ TEST(FakeDevice, NnKernelsCutTheLaunchesOfALayerStep) {
          return l;
        }}};
   for (const auto& [what, step] : steps) {
+    g_device->trace = std::getenv("OXMERA_TRACE") != nullptr;
     const int64_t with = count(step);
+    g_device->trace = false;
     g_device->offer_nn = false;
     const int64_t without = count(step);
     g_device->offer_nn = true;

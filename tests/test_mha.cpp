@@ -69,6 +69,54 @@ TEST(MultiheadAttention, FusedPathMatchesExplicitWeightsAndLayouts) {
   expect_close(values(yu), values(y.select(1, 1).contiguous()), 1e-6, 1e-6, "unbatched");
 }
 
+// Self-attention (query, key and value one tensor) projects with the whole in_proj_weight at once, and key = value
+// projects k and v together: the same outputs, input gradients and parameter gradients as distinct (equal) tensors,
+// which take one projection each (that path is the one tests/mha_torch compares with torch), in every layout.
+TEST(MultiheadAttention, PackedProjectionsMatchSeparateOnes) {
+  for (int layout = 0; layout < 3; ++layout)  // seq-first, batch_first, unbatched
+    for (bool self : {true, false}) {
+      Generator g(4);
+      nn::MultiheadAttention m(8, 2, {.batch_first = layout == 1}, g);
+      for (auto& [name, p] : m.named_parameters()) {
+        oxmera::NoGradGuard ng;
+        p.copy_(randn(p.shape(), 5) * 0.5);
+      }
+      const Shape qs = layout == 2 ? Shape{5, 8} : (layout == 1 ? Shape{3, 5, 8} : Shape{5, 3, 8});
+      const Shape ms = layout == 2 ? Shape{4, 8} : (layout == 1 ? Shape{3, 4, 8} : Shape{4, 3, 8});
+      const Tensor xq = randn(qs, 6), xm = self ? xq : randn(ms, 7), gout = randn(qs, 8);
+      const std::string what = "layout " + std::to_string(layout) + (self ? " self" : " key = value");
+      // shared: one tensor for key and value (and the query when self); else distinct leaves of the same values, whose
+      // gradients are summed. Returns the output, the input gradients and the parameter gradients.
+      auto run = [&](bool shared) {
+        m.zero_grad();
+        std::vector<Tensor> leaves;
+        auto leaf = [&](const Tensor& x) { return leaves.emplace_back(x.clone().requires_grad_()); };
+        Tensor q = leaf(xq), k, v;
+        if (self && shared) {
+          k = v = q;
+        } else if (shared) {
+          k = v = leaf(xm);
+        } else {
+          k = leaf(xm);
+          v = leaf(xm);
+        }
+        auto [out, w] = m.forward(q, k, v, {}, false, {}, true, self);
+        (out * gout).sum().backward();
+        std::vector<Tensor> r{out};
+        if (self)
+          r.push_back(shared ? q.grad() : q.grad() + k.grad() + v.grad());
+        else
+          r.insert(r.end(), {q.grad(), shared ? k.grad() : k.grad() + v.grad()});
+        for (auto& [name, p] : m.named_parameters()) r.push_back(p.grad().clone());
+        return r;
+      };
+      const std::vector<Tensor> packed = run(true), separate = run(false);
+      ASSERT_EQ(packed.size(), separate.size());
+      for (size_t i = 0; i < packed.size(); ++i)
+        expect_close(values(packed[i]), values(separate[i]), 1e-5, 1e-6, what + ": result " + std::to_string(i));
+    }
+}
+
 TEST(MultiheadAttention, AnyModuleAndDropout) {
   Generator g(3);
   auto m = std::make_shared<nn::MultiheadAttention>(4, 2, nn::MultiheadAttentionOptions{.dropout = 0.5}, g);

@@ -8,6 +8,7 @@
 #include "autograd/node.hpp"
 #include "nn/attention_policy.hpp"
 #include "ops/fused.hpp"
+#include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/nn/functional.hpp"
 
@@ -78,7 +79,7 @@ Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   if (mask.defined()) s = s + mask;
   if (is_causal) {
     const int64_t L = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
-    s = s.masked_fill(ones({L, S}, q.dtype(), q.device()).triu(1) > 0.5, kNegInf);
+    s = s.masked_fill(ops::causal_mask(L, S, q.device()), kNegInf);
   }
   Tensor p = s.softmax(-1);
   if (dropout_p > 0) p = dropout(p, dropout_p, true, gen ? *gen : default_generator());
@@ -112,7 +113,7 @@ struct AttentionNode final : detail::Node {
     if (mask.defined()) s = s + mask;
     if (causal) {
       const int64_t L = qv.shape()[1], S = kv.shape()[1];
-      s = s.masked_fill(ones({L, S}, qv.dtype(), qv.device()).triu(1) > 0.5, kNegInf);
+      s = s.masked_fill(ops::causal_mask(L, S, qv.device()), kNegInf);
     }
     // exp(s - lse) alone sums to 1 only up to the difference between the kernel's scores and these (f32: ~eps *
     // |s|); softmax's gradient p * (dp - sum(dp p)) amplifies that by dp's common offset (a value bias), so the

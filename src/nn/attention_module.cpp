@@ -4,7 +4,9 @@
 #include <limits>
 #include <sstream>
 #include <utility>
+#include <vector>
 
+#include "ops/ops_internal.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/nn/attention.hpp"
 #include "oxmera/nn/functional.hpp"
@@ -106,30 +108,65 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
               (unbatched ? "" : std::to_string(N) + ", "), S, "]; got ", key_padding_mask.shape());
     Tensor kpm = additive(key_padding_mask, q.dtype(), "key_padding_mask").reshape({N, 1, 1, S});
     if (causal) {  // one mask for both: fold the causal mask in
-      mask = where(ones({L, S}, q.dtype(), q.device()).triu(1) > 0.5, kNegInf, zeros({}, q.dtype(), q.device()));
+      mask = where(ops::causal_mask(L, S, q.device()), kNegInf, zeros({}, q.dtype(), q.device()));
       causal = false;
     }
     mask = mask.defined() ? mask + kpm : kpm;
   }
 
-  // In-projection: rows [0, E) of in_proj_weight give q, [E, 2E) k, [2E, 3E) v (torch's layout).
-  const Tensor wq = in_proj_weight.defined() ? in_proj_weight.narrow(0, 0, E) : q_proj_weight;
-  const Tensor wk = in_proj_weight.defined() ? in_proj_weight.narrow(0, E, E) : k_proj_weight;
-  const Tensor wv = in_proj_weight.defined() ? in_proj_weight.narrow(0, 2 * E, E) : v_proj_weight;
-  const Tensor bq = in_proj_bias.defined() ? in_proj_bias.narrow(0, 0, E) : Tensor();
-  const Tensor bk = in_proj_bias.defined() ? in_proj_bias.narrow(0, E, E) : Tensor();
-  const Tensor bv = in_proj_bias.defined() ? in_proj_bias.narrow(0, 2 * E, E) : Tensor();
-  // [T, N, E] -> [N, H, T, hd]
-  auto heads = [&](const Tensor& x, int64_t T) { return x.reshape({T, N, H, hd}).permute({1, 2, 0, 3}); };
-  const Tensor qh = heads(F::linear(q, wq, bq), L), kh = heads(F::linear(k, wk, bk), S),
-               vh = heads(F::linear(v, wv, bv), S);
+  // In-projection: rows [0, E) of in_proj_weight give q, [E, 2E) k, [2E, 3E) v (torch's layout). The projections run
+  // on the inputs as given, batch-first [N, T, E] or seq-first [T, N, E] (a linear treats every row alike, so nothing
+  // is transposed and copied first); `heads` views a projection [.., T, .., c * E] as c tensors [N, H, T, hd].
+  // Self-attention (query, key and value one tensor) projects once with the whole [3E, E] weight, as torch does,
+  // and key = value (cross-attention on a memory) projects k and v together: one GEMM and one backward instead of
+  // three, no per-projection input copy.
+  const bool bf = !unbatched && options.batch_first;
+  const Tensor qin = unbatched ? query.unsqueeze(1) : query;
+  const Tensor kin = unbatched ? key.unsqueeze(1) : key;
+  const Tensor vin = unbatched ? value.unsqueeze(1) : value;
+  auto heads = [&](const Tensor& x, int64_t T, int64_t c) -> std::vector<Tensor> {
+    const Tensor r = bf ? x.reshape({N, T, c, H, hd}).permute({2, 0, 3, 1, 4})   // [c, N, H, T, hd]
+                        : x.reshape({T, N, c, H, hd}).permute({2, 1, 3, 0, 4});  // [c, N, H, T, hd]
+    std::vector<Tensor> out;
+    for (int64_t i = 0; i < c; ++i) out.push_back(r.select(0, i));
+    return out;
+  };
+  auto rows = [&](int64_t first, int64_t count) {  // in_proj_weight / in_proj_bias rows [first E, (first + count) E)
+    return std::pair{in_proj_weight.narrow(0, first * E, count * E),
+                     in_proj_bias.defined() ? in_proj_bias.narrow(0, first * E, count * E) : Tensor()};
+  };
+  Tensor qh, kh, vh;
+  if (in_proj_weight.defined() && query.is_same(key) && key.is_same(value)) {
+    const std::vector<Tensor> qkv = heads(F::linear(qin, in_proj_weight, in_proj_bias), L, 3);
+    qh = qkv[0], kh = qkv[1], vh = qkv[2];
+  } else if (in_proj_weight.defined()) {
+    const auto [wq, bq] = rows(0, 1);
+    qh = heads(F::linear(qin, wq, bq), L, 1)[0];
+    if (key.is_same(value)) {
+      const auto [wkv, bkv] = rows(1, 2);
+      const std::vector<Tensor> kv = heads(F::linear(kin, wkv, bkv), S, 2);
+      kh = kv[0], vh = kv[1];
+    } else {
+      const auto [wk, bk] = rows(1, 1);
+      const auto [wv, bv] = rows(2, 1);
+      kh = heads(F::linear(kin, wk, bk), S, 1)[0];
+      vh = heads(F::linear(vin, wv, bv), S, 1)[0];
+    }
+  } else {
+    const Tensor bq = in_proj_bias.defined() ? in_proj_bias.narrow(0, 0, E) : Tensor();
+    const Tensor bk = in_proj_bias.defined() ? in_proj_bias.narrow(0, E, E) : Tensor();
+    const Tensor bv = in_proj_bias.defined() ? in_proj_bias.narrow(0, 2 * E, E) : Tensor();
+    qh = heads(F::linear(qin, q_proj_weight, bq), L, 1)[0];
+    kh = heads(F::linear(kin, k_proj_weight, bk), S, 1)[0];
+    vh = heads(F::linear(vin, v_proj_weight, bv), S, 1)[0];
+  }
   const double p = is_training() ? options.dropout : 0.0;
 
   Tensor ctx, weights;  // ctx [N, H, L, hd]
   if (need_weights) {
     Tensor s = (qh * (1.0 / std::sqrt(static_cast<double>(hd)))).matmul(kh.transpose(-2, -1));
     if (mask.defined()) s = s + mask;
-    if (causal) s = s.masked_fill(ones({L, S}, s.dtype(), q.device()).triu(1) > 0.5, kNegInf);
+    if (causal) s = s.masked_fill(ops::causal_mask(L, S, q.device()), kNegInf);
     Tensor w = s.softmax(-1);
     weights = w;
     if (p > 0) w = F::dropout(w, p, true, default_generator());
@@ -139,12 +176,10 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
   } else {
     ctx = F::scaled_dot_product_attention(qh, kh, vh, mask, p, causal);
   }
-  // [N, H, L, hd] -> [L, N, E]
-  Tensor out = out_proj->forward(ctx.permute({2, 0, 1, 3}).reshape({L, N, E}));
-  if (unbatched)
-    out = out.squeeze(1);
-  else if (options.batch_first)
-    out = out.transpose(0, 1);
+  // [N, H, L, hd] -> the input's layout, [N, L, E] or [L, N, E]
+  Tensor out = bf ? out_proj->forward(ctx.permute({0, 2, 1, 3}).reshape({N, L, E}))
+                  : out_proj->forward(ctx.permute({2, 0, 1, 3}).reshape({L, N, E}));
+  if (unbatched) out = out.squeeze(1);
   return {out, weights};
 }
 

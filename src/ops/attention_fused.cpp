@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "ops/fused.hpp"
+#include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/tensor.hpp"
 
@@ -23,8 +24,7 @@ void attention_fallback(FusedCall& call, Device) {
   if (c.mask) s = s + borrow(c.mask);
   if (c.causal) {
     const int64_t L = q.shape()[1], S = k.shape()[1];
-    const Tensor upper = ones({L, S}, q.dtype(), q.device()).triu(1) > 0.5;
-    s = s.masked_fill(upper, -std::numeric_limits<double>::infinity());
+    s = s.masked_fill(causal_mask(L, S, q.device()), -std::numeric_limits<double>::infinity());
   }
   borrow(c.lse).copy_(s.logsumexp(-1));
   borrow(c.out).copy_(s.softmax(-1).matmul(v));

@@ -21,6 +21,10 @@ Tensor scalar_on_device_of(double v, const Tensor& like, const char* op);
 // t itself when BLAS can read its last two dims (one of their strides is 1, leading dims fit 32 bits), else a
 // contiguous copy made without recording it (callers record their own node on t).
 Tensor gemm_compatible(const Tensor& t);
+// The causal mask of attention scores [L, S] on `device`: u8, 1 where key j is in query i's future (j > i), the
+// entries masked_fill sets to -inf. Built on the host and copied over (no kernel: one upload on a GPU, an allocation
+// and a fill loop on the CPU), in place of ones().triu(1) > 0.5 (three kernels and the same upload).
+Tensor causal_mask(int64_t L, int64_t S, Device device);
 // Reduction mask over `dims` (empty = all) of a rank-`rank` tensor; duplicate dims are an error.
 uint64_t reduce_mask(const Dims& dims, int64_t rank, const char* op);
 

@@ -38,6 +38,16 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
 }  // namespace
 
 Tensor Tensor::tril(int64_t diagonal) const { return triangle(*this, diagonal, true, "tril"); }
+namespace ops {
+Tensor causal_mask(int64_t L, int64_t S, Device device) {
+  OXM_CHECK(L >= 0 && S >= 0, InvalidArgument, "causal mask: sizes must be >= 0, got [", L, ", ", S, "]");
+  std::vector<uint8_t> future(static_cast<size_t>(L * S));
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = i + 1; j < S; ++j) future[static_cast<size_t>(i * S + j)] = 1;
+  return detail::constant_on_device(from_vector<uint8_t>(future, {L, S}), device);
+}
+}  // namespace ops
+
 Tensor Tensor::triu(int64_t diagonal) const { return triangle(*this, diagonal, false, "triu"); }
 
 Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const {
