@@ -450,7 +450,7 @@ class HostMemoryDevice final : public d::Backend {
   }
   template <class F>
   static void rebind_call(ops::LstmCellCall& c, F rebind) {
-    rebind(c.gates), rebind(c.c_prev), rebind(c.acts), rebind(c.h), rebind(c.c);
+    rebind(c.gates), rebind(c.c_prev), rebind(c.acts), rebind(c.h), rebind(c.c), rebind(c.gates_add);
   }
   template <class F>
   static void rebind_call(ops::LstmCellBackwardCall& c, F rebind) {
@@ -507,7 +507,8 @@ class HostMemoryDevice final : public d::Backend {
         const auto& c = std::get<ops::LstmCellCall>(call);
         for (int64_t b = 0; b < c.batch; ++b)
           for (int64_t j = 0; j < c.hidden; ++j)
-            d::lstm_cell_at<float>(fp(c.gates), fp(c.c_prev), c.hidden, b, j, fm(c.acts), fm(c.h), fm(c.c));
+            d::lstm_cell_at<float>(fp(c.gates), fp(c.gates_add), fp(c.c_prev), c.hidden, b, j, fm(c.acts), fm(c.h),
+                                   fm(c.c));
         return;
       }
       case ops::FusedOp::LstmCellBackward: {

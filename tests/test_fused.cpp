@@ -779,6 +779,20 @@ TEST(DeviceNnKernels, CellsMatchTheCpuKernels) {
       expect_match(a2, a1, "lstm acts" + shape, 2e-6, 2e-6);
       expect_match(h2, h1, "lstm h" + shape, 2e-6, 2e-6);
       expect_match(c2, c1, "lstm c" + shape, 2e-6, 2e-6);
+      {  // the pre-activations as two summands
+        Tensor g2 = randn({B, 4 * H}, 30), g2d = dev(g2);
+        Tensor a3 = empty({B, 4 * H}), h3 = empty({B, H}), c3 = empty({B, H});
+        Tensor a4 = dev(empty({B, 4 * H})), h4 = dev(empty({B, H})), c4 = dev(empty({B, H}));
+        ops::FusedCall k2 =
+            ops::LstmCellCall{gates.impl(), cp.impl(), B, H, a3.impl(), h3.impl(), c3.impl(), g2.impl()};
+        ops::FusedCall k2d =
+            ops::LstmCellCall{gd.impl(), cpd.impl(), B, H, a4.impl(), h4.impl(), c4.impl(), g2d.impl()};
+        ops::run_fused(k2, kCpu);
+        expect_device_kernel(k2d, "lstm_cell, two summands" + shape, [&] { ops::run_fused(k2d, kDev); });
+        expect_match(a4, a3, "lstm acts, two summands" + shape, 2e-6, 2e-6);
+        expect_match(h4, h3, "lstm h, two summands" + shape, 2e-6, 2e-6);
+        expect_match(c4, c3, "lstm c, two summands" + shape, 2e-6, 2e-6);
+      }
       Tensor gh = randn({B, H}, 33), gc = randn({B, H}, 34);
       for (int which = 0; which < 4; ++which) {
         const std::string what = "lstm_cell backward" + shape + " gradients " + std::to_string(which);

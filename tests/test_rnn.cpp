@@ -67,6 +67,54 @@ TEST(RnnFused, LstmCellGatesGradcheckAndGradgradcheck) {
   EXPECT_TRUE(rh.ok) << rh.message;
 }
 
+// The two-summand form (input projection + recurrent product added in the kernel): the CPU kernel against the
+// fallback, values and gradients equal to the one-summand form on the sum, and first and second derivatives by
+// finite differences.
+TEST(RnnFused, LstmCellWithTwoSummandsMatchesTheSum) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    const int64_t B = 3, H = 5;
+    Tensor gx = randn({B, 4 * H}, 11, dt) * 1.5, gh = randn({B, 4 * H}, 12, dt), cp = randn({B, H}, 13, dt);
+    Tensor a1 = empty({B, 4 * H}, dt), h1 = empty({B, H}, dt), c1 = empty({B, H}, dt);
+    Tensor a2 = empty({B, 4 * H}, dt), h2 = empty({B, H}, dt), c2 = empty({B, H}, dt);
+    ops::FusedCall k = ops::LstmCellCall{gx.impl(), cp.impl(), B, H, a1.impl(), h1.impl(), c1.impl(), gh.impl()};
+    ops::FusedCall f = ops::LstmCellCall{gx.impl(), cp.impl(), B, H, a2.impl(), h2.impl(), c2.impl(), gh.impl()};
+    ASSERT_TRUE(ops::fused_supported(k, Device::cpu()));
+    ops::run_fused(k, Device::cpu());
+    ops::run_fused_fallback(f, Device::cpu());
+    const double t = dt == DType::F64 ? 1e-12 : 2e-6;
+    expect_close(values(a2), values(a1), t, t, "acts, two summands");
+    expect_close(values(h2), values(h1), t, t, "h, two summands");
+    expect_close(values(c2), values(c1), t, t, "c, two summands");
+    Tensor x1 = gx.clone().requires_grad_(), y1 = gh.clone().requires_grad_(), p1 = cp.clone().requires_grad_();
+    Tensor s2 = (gx + gh).requires_grad_(), p2 = cp.clone().requires_grad_();
+    auto [hh1, cc1] = nn::lstm_cell_gates(x1, y1, p1);
+    auto [hh2, cc2] = nn::lstm_cell_gates(s2, p2);
+    expect_close(values(hh1), values(hh2), t, t, "h against the sum");
+    expect_close(values(cc1), values(cc2), t, t, "c against the sum");
+    Tensor w = randn({B, H}, 14, dt);
+    ((hh1 * w).sum() + cc1.sum()).backward();
+    ((hh2 * w).sum() + cc2.sum()).backward();
+    expect_close(values(x1.grad()), values(s2.grad()), t, t, "gates_x grad");
+    expect_close(values(y1.grad()), values(s2.grad()), t, t, "gates_h grad");
+    expect_close(values(p1.grad()), values(p2.grad()), t, t, "c_prev grad");
+  }
+  Tensor gx = (randn({2, 8}, 15, DType::F64) * 1.5).requires_grad_(true),
+         gh = randn({2, 8}, 16, DType::F64).requires_grad_(true);
+  Tensor cp = randn({2, 2}, 17, DType::F64).requires_grad_(true);
+  auto f = [](const std::vector<Tensor>& in) {
+    auto [h, c] = nn::lstm_cell_gates(in[0], in[1], in[2]);
+    return cat({h, c * 0.7}, 1);
+  };
+  GradcheckResult r = gradcheck(f, {gx, gh, cp});
+  EXPECT_TRUE(r.ok) << r.message;
+  GradcheckResult rr = gradgradcheck(f, {gx, gh, cp});
+  EXPECT_TRUE(rr.ok) << rr.message;
+  EXPECT_EQ(error_kind_of([&] {
+              nn::lstm_cell_gates(randn({2, 8}, 1), randn({2, 4}, 2), randn({2, 2}, 3));
+            }),
+            ErrorKind::ShapeMismatch);
+}
+
 TEST(RnnFused, GruCellKernelMatchesTheFallback) {
   ASSERT_STREQ(ops::fused_op_name(ops::FusedOp::GruCell), "gru_cell");
   for (DType dt : {DType::F32, DType::F64})

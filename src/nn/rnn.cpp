@@ -59,13 +59,14 @@ std::string shape_str(const Shape& s) {
 // create_graph backward through the composite) and the kernel's activations and c.
 struct LstmCellNode final : detail::Node {
   LstmCellNode() { num_outputs = 2; }
-  detail::SavedTensor gates, c_prev;
+  detail::SavedTensor gates, c_prev, gates2;  // gates2: the second summand of the pre-activations (input 2), if any
   Tensor acts, c;
   int64_t batch = 0, hidden = 0;
   bool release_saved() override {
     const bool had = acts.defined();
     gates.reset();
     c_prev.reset();
+    gates2.reset();
     acts = Tensor();
     c = Tensor();
     return had;
@@ -74,16 +75,20 @@ struct LstmCellNode final : detail::Node {
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     if (grad_enabled()) {
-      const Tensor gv = gates.get(name()), cv = c_prev.get(name());
+      const Tensor cv = c_prev.get(name());
+      const Tensor gv = gates2.defined() ? gates.get(name()) + gates2.get(name()) : gates.get(name());
       // The backward formulas as recorded ops of the re-attached inputs, so the gradient is differentiable.
       const std::vector<Tensor> g = gv.chunk(4, 1);
       const Tensor i = g[0].sigmoid(), f = g[1].sigmoid(), gg = g[2].tanh(), o = g[3].sigmoid();
       const Tensor tc = (f * cv + i * gg).tanh();
       const Tensor gh = gout[0].defined() ? gout[0] : zeros_like(tc), gc = gout[1].defined() ? gout[1] : zeros_like(tc);
       const Tensor dc = gc + gh * o * (1.0 - tc * tc);
-      if (needs_grad(0))
-        gin[0] = cat(
+      if (needs_grad(0) || (next.size() > 2 && needs_grad(2))) {
+        const Tensor dg = cat(
             {dc * gg * i * (1.0 - i), dc * cv * f * (1.0 - f), dc * i * (1.0 - gg * gg), gh * tc * o * (1.0 - o)}, 1);
+        if (needs_grad(0)) gin[0] = dg;
+        if (next.size() > 2 && needs_grad(2)) gin[2] = dg;
+      }
       if (needs_grad(1)) gin[1] = dc * f;
       return;
     }
@@ -106,6 +111,7 @@ struct LstmCellNode final : detail::Node {
     ops::run_fused(call, dev);
     if (needs_grad(0)) gin[0] = dg;
     if (needs_grad(1)) gin[1] = dcp;
+    if (next.size() > 2 && needs_grad(2)) gin[2] = dg;  // the same gradient for both summands
   }
 };
 
@@ -208,7 +214,7 @@ std::vector<Tensor> sequence_unbind(const Tensor& xp) {
   node->next.push_back(detail::edge_of(xp));
   node->refcount.fetch_add(static_cast<int32_t>(T) - 1);  // T outputs hold it
   for (int64_t t = 0; t < T; ++t) {
-    out[static_cast<size_t>(t)] = base.select(0, t).clone();
+    out[static_cast<size_t>(t)] = base.select(0, t);  // a view (contiguous rows; nothing writes it): no copy
     detail::set_history(out[static_cast<size_t>(t)], node, static_cast<uint32_t>(t));
   }
   return out;
@@ -216,7 +222,10 @@ std::vector<Tensor> sequence_unbind(const Tensor& xp) {
 
 }  // namespace
 
-std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates_in, const Tensor& c_prev_in) {
+namespace {
+
+// lstm_cell_gates with the pre-activations given whole (gates2_in null) or as two summands.
+std::tuple<Tensor, Tensor> lstm_cell_impl(const Tensor& gates_in, const Tensor* gates2_in, const Tensor& c_prev_in) {
   detail::check_defined(gates_in, "lstm_cell_gates", "gates");
   detail::check_defined(c_prev_in, "lstm_cell_gates", "c_prev");
   OXM_CHECK(gates_in.dim() == 2 && gates_in.size(1) % 4 == 0, ShapeMismatch,
@@ -229,22 +238,36 @@ std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates_in, const Tensor&
             ") must share one float dtype");
   OXM_CHECK(c_prev_in.device() == gates_in.device(), DeviceMismatch,
             "lstm_cell_gates: gates and c_prev must be on one device");
+  if (gates2_in) {
+    detail::check_defined(*gates2_in, "lstm_cell_gates", "gates_h");
+    OXM_CHECK(gates2_in->shape() == gates_in.shape(), ShapeMismatch, "lstm_cell_gates: gates_x ",
+              shape_str(gates_in.shape()), " and gates_h ", shape_str(gates2_in->shape()), " must have one shape");
+    OXM_CHECK(gates2_in->dtype() == gates_in.dtype(), DTypeMismatch, "lstm_cell_gates: gates_x (", gates_in.dtype(),
+              ") and gates_h (", gates2_in->dtype(), ") must share one float dtype");
+    OXM_CHECK(gates2_in->device() == gates_in.device(), DeviceMismatch,
+              "lstm_cell_gates: gates_x and gates_h must be on one device");
+  }
   const Tensor gates = gates_in.contiguous(), c_prev = c_prev_in.contiguous();
+  const Tensor gates2 = gates2_in ? gates2_in->contiguous() : Tensor();
   const DType dt = gates.dtype();
   const Device dev = gates.device();
   Tensor acts = detail::make_empty({B, 4 * H}, dt, dev, "lstm_cell");
   Tensor h = detail::make_empty({B, H}, dt, dev, "lstm_cell");
   Tensor c = detail::make_empty({B, H}, dt, dev, "lstm_cell");
   if (B * H > 0) {
-    ops::FusedCall call = ops::LstmCellCall{gates.impl(), c_prev.impl(), B, H, acts.impl(), h.impl(), c.impl()};
+    ops::FusedCall call = ops::LstmCellCall{
+        gates.impl(), c_prev.impl(), B, H, acts.impl(), h.impl(), c.impl(), gates2.defined() ? gates2.impl() : nullptr};
     ops::run_fused(call, dev);
   }
-  if (grad_enabled() && (gates.requires_grad() || c_prev.requires_grad())) {
+  const bool grad2 = gates2.defined() && gates2.requires_grad();
+  if (grad_enabled() && (gates.requires_grad() || c_prev.requires_grad() || grad2)) {
     auto* node = new LstmCellNode();
     node->next.push_back(edge_or_none(gates));
     node->next.push_back(edge_or_none(c_prev));
+    if (gates2.defined()) node->next.push_back(edge_or_none(gates2));
     node->gates.save(gates, false);
     node->c_prev.save(c_prev, false);
+    if (gates2.defined()) node->gates2.save(gates2, false);
     node->acts = acts;
     node->c = c.detach();
     node->batch = B;
@@ -254,6 +277,15 @@ std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates_in, const Tensor&
     detail::set_history(c, node, 1);
   }
   return {h, c};
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates, const Tensor& c_prev) {
+  return lstm_cell_impl(gates, nullptr, c_prev);
+}
+std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates_x, const Tensor& gates_h, const Tensor& c_prev) {
+  return lstm_cell_impl(gates_x, &gates_h, c_prev);
 }
 
 Tensor gru_cell_gates(const Tensor& gi_in, const Tensor& gh_in, const Tensor& h_prev_in) {
@@ -441,7 +473,7 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& x_in, const Tensor
             h = rnn_cell_gates(xt, hh, "relu");
             break;
           case Mode::LSTM: {
-            std::tie(h, c) = lstm_cell_gates(xt + hh, c);
+            std::tie(h, c) = lstm_cell_gates(xt, hh, c);  // the sum formed in the cell's kernel
             break;
           }
           case Mode::GRU: {

@@ -561,7 +561,7 @@ void layer_norm_backward_fallback(FusedCall& call, Device) {
 void lstm_cell_fallback(FusedCall& call, Device) {
   auto& c = std::get<LstmCellCall>(call);
   NoGradGuard no_grad;
-  const std::vector<Tensor> g = borrow(c.gates).chunk(4, 1);
+  const std::vector<Tensor> g = (c.gates_add ? borrow(c.gates) + borrow(c.gates_add) : borrow(c.gates)).chunk(4, 1);
   const Tensor i = g[0].sigmoid(), f = g[1].sigmoid(), gg = g[2].tanh(), o = g[3].sigmoid();
   const Tensor cn = f * borrow(c.c_prev) + i * gg;
   borrow(c.acts).copy_(cat({i, f, gg, o}, 1));

@@ -305,8 +305,10 @@ struct LayerNormBackwardCall {
 };
 
 // One LSTM time step's gate math after the two matrix products. gates: contiguous [B, 4H], the pre-activations
-// x W_ih^T + b_ih + h W_hh^T + b_hh in torch's order (i, f, g, o); c_prev contiguous [B, H]. Writes (contiguous)
-// acts [B, 4H] = (sigmoid i, sigmoid f, tanh g, sigmoid o) for the backward, c = f c_prev + i g, h = o tanh c.
+// x W_ih^T + b_ih + h W_hh^T + b_hh in torch's order (i, f, g, o), or with `gates_add` (contiguous [B, 4H], else null)
+// the pre-activations are gates + gates_add (the input projection and the recurrent product, added in the kernel,
+// as torch's fused cell takes them); c_prev contiguous [B, H]. Writes (contiguous) acts [B, 4H] = (sigmoid i,
+// sigmoid f, tanh g, sigmoid o) for the backward, c = f c_prev + i g, h = o tanh c.
 struct LstmCellCall {
   static constexpr FusedOp kOp = FusedOp::LstmCell;
   const TensorImpl* gates = nullptr;
@@ -315,6 +317,7 @@ struct LstmCellCall {
   TensorImpl* acts = nullptr;
   TensorImpl* h = nullptr;
   TensorImpl* c = nullptr;
+  const TensorImpl* gates_add = nullptr;
 };
 // Its gradient from the forward's acts, c_prev and c and the gradients gh, gc of h and c (contiguous [B, H]; null:
 // zero): dc = gc + gh o (1 - tanh^2 c); grad_gates [B, 4H] = (dc g i(1-i), dc c_prev f(1-f), dc i (1-g^2),

@@ -21,6 +21,9 @@ namespace oxmera::nn {
 // (h, c) with c = sigmoid(f) c_prev + sigmoid(i) tanh(g), h = sigmoid(o) tanh(c). Differentiable to any order
 // (create_graph differentiates the composite).
 std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates, const Tensor& c_prev);
+// The same with the pre-activations as two summands, gates = gates_x + gates_h (the input projection and the
+// recurrent product, each [B, 4H]; torch's fused cell takes them so), added inside the kernel: no separate add pass.
+std::tuple<Tensor, Tensor> lstm_cell_gates(const Tensor& gates_x, const Tensor& gates_h, const Tensor& c_prev);
 // One GRU step's gate math after the two matrix products, one fused kernel forward and one backward: gi = x W_ih^T +
 // b_ih and gh = h_prev W_hh^T + b_hh ([B, 3H], torch's order r, z, n), h_prev [B, H] -> h = (1 - z) n + z h_prev with
 // r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r gh_n). Differentiable to any order.

@@ -54,13 +54,17 @@ OXM_HD T cell_tanh(T x) {
   return ops::defs::Tanh::fwd<T, M>(x);
 }
 
-// LSTM forward at (b, j): gates / acts rows of 4H (i, f, g, o), c_prev / c / h rows of H.
+// LSTM forward at (b, j): gates / acts rows of 4H (i, f, g, o), c_prev / c / h rows of H; gates_add (null: none) is
+// added to gates.
 template <class T, class M = ops::Math>
-OXM_HD void lstm_cell_at(const T* gates, const T* c_prev, int64_t H, int64_t b, int64_t j, T* acts, T* h, T* c) {
+OXM_HD void lstm_cell_at(const T* gates, const T* gates_add, const T* c_prev, int64_t H, int64_t b, int64_t j, T* acts,
+                         T* h, T* c) {
   const T* g = gates + b * 4 * H;
+  const T* g2 = gates_add ? gates_add + b * 4 * H : nullptr;
+  auto pre = [&](int64_t k) { return g2 ? g[k] + g2[k] : g[k]; };
   T* a = acts + b * 4 * H;
-  const T i = cell_sigmoid<T, M>(g[j]), f = cell_sigmoid<T, M>(g[H + j]);
-  const T gg = cell_tanh<T, M>(g[2 * H + j]), o = cell_sigmoid<T, M>(g[3 * H + j]);
+  const T i = cell_sigmoid<T, M>(pre(j)), f = cell_sigmoid<T, M>(pre(H + j));
+  const T gg = cell_tanh<T, M>(pre(2 * H + j)), o = cell_sigmoid<T, M>(pre(3 * H + j));
   a[j] = i;
   a[H + j] = f;
   a[2 * H + j] = gg;
@@ -305,7 +309,7 @@ inline bool nn_kernel_takes(const ops::FusedCall& call) {
     }
     case ops::FusedOp::LstmCell: {
       const auto& c = std::get<ops::LstmCellCall>(call);
-      return f32(c.gates) && dense(c.gates) && dense(c.c_prev);
+      return f32(c.gates) && dense(c.gates) && dense(c.c_prev) && dense(c.gates_add);
     }
     case ops::FusedOp::LstmCellBackward: {
       const auto& c = std::get<ops::LstmCellBackwardCall>(call);

@@ -113,7 +113,8 @@ class CpuBackend final : public Backend {
         return real(std::get<ops::Im2colCall>(call).x->dtype);
       case ops::FusedOp::LstmCell: {
         const auto& c = std::get<ops::LstmCellCall>(call);
-        return real(c.gates->dtype) && c.gates->contiguous && c.c_prev->contiguous;
+        return real(c.gates->dtype) && c.gates->contiguous && c.c_prev->contiguous &&
+               (!c.gates_add || c.gates_add->contiguous);
       }
       case ops::FusedOp::LstmCellBackward: {
         const auto& c = std::get<ops::LstmCellBackwardCall>(call);

@@ -30,20 +30,24 @@ template <class T>
   return ops::defs::Tanh::fwd<T, VecMath>(x);
 }
 
-template <class T>
+// kAdd: the pre-activations are gates + gates_add (two summands, added in the same loops).
+template <class T, bool kAdd>
 __attribute__((flatten)) void lstm_cell_t(const ops::LstmCellCall& c) {
   const int64_t B = c.batch, H = c.hidden;
   const T* gates = reinterpret_cast<const T*>(c.gates->byte_ptr());
+  const T* gates2 = kAdd ? reinterpret_cast<const T*>(c.gates_add->byte_ptr()) : nullptr;
   const T* cp = reinterpret_cast<const T*>(c.c_prev->byte_ptr());
   T* acts = reinterpret_cast<T*>(c.acts->byte_ptr());
   T* h = reinterpret_cast<T*>(c.h->byte_ptr());
   T* cn = reinterpret_cast<T*>(c.c->byte_ptr());
   for (int64_t b = 0; b < B; ++b) {
     const T* __restrict g = gates + b * 4 * H;
+    const T* __restrict g2 = kAdd ? gates2 + b * 4 * H : nullptr;
     T* __restrict a = acts + b * 4 * H;
-    for (int64_t j = 0; j < 2 * H; ++j) a[j] = sigmoid(g[j]);      // i, f
-    for (int64_t j = 2 * H; j < 3 * H; ++j) a[j] = tanh_(g[j]);    // g
-    for (int64_t j = 3 * H; j < 4 * H; ++j) a[j] = sigmoid(g[j]);  // o
+    auto pre = [&](int64_t j) { return kAdd ? g[j] + g2[j] : g[j]; };
+    for (int64_t j = 0; j < 2 * H; ++j) a[j] = sigmoid(pre(j));      // i, f
+    for (int64_t j = 2 * H; j < 3 * H; ++j) a[j] = tanh_(pre(j));    // g
+    for (int64_t j = 3 * H; j < 4 * H; ++j) a[j] = sigmoid(pre(j));  // o
     const T* __restrict cpr = cp + b * H;
     T* __restrict cr = cn + b * H;
     T* __restrict hr = h + b * H;
@@ -175,9 +179,9 @@ __attribute__((flatten)) void rnn_cell_t(const ops::RnnCellCall& c) {
 void lstm_cell(const ops::LstmCellCall& c) {
   switch (c.gates->dtype) {
     case DType::F32:
-      return lstm_cell_t<float>(c);
+      return c.gates_add ? lstm_cell_t<float, true>(c) : lstm_cell_t<float, false>(c);
     case DType::F64:
-      return lstm_cell_t<double>(c);
+      return c.gates_add ? lstm_cell_t<double, true>(c) : lstm_cell_t<double, false>(c);
     default:
       OXM_FAIL(UnsupportedDType, "lstm_cell: dtype ", c.gates->dtype, " is not supported (f32, f64)");
   }

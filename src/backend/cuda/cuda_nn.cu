@@ -39,10 +39,11 @@ constexpr int kRowWarps = kThreads / kRowLanes;  // rows per block of the row ke
 
 template <class I>
 __global__ void __launch_bounds__(kThreads)
-    lstm_cell_kernel(const float* gates, const float* c_prev, I B, I H, float* acts, float* h, float* c) {
+    lstm_cell_kernel(const float* gates, const float* gates_add, const float* c_prev, I B, I H, float* acts, float* h,
+                     float* c) {
   OXM_NN_LOOP(I, e, B * H) {
     const I b = e / H;
-    lstm_cell_at<float>(gates, c_prev, H, b, e - b * H, acts, h, c);
+    lstm_cell_at<float>(gates, gates_add, c_prev, H, b, e - b * H, acts, h, c);
   }
 }
 template <class I>
@@ -172,12 +173,12 @@ void run_nn_kernel(ops::FusedCall& call) {
       if (n == 0) return;
       if (fits_int(n))
         lstm_cell_kernel<int><<<blocks(n), kThreads, 0, stream()>>>(
-            c.gates->ptr<float>(), c.c_prev->ptr<float>(), static_cast<int>(c.batch), static_cast<int>(c.hidden),
-            c.acts->ptr<float>(), c.h->ptr<float>(), c.c->ptr<float>());
+            c.gates->ptr<float>(), ptr_or_null<float>(c.gates_add), c.c_prev->ptr<float>(), static_cast<int>(c.batch),
+            static_cast<int>(c.hidden), c.acts->ptr<float>(), c.h->ptr<float>(), c.c->ptr<float>());
       else
-        lstm_cell_kernel<int64_t><<<blocks(n), kThreads, 0, stream()>>>(c.gates->ptr<float>(), c.c_prev->ptr<float>(),
-                                                                        c.batch, c.hidden, c.acts->ptr<float>(),
-                                                                        c.h->ptr<float>(), c.c->ptr<float>());
+        lstm_cell_kernel<int64_t><<<blocks(n), kThreads, 0, stream()>>>(
+            c.gates->ptr<float>(), ptr_or_null<float>(c.gates_add), c.c_prev->ptr<float>(), c.batch, c.hidden,
+            c.acts->ptr<float>(), c.h->ptr<float>(), c.c->ptr<float>());
       return check_launch("lstm_cell");
     }
     case ops::FusedOp::LstmCellBackward: {
