@@ -333,6 +333,8 @@ class HostMemoryDevice final : public d::Backend {
         const auto& c = std::get<ops::DropoutMaskCall>(call);
         return (c.mask->dtype == DType::F32 || c.mask->dtype == DType::F64) && c.mask->contiguous;
       }
+      case ops::FusedOp::IndexCheck:
+        return std::get<ops::IndexCheckCall>(call).kernel_takes();
       default:
         if (is_nn_op(ops::fused_op(call))) return offer_nn && d::nn_kernel_takes(call);  // CUDA's offer and code
         return cpu().supports(call);
@@ -384,6 +386,31 @@ class HostMemoryDevice final : public d::Backend {
           OXM_FAIL(Backend, "host-memory test device: optimizer_steps failed on request");
         }
         return cpu().run(call);
+      case ops::FusedOp::IndexCheck: {
+        // The CUDA kernel's code (index_check_at, spd_math.hpp) and its atomic min, recorded while capturing.
+        auto check = [](const ops::IndexCheckCall& c) {
+          int64_t& word = c.report.first->ptr<int64_t>()[0];
+          const int64_t* in = c.index->ptr<int64_t>();
+          int64_t* out = c.safe->ptr<int64_t>();
+          for (int64_t i = 0; i < c.index->numel; ++i) {
+            int64_t key;
+            out[i] = d::index_check_at(in[i], c.size, c.report.tag, i, &key);
+            word = std::min(word, key);
+          }
+        };
+        const auto& c = std::get<ops::IndexCheckCall>(call);
+        OXM_CHECK(c.report.first != nullptr, Backend, "host-memory test device: index check without a report word");
+        if (capturing_)
+          return record("index_check", [check, c, is = snap(*c.index), ss = snap(*c.safe), ws = snap(*c.report.first)] {
+            ops::IndexCheckCall again = c;
+            again.index = is.get();
+            again.safe = ss.get();
+            again.report.first = ws.get();
+            check(again);
+          });
+        note_kernel("index_check");
+        return check(c);
+      }
       default:
         if (is_nn_op(ops::fused_op(call))) return nn_kernel(call);
         note_kernel(ops::fused_op_name(ops::fused_op(call)));
@@ -414,7 +441,7 @@ class HostMemoryDevice final : public d::Backend {
   static bool offered_while_capturing(ops::FusedOp op) {
     return op == ops::FusedOp::OptimizerSteps || op == ops::FusedOp::Scan || op == ops::FusedOp::LogdetSpd ||
            op == ops::FusedOp::CholeskySpd || op == ops::FusedOp::SolveTriangularSmall ||
-           op == ops::FusedOp::DropoutMask || is_nn_op(op);
+           op == ops::FusedOp::DropoutMask || op == ops::FusedOp::IndexCheck || is_nn_op(op);
   }
   // The CUDA backend's nn kernels (src/backend/cuda/cuda_nn.cu): the test device runs their per-element and per-row
   // functions (nn_math.hpp) on host memory, a warp's lanes in reverse order, and records them while capturing.

@@ -7,6 +7,7 @@
 // machine with a real GPU registered the suite skips itself (tests/test_cuda.cpp covers that case).
 #include <unistd.h>
 #include <functional>
+#include <limits>
 
 #include <filesystem>
 
@@ -168,6 +169,41 @@ TEST(FakeDevice, SmallLinearAlgebraChecksDoNotWait) {
   la::logdet(ag).sum().backward();
   EXPECT_EQ(g_device->device_to_host, reads2);
   expect_match(ag.grad(), la::inverse(a.to(Device::cpu())), "logdet gradient", 1e-4, 1e-5);
+}
+
+// A device index is range-checked on the device (the IndexCheck kernel) and reported at the next read-back, as the
+// small linear algebra is: no read-back per index op. An out-of-range position is clamped meanwhile (no kernel
+// reads outside the table), and the error names the op and the first bad position of the earliest failing call.
+TEST(FakeDevice, DeviceIndexChecksDoNotWait) {
+  NEED_FAKE_DEVICE();
+  const Tensor table = rand({5, 3}, 61), tabled = dev(table);
+  (void)host(tabled);  // nothing pending from earlier tests
+  const int64_t reads0 = g_device->device_to_host;
+  const Tensor idx = dev(from_vector<int64_t>({0, 4, 2, 4}, {4}));
+  Tensor acc = zeros({4, 3}, DType::F32, kDev);
+  for (int i = 0; i < 100; ++i) acc = acc + tabled.index_select(0, idx);
+  Tensor gi = dev(from_vector<int64_t>({0, 2, 1, 1, 0, 2}, {2, 3}));
+  Tensor gathered = tabled.narrow(0, 0, 2).gather(1, gi);
+  Tensor xd = tabled.detach().requires_grad_();
+  (xd.index_select(0, idx).sum() + xd.gather(1, dev(from_vector<int64_t>({2, 1, 0, 0, 1}, {5, 1}))).sum()).backward();
+  EXPECT_EQ(g_device->device_to_host - reads0, 0) << "no index op read its index back";
+  expect_match(acc, table.index_select(0, from_vector<int64_t>({0, 4, 2, 4}, {4})) * 100.0, "index_select", 1e-5, 1e-6);
+  EXPECT_EQ(g_device->device_to_host - reads0, 2) << "the result, then the pending checks' word";
+  expect_match(gathered, table.narrow(0, 0, 2).gather(1, from_vector<int64_t>({0, 2, 1, 1, 0, 2}, {2, 3})), "gather", 0,
+               0);
+  // Out of range: no error at the calls; the earliest failing call's first bad position at the next read-back.
+  const Tensor bad = dev(from_vector<int64_t>({1, 7, -1}, {3}));
+  Tensor rows = tabled.index_select(0, bad);
+  Tensor added = tabled.index_add(0, dev(from_vector<int64_t>({0, 9}, {2})), dev(ones({2, 3})));
+  EXPECT_OXM_ERROR((void)host(rows), IndexOutOfBounds, "index_select: the index at position 1 is out of range");
+  Tensor clamped = host(rows);  // reported once; the clamped rows meanwhile
+  expect_close(values(clamped), values(table.index_select(0, from_vector<int64_t>({1, 4, 0}, {3}))), 0, 0,
+               "clamped rows");
+  (void)host(added);  // its failure was collected with the first one's (one word): not reported again
+  // Without the check kernel the index is read back and checked at the call, as before.
+  g_device->offer_fused = false;
+  EXPECT_OXM_ERROR(tabled.index_select(0, bad), IndexOutOfBounds, "index 7");
+  g_device->offer_fused = true;
 }
 
 TEST(FakeDevice, IndexOpsTakeCpuOrDeviceIndicesForDeviceData) {
@@ -558,6 +594,34 @@ TEST(FakeDevice, NnKernelsCutTheLaunchesOfALayerStep) {
                 static_cast<long long>(with), static_cast<long long>(without));
     EXPECT_LT(with, without) << what;
   }
+}
+
+// clip_grad_norm_ with every grad on the device reads the joint norm back once (not once per parameter), and gives
+// the CPU's norm and clipped grads, for each norm type and with clipping off (max_norm above the norm).
+TEST(FakeDevice, ClipGradNormReadsTheNormOnce) {
+  NEED_FAKE_DEVICE();
+  for (double norm_type : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()})
+    for (double max_norm : {0.5, 1e6}) {
+      std::vector<Tensor> cpu_params, dev_params;
+      for (int i = 0; i < 6; ++i) {
+        Tensor g = randn({3 + i, 4}, 40 + i);
+        Tensor p = zeros({3 + i, 4}), pd = dev(p);
+        p.set_grad(g.clone());
+        pd.set_grad(dev(g));
+        cpu_params.push_back(p);
+        dev_params.push_back(pd);
+      }
+      (void)host(dev(zeros({1})));  // runs the checks earlier tests left pending (their word's read-back)
+      const int64_t d0 = g_device->device_to_host;
+      const double want = optim::clip_grad_norm_(cpu_params, max_norm, norm_type);
+      const double got = optim::clip_grad_norm_(dev_params, max_norm, norm_type);
+      const std::string what = "norm_type " + std::to_string(norm_type) + " max_norm " + std::to_string(max_norm);
+      EXPECT_EQ(g_device->device_to_host - d0, 1) << what;
+      EXPECT_NEAR(got, want, 1e-6 * want) << what;
+      for (size_t i = 0; i < cpu_params.size(); ++i)
+        expect_close(values(host(dev_params[i].grad())), values(cpu_params[i].grad()), 1e-6, 1e-7,
+                     what + ": grad " + std::to_string(i));
+    }
 }
 
 // A backward builds its zeros, ones and identities on the device (a fill kernel), never as a host buffer uploaded:

@@ -305,7 +305,9 @@ class ReduceLROnPlateau {
 
 // Scales the defined grads of `params` in place so that their joint norm is at most max_norm (torch's
 // clip_grad_norm_: coef = max_norm / (total + 1e-6), clamped to 1). norm_type > 0 or +infinity. Returns
-// the total norm before clipping (0 when no parameter has a grad). Inside a CUDA graph capture (cuda::Graph) the
+// the total norm before clipping (0 when no parameter has a grad). With every grad on one GPU the per-grad sums are
+// combined on the device and read once (one wait per call, not one per parameter). Inside a CUDA graph capture
+// (cuda::Graph) the
 // norm is computed and applied on the device, as torch does everywhere, and the host cannot know it: the
 // return value is NaN there.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);

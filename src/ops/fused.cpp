@@ -655,6 +655,30 @@ void dropout_mask_fallback(FusedCall& call, Device) {
   write_back(c.mask, mask);
 }
 
+// The index check as a host loop (a round trip: the backends that defer checks have the kernel).
+void index_check_fallback(FusedCall& call, Device) {
+  auto& c = std::get<IndexCheckCall>(call);
+  OXM_CHECK(c.index->dtype == DType::I64 && c.size >= 1, InvalidArgument,
+            "index check: needs an i64 index and a dim of size >= 1");
+  NoGradGuard no_grad;
+  const Tensor index = host_copy(c.index);
+  Tensor safe = empty(index.shape(), DType::I64);
+  int64_t first = detail::kSpdNoFailure;
+  const int64_t* in = index.impl()->ptr<int64_t>();
+  int64_t* out = safe.impl()->ptr<int64_t>();
+  for (int64_t i = 0; i < index.numel(); ++i) {
+    int64_t key;
+    out[i] = detail::index_check_at(in[i], c.size, c.report.tag, i, &key);
+    first = std::min(first, key);
+  }
+  write_back(c.safe, safe);
+  if (c.report.first && first != detail::kSpdNoFailure) {
+    Tensor word = host_copy(c.report.first);
+    word.impl()->ptr<int64_t>()[0] = std::min(word.impl()->ptr<int64_t>()[0], first);
+    write_back(c.report.first, word);
+  }
+}
+
 // ---------------------------------------------------------------- the registry
 // "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
 constexpr FusedOpInfo kFusedOps[] = {
@@ -694,6 +718,8 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::RnnCell, "rnn_cell", rnn_cell_fallback, "cpu (f32, f64); cuda (f32)"},
     {FusedOp::DropoutMask, "dropout", dropout_mask_fallback,
      "cuda (f32; four elements per Philox block and thread); elsewhere the host loop"},
+    {FusedOp::IndexCheck, "index check", index_check_fallback,
+     "cuda (a thread per position, an atomic min into the deferred-check word); elsewhere the host loop"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

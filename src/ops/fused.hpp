@@ -103,7 +103,8 @@ namespace oxmera::ops {
   X(MaxPool2d, MaxPool2dCall)                       \
   X(MaxPool2dBackward, MaxPool2dBackwardCall)       \
   X(RnnCell, RnnCellCall)                           \
-  X(DropoutMask, DropoutMaskCall)
+  X(DropoutMask, DropoutMaskCall)                   \
+  X(IndexCheck, IndexCheckCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -230,6 +231,26 @@ struct DropoutMaskCall {
   TensorImpl* mask = nullptr;
   const TensorImpl* state = nullptr;
   double p = 0, scale = 1;
+};
+
+// An index's range check without a wait (index ops on a device whose index is on that device): safe = index clamped
+// to [0, size) (so no kernel reads outside the indexed tensor), and each out-of-range position p lowers the report's
+// word to the key (report.tag, p, 0) (spd_math.hpp's keys: the earliest call's first bad position wins), which the
+// host reads later (ops/device_checks.hpp). index and safe: i64, contiguous, one shape, on the device; size >= 1;
+// report.first set, numel <= kMaxPositions.
+struct IndexCheckCall {
+  static constexpr FusedOp kOp = FusedOp::IndexCheck;
+  static constexpr int64_t kMaxPositions = int64_t{1} << 32;  // the key's batch range (spd_math.hpp)
+  const TensorImpl* index = nullptr;
+  TensorImpl* safe = nullptr;
+  int64_t size = 1;
+  SpdReport report;
+  // Whether the call is one the kernels take (CUDA's and the test device's); asked before the report is made, which
+  // must be set (report.first) when the call runs.
+  bool kernel_takes() const {
+    return index->dtype == DType::I64 && index->contiguous && safe->contiguous && size >= 1 &&
+           index->numel <= kMaxPositions;
+  }
 };
 
 // Ops along one dim of contiguous tensors seen as [outer, n, inner]: `outer * inner` rows of n elements `inner`
@@ -434,7 +455,7 @@ using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, Optim
                                LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
                                SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
                                LstmCellBackwardCall, AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall,
-                               MaxPool2dCall, MaxPool2dBackwardCall, RnnCellCall, DropoutMaskCall>;
+                               MaxPool2dCall, MaxPool2dBackwardCall, RnnCellCall, DropoutMaskCall, IndexCheckCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

@@ -5,6 +5,7 @@
 
 #include "autograd/node.hpp"
 #include "backend/backend.hpp"
+#include "ops/device_checks.hpp"
 #include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
@@ -33,6 +34,26 @@ CheckedIndex checked_index(const Tensor& index, int64_t size, const char* op, in
             "; cast with .to(DType::I64)");
   OXM_CHECK(index.device().is_cpu() || index.device() == device, DeviceMismatch, op, ": index is on ", index.device(),
             " but self on ", device, "; pass the index on the cpu or on ", device);
+  if (index.device() == device && !device.is_cpu() && size > 0 && index.numel() > 0) {
+    // A device index on a device with the check kernel: clamped there, and an out-of-range position is reported
+    // into the deferred-check word (ops/device_checks.hpp), thrown at the device's next read-back to the host (or
+    // after the replay of a graph that captured it) instead of a read-back and a wait here.
+    const Tensor idx = index.contiguous();
+    Tensor safe = detail::make_empty(idx.shape(), DType::I64, device, op);
+    ops::FusedCall call = ops::IndexCheckCall{idx.impl(), safe.impl(), size, {}};
+    auto& c = std::get<ops::IndexCheckCall>(call);
+    if (ops::fused_supported(call, device)) {
+      c.report =
+          detail::defer_check(device, idx.numel(), [op, dim, size, shape](int64_t position, int, const char* when) {
+            OXM_FAIL(IndexOutOfBounds, op, ": the index at position ", position, " is out of range for dim ", dim,
+                     " of size ", size, " (shape ", shape, "; ", when, "; the op used the nearest valid index)");
+          });
+      if (!c.report.empty()) {
+        ops::run_fused(call, device);
+        return {safe, safe};
+      }
+    }
+  }
   if (detail::capture_open() && index.device() == device && !device.is_cpu()) {
     // Inside a CUDA graph capture the values are not on the host: the index is clamped on the device (so no kernel
     // reads outside the tensor) and the clamped positions are counted into the graph's error count, which

@@ -214,6 +214,31 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     for (Tensor& g : grads) g.mul_(coef);
     return std::numeric_limits<double>::quiet_NaN();
   }
+  // Grads on one device that is not the CPU: the per-grad sums (or maxima) stay there and are combined there, and
+  // the host reads the one combined value (one wait), where reading each grad's sum would wait once per parameter.
+  bool one_device = !grads[0].device().is_cpu();
+  for (const Tensor& g : grads) one_device = one_device && g.device() == grads[0].device();
+  if (one_device) {
+    std::vector<Tensor> parts;
+    for (const Tensor& g : grads) {
+      if (g.numel() == 0) continue;
+      parts.push_back(inf                ? g.abs().max()
+                      : norm_type == 1.0 ? g.abs().sum()
+                      : norm_type == 2.0 ? (g * g).sum()
+                                         : g.abs().pow(norm_type).sum());
+    }
+    if (parts.empty()) return 0.0;
+    const Tensor joint = inf ? stack(parts).max() : stack(parts).sum();
+    const double acc = joint.to(Device::cpu()).to(DType::F64).item<double>();
+    const double total = inf                ? acc
+                         : norm_type == 1.0 ? acc
+                         : norm_type == 2.0 ? std::sqrt(acc)
+                                            : std::pow(acc, 1.0 / norm_type);
+    const double coef = std::min(max_norm / (total + 1e-6), 1.0);
+    if (!(coef == 1.0))
+      for (Tensor& g : grads) g.mul_(coef);
+    return total;
+  }
   double acc = 0;  // max |g| for inf, else sum |g|^p
   for (const Tensor& g : grads) {
     if (g.numel() == 0) continue;

@@ -30,6 +30,15 @@ inline constexpr int64_t kSpdNoFailure = int64_t{1} << 62;
 OXM_HD inline int64_t spd_failure_key(int64_t tag, int64_t batch, int pivot) {
   return (tag << (kSpdKeyBatchBits + kSpdKeyPivotBits)) | (batch << kSpdKeyPivotBits) | pivot;
 }
+static_assert(kSpdMaxDeferredBatch == int64_t{1} << 32, "ops::IndexCheckCall::kMaxPositions is the key's batch range");
+// One position of an index range check (ops::IndexCheckCall): the value clamped into [0, size) (size >= 1), and in
+// `key` the failure key of (tag, position) when the value was outside, else kSpdNoFailure.
+OXM_HD inline int64_t index_check_at(int64_t value, int64_t size, int64_t tag, int64_t position, int64_t* key) {
+  const bool inside = value >= 0 && value < size;
+  *key = inside ? kSpdNoFailure : spd_failure_key(tag, position, 0);
+  return inside ? value : (value < 0 ? 0 : size - 1);
+}
+
 struct SpdKey {
   int64_t tag, batch;
   int pivot;

@@ -649,6 +649,8 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::MaxPool2d:
       case ops::FusedOp::MaxPool2dBackward:
         return cuda::has_nn_kernel(call);
+      case ops::FusedOp::IndexCheck:
+        return std::get<ops::IndexCheckCall>(call).kernel_takes();
       case ops::FusedOp::Attention:  // the composite fallbacks (no kernels here yet)
       case ops::FusedOp::Linear:     // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
         return false;
@@ -711,6 +713,8 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::MaxPool2d:
       case ops::FusedOp::MaxPool2dBackward:
         return cuda::run_nn_kernel(call);
+      case ops::FusedOp::IndexCheck:
+        return cuda::index_check(std::get<ops::IndexCheckCall>(call));
       case ops::FusedOp::Attention:
       case ops::FusedOp::Linear:
         break;

@@ -91,6 +91,9 @@ void scan(const ops::ScanCall& c);
 void cumprod_backward(const ops::CumprodBackwardCall& c);
 void sort_indices(const ops::SortIndicesCall& c);
 
+// The deferred range check of a device index (cuda_index.cu), for the calls IndexCheckCall::kernel_takes().
+void index_check(const ops::IndexCheckCall& c);
+
 // The nn fused ops (cuda_nn.cu): the LSTM / GRU / RNN cells, layer norm, softmax's gradient, max pooling; f32.
 // has_nn_kernel: whether the call is one they take (nn_math.hpp's nn_kernel_takes).
 bool has_nn_kernel(const ops::FusedCall& call);

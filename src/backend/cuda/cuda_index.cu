@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/common/optim_math.hpp"
+#include "backend/common/spd_math.hpp"
 #include "backend/cuda/cuda_common.cuh"
 
 namespace oxmera::detail::cuda {
@@ -554,6 +555,29 @@ void optimizer_steps(const OptimizerUpdate* updates, size_t count) {
     optim_multi_kernel<<<static_cast<unsigned>(l.first_block[l.count]), kThreads, 0, stream()>>>(l);
     check_launch("optimizer_step");
   }
+}
+
+namespace {
+// One thread per position: the clamped value, and an out-of-range position's key into the deferred-check word (the
+// earliest call's first bad position wins: an atomic min, as the small SPD kernels report).
+__global__ void __launch_bounds__(kThreads) index_check_kernel(const int64_t* index, int64_t* safe, int64_t n,
+                                                               int64_t size, int64_t tag, unsigned long long* word) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t key;
+    safe[i] = index_check_at(index[i], size, tag, i, &key);
+    if (key != kSpdNoFailure) atomicMin(word, static_cast<unsigned long long>(key));
+  }
+}
+}  // namespace
+
+void index_check(const ops::IndexCheckCall& c) {
+  const int64_t n = c.index->numel;
+  if (n == 0) return;
+  OXM_CHECK(c.report.first != nullptr, Backend, "index check: the call has no report word");
+  index_check_kernel<<<blocks(n), kThreads, 0, stream()>>>(c.index->ptr<int64_t>(), c.safe->ptr<int64_t>(), n, c.size,
+                                                           c.report.tag, c.report.first->ptr<unsigned long long>());
+  check_launch("index check");
 }
 
 }  // namespace oxmera::detail::cuda
