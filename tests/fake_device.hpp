@@ -20,6 +20,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/common/nn_math.hpp"
+#include "backend/common/optim_math.hpp"
 #include "backend/common/philox.hpp"
 #include "backend/common/scan_math.hpp"
 #include "backend/common/spd_math.hpp"
@@ -335,6 +336,15 @@ class HostMemoryDevice final : public d::Backend {
       }
       case ops::FusedOp::IndexCheck:
         return std::get<ops::IndexCheckCall>(call).kernel_takes();
+      case ops::FusedOp::TensorListNorm: {  // CUDA's conditions (f32, contiguous)
+        const auto& c = std::get<ops::TensorListNormCall>(call);
+        return f32_list(c.tensors, c.count) && c.out->dtype == DType::F32 && c.out->contiguous &&
+               c.out->numel == static_cast<int64_t>(c.count);
+      }
+      case ops::FusedOp::TensorListScale: {
+        const auto& c = std::get<ops::TensorListScaleCall>(call);
+        return f32_list(c.tensors, c.count);
+      }
       default:
         if (is_nn_op(ops::fused_op(call))) return offer_nn && d::nn_kernel_takes(call);  // CUDA's offer and code
         return cpu().supports(call);
@@ -386,6 +396,30 @@ class HostMemoryDevice final : public d::Backend {
           OXM_FAIL(Backend, "host-memory test device: optimizer_steps failed on request");
         }
         return cpu().run(call);
+      case ops::FusedOp::TensorListNorm: {  // the CUDA kernel's terms (optim_math.hpp), summed in f64 per tensor
+        const auto& c = std::get<ops::TensorListNormCall>(call);
+        note_kernel("tensor_list_norm");
+        const int kind = d::optim_math::norm_kind(c.norm_type);
+        for (size_t i = 0; i < c.count; ++i) {
+          double acc = 0;
+          const float* x = c.tensors[i]->ptr<float>();
+          for (int64_t e = 0; e < c.tensors[i]->numel; ++e) {
+            const double v = d::optim_math::norm_term(x[e], kind, static_cast<float>(c.norm_type));
+            acc = kind == 3 ? d::optim_math::nan_max(acc, v) : acc + v;
+          }
+          c.out->ptr<float>()[i] = static_cast<float>(acc);
+        }
+        return;
+      }
+      case ops::FusedOp::TensorListScale: {
+        const auto& c = std::get<ops::TensorListScaleCall>(call);
+        note_kernel("tensor_list_scale");
+        for (size_t i = 0; i < c.count; ++i) {
+          float* x = c.tensors[i]->ptr<float>();
+          for (int64_t e = 0; e < c.tensors[i]->numel; ++e) x[e] *= static_cast<float>(c.scale);
+        }
+        return;
+      }
       case ops::FusedOp::IndexCheck: {
         // The CUDA kernel's code (index_check_at, spd_math.hpp) and its atomic min, recorded while capturing.
         auto check = [](const ops::IndexCheckCall& c) {
@@ -437,6 +471,11 @@ class HostMemoryDevice final : public d::Backend {
       pinned_frees_after_queued_copy{0};
 
  private:
+  static bool f32_list(const d::TensorImpl* const* ts, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+      if (ts[i]->dtype != DType::F32 || !ts[i]->contiguous) return false;
+    return true;
+  }
   static bool small_linalg(DType dtype, int64_t n) { return dtype == DType::F32 && n >= 1 && n <= d::kSpdMaxN; }
   static bool offered_while_capturing(ops::FusedOp op) {
     return op == ops::FusedOp::OptimizerSteps || op == ops::FusedOp::Scan || op == ops::FusedOp::LogdetSpd ||

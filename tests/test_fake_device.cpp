@@ -597,31 +597,39 @@ TEST(FakeDevice, NnKernelsCutTheLaunchesOfALayerStep) {
 }
 
 // clip_grad_norm_ with every grad on the device reads the joint norm back once (not once per parameter), and gives
-// the CPU's norm and clipped grads, for each norm type and with clipping off (max_norm above the norm).
+// the CPU's norm and clipped grads, for each norm type and with clipping off (max_norm above the norm): with the list
+// kernels (TensorListNorm / TensorListScale: three launches in all for six grads) and with the per-grad ops.
 TEST(FakeDevice, ClipGradNormReadsTheNormOnce) {
   NEED_FAKE_DEVICE();
-  for (double norm_type : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()})
-    for (double max_norm : {0.5, 1e6}) {
-      std::vector<Tensor> cpu_params, dev_params;
-      for (int i = 0; i < 6; ++i) {
-        Tensor g = randn({3 + i, 4}, 40 + i);
-        Tensor p = zeros({3 + i, 4}), pd = dev(p);
-        p.set_grad(g.clone());
-        pd.set_grad(dev(g));
-        cpu_params.push_back(p);
-        dev_params.push_back(pd);
+  for (bool list_kernels : {true, false})
+    for (double norm_type : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()})
+      for (double max_norm : {0.5, 1e6}) {
+        g_device->offer_fused = list_kernels;
+        std::vector<Tensor> cpu_params, dev_params;
+        for (int i = 0; i < 6; ++i) {
+          Tensor g = randn({3 + i, 4}, 40 + i);
+          Tensor p = zeros({3 + i, 4}), pd = dev(p);
+          p.set_grad(g.clone());
+          pd.set_grad(dev(g));
+          cpu_params.push_back(p);
+          dev_params.push_back(pd);
+        }
+        (void)host(dev(zeros({1})));  // runs the checks earlier tests left pending (their word's read-back)
+        const double want = optim::clip_grad_norm_(cpu_params, max_norm, norm_type);
+        const int64_t d0 = g_device->device_to_host, k0 = g_device->kernel_calls;
+        const double got = optim::clip_grad_norm_(dev_params, max_norm, norm_type);
+        const std::string what = "norm_type " + std::to_string(norm_type) + " max_norm " + std::to_string(max_norm) +
+                                 (list_kernels ? " (list kernels)" : " (per-grad ops)");
+        EXPECT_EQ(g_device->device_to_host - d0, 1) << what;
+        if (list_kernels) {
+          EXPECT_LE(g_device->kernel_calls - k0, 3) << what;
+        }
+        EXPECT_NEAR(got, want, 1e-6 * want) << what;
+        for (size_t i = 0; i < cpu_params.size(); ++i)
+          expect_close(values(host(dev_params[i].grad())), values(cpu_params[i].grad()), 1e-6, 1e-7,
+                       what + ": grad " + std::to_string(i));
       }
-      (void)host(dev(zeros({1})));  // runs the checks earlier tests left pending (their word's read-back)
-      const int64_t d0 = g_device->device_to_host;
-      const double want = optim::clip_grad_norm_(cpu_params, max_norm, norm_type);
-      const double got = optim::clip_grad_norm_(dev_params, max_norm, norm_type);
-      const std::string what = "norm_type " + std::to_string(norm_type) + " max_norm " + std::to_string(max_norm);
-      EXPECT_EQ(g_device->device_to_host - d0, 1) << what;
-      EXPECT_NEAR(got, want, 1e-6 * want) << what;
-      for (size_t i = 0; i < cpu_params.size(); ++i)
-        expect_close(values(host(dev_params[i].grad())), values(cpu_params[i].grad()), 1e-6, 1e-7,
-                     what + ": grad " + std::to_string(i));
-    }
+  g_device->offer_fused = true;
 }
 
 // A backward builds its zeros, ones and identities on the device (a fill kernel), never as a host buffer uploaded:

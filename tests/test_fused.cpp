@@ -763,6 +763,14 @@ void expect_device_kernel(ops::FusedCall& call, const std::string& what, F run) 
   EXPECT_EQ(g_device->fused_kernel_calls - calls0, 1) << what << ": the device kernel did not run";
 }
 
+template <class F>
+void expect_device_kernel_any(ops::FusedCall& call, const std::string& what, F run) {
+  ASSERT_TRUE(ops::fused_supported(call, kDev)) << what;
+  const int64_t calls0 = g_device->fused_kernel_calls;
+  run();
+  EXPECT_EQ(g_device->fused_kernel_calls - calls0, 1) << what << ": the device kernel did not run";
+}
+
 TEST(DeviceNnKernels, CellsMatchTheCpuKernels) {
   NEED_FAKE_DEVICE();
   for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {16, 64}, {2, 37}}) {
@@ -974,6 +982,38 @@ TEST(DeviceNnKernels, MaxPoolingMatchesTheCpuKernelBitForBit) {
       Tensor x3 = dev(empty({q.N, C, q.H, q.W}));
       EXPECT_FALSE(d::nn_kernel_takes(ops::MaxPool2dBackwardCall{gyd.impl(), i2.impl(), x3.impl(), true}));
     }
+}
+
+// clip_grad_norm_'s list kernels on the test device (the CUDA kernels' terms) against their fallbacks: every norm
+// type, an empty tensor, NaN through the inf norm; the scale multiplies every tensor in place.
+TEST(DeviceListKernels, NormAndScaleMatchTheFallbacks) {
+  NEED_FAKE_DEVICE();
+  std::vector<Tensor> ts = {dev(randn({3, 4}, 70)), dev(randn({0}, 71)), dev(randn({5000}, 72)), dev(randn({7}, 73))};
+  std::vector<const d::TensorImpl*> list;
+  for (const Tensor& t : ts) list.push_back(t.impl());
+  for (double p : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()}) {
+    Tensor k = dev(empty({4})), f = dev(empty({4}));
+    ops::FusedCall kc = ops::TensorListNormCall{list.data(), list.size(), p, k.impl()};
+    ops::FusedCall fc = ops::TensorListNormCall{list.data(), list.size(), p, f.impl()};
+    expect_device_kernel_any(kc, "tensor list norm", [&] { ops::run_fused(kc, kDev); });
+    ops::run_fused_fallback(fc, kDev);
+    expect_close(values(host(k)), values(host(f)), 2e-6, 1e-7, "norm terms, p = " + std::to_string(p));
+    EXPECT_EQ(values(host(k))[1], 0.0) << "an empty tensor";
+  }
+  Tensor withnan = dev(from_vector<double>({1, NAN, -3}, {3}).to(DType::F32)), k = dev(empty({1}));
+  const d::TensorImpl* one[] = {withnan.impl()};
+  ops::FusedCall kc = ops::TensorListNormCall{one, 1, std::numeric_limits<double>::infinity(), k.impl()};
+  ops::run_fused(kc, kDev);
+  EXPECT_TRUE(std::isnan(values(host(k))[0])) << "NaN through the inf norm";
+  std::vector<Tensor> copies;
+  std::vector<d::TensorImpl*> targets;
+  for (const Tensor& t : ts) {
+    copies.push_back(host(t));
+    targets.push_back(t.impl());
+  }
+  ops::FusedCall sc = ops::TensorListScaleCall{targets.data(), targets.size(), 0.25};
+  expect_device_kernel_any(sc, "tensor list scale", [&] { ops::run_fused(sc, kDev); });
+  for (size_t i = 0; i < ts.size(); ++i) expect_match(ts[i], copies[i] * 0.25, "scaled " + std::to_string(i), 0, 0);
 }
 
 // What the kernels save: a layer norm forward, an LSTM step's gates and max pooling are one device kernel each

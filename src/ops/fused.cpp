@@ -679,6 +679,29 @@ void index_check_fallback(FusedCall& call, Device) {
   }
 }
 
+// The list norms and scaling with ordinary ops, one tensor at a time.
+void tensor_list_norm_fallback(FusedCall& call, Device) {
+  auto& c = std::get<TensorListNormCall>(call);
+  NoGradGuard no_grad;
+  Tensor out = borrow(c.out);
+  const bool inf = std::isinf(c.norm_type);
+  for (size_t i = 0; i < c.count; ++i) {
+    const Tensor t = borrow(c.tensors[i]);
+    Tensor v = zeros({}, out.dtype(), out.device());
+    if (t.numel() != 0)
+      v = inf                  ? t.abs().max()
+          : c.norm_type == 1.0 ? t.abs().sum()
+          : c.norm_type == 2.0 ? (t * t).sum()
+                               : t.abs().pow(c.norm_type).sum();
+    out.select(0, static_cast<int64_t>(i)).copy_(v);
+  }
+}
+void tensor_list_scale_fallback(FusedCall& call, Device) {
+  auto& c = std::get<TensorListScaleCall>(call);
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < c.count; ++i) borrow(c.tensors[i]).mul_(c.scale);
+}
+
 // ---------------------------------------------------------------- the registry
 // "offered_by" documents the built-in backends' supports(); the tests check the CPU's and the test device's.
 constexpr FusedOpInfo kFusedOps[] = {
@@ -720,6 +743,10 @@ constexpr FusedOpInfo kFusedOps[] = {
      "cuda (f32; four elements per Philox block and thread); elsewhere the host loop"},
     {FusedOp::IndexCheck, "index check", index_check_fallback,
      "cuda (a thread per position, an atomic min into the deferred-check word); elsewhere the host loop"},
+    {FusedOp::TensorListNorm, "tensor list norm", tensor_list_norm_fallback,
+     "cuda (f32; two launches per 24 tensors, chunk sums in f64 combined in order)"},
+    {FusedOp::TensorListScale, "tensor list scale", tensor_list_scale_fallback,
+     "cuda (f32; one launch per 24 tensors)"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

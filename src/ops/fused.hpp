@@ -104,7 +104,9 @@ namespace oxmera::ops {
   X(MaxPool2dBackward, MaxPool2dBackwardCall)       \
   X(RnnCell, RnnCellCall)                           \
   X(DropoutMask, DropoutMaskCall)                   \
-  X(IndexCheck, IndexCheckCall)
+  X(IndexCheck, IndexCheckCall)                     \
+  X(TensorListNorm, TensorListNormCall)             \
+  X(TensorListScale, TensorListScaleCall)
 
 enum class FusedOp : uint8_t {
 #define OXM_X(id, call) id,
@@ -251,6 +253,24 @@ struct IndexCheckCall {
     return index->dtype == DType::I64 && index->contiguous && safe->contiguous && size >= 1 &&
            index->numel <= kMaxPositions;
   }
+};
+
+// The inner sums of per-tensor norms over a list (clip_grad_norm_ on a device): out[i] = sum |t_i|^p for a finite
+// norm_type p > 0 (the terms |x|^p formed in the tensors' dtype, summed in f64), or max |t_i| for p = +inf (NaN
+// propagates); 0 for an empty tensor. The tensors: f32, contiguous, on out's device; out: contiguous f32 [count].
+struct TensorListNormCall {
+  static constexpr FusedOp kOp = FusedOp::TensorListNorm;
+  const TensorImpl* const* tensors = nullptr;
+  size_t count = 0;
+  double norm_type = 2;
+  TensorImpl* out = nullptr;
+};
+// Every tensor of a list multiplied in place by one scale (clip_grad_norm_'s coefficient): f32, contiguous, one device.
+struct TensorListScaleCall {
+  static constexpr FusedOp kOp = FusedOp::TensorListScale;
+  TensorImpl* const* tensors = nullptr;
+  size_t count = 0;
+  double scale = 1;
 };
 
 // Ops along one dim of contiguous tensors seen as [outer, n, inner]: `outer * inner` rows of n elements `inner`
@@ -451,11 +471,12 @@ struct RnnCellCall {
 };
 
 // One fused call; its index is its FusedOp.
-using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
-                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
-                               SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
-                               LstmCellBackwardCall, AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall,
-                               MaxPool2dCall, MaxPool2dBackwardCall, RnnCellCall, DropoutMaskCall, IndexCheckCall>;
+using FusedCall =
+    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
+                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall,
+                 SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall, LstmCellBackwardCall,
+                 AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall, MaxPool2dCall, MaxPool2dBackwardCall,
+                 RnnCellCall, DropoutMaskCall, IndexCheckCall, TensorListNormCall, TensorListScaleCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);

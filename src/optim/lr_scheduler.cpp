@@ -6,6 +6,7 @@
 #include <limits>
 #include <numbers>
 
+#include "ops/fused.hpp"
 #include "ops/graph_capture.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/optim.hpp"
@@ -219,6 +220,29 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   bool one_device = !grads[0].device().is_cpu();
   for (const Tensor& g : grads) one_device = one_device && g.device() == grads[0].device();
   if (one_device) {
+    const Device dev = grads[0].device();
+    std::vector<const oxmera::detail::TensorImpl*> list;
+    for (const Tensor& g : grads) list.push_back(g.impl());
+    Tensor sums = empty({static_cast<int64_t>(list.size())}, grads[0].dtype(), dev);
+    ops::FusedCall norms = ops::TensorListNormCall{list.data(), list.size(), norm_type, sums.impl()};
+    if (grads[0].dtype() == DType::F32 && ops::fused_supported(norms, dev)) {
+      // The device's list kernels: every grad's sum (or max) in a few launches, one read, one scaling launch.
+      ops::run_fused(norms, dev);
+      const Tensor joint = inf ? sums.max() : sums.sum();
+      const double acc = joint.to(Device::cpu()).to(DType::F64).item<double>();
+      const double total = inf                ? acc
+                           : norm_type == 1.0 ? acc
+                           : norm_type == 2.0 ? std::sqrt(acc)
+                                              : std::pow(acc, 1.0 / norm_type);
+      const double coef = std::min(max_norm / (total + 1e-6), 1.0);
+      if (!(coef == 1.0)) {
+        std::vector<oxmera::detail::TensorImpl*> targets;
+        for (const Tensor& g : grads) targets.push_back(g.impl());
+        ops::FusedCall scale = ops::TensorListScaleCall{targets.data(), targets.size(), coef};
+        ops::run_fused(scale, dev);
+      }
+      return total;
+    }
     std::vector<Tensor> parts;
     for (const Tensor& g : grads) {
       if (g.numel() == 0) continue;

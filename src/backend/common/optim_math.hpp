@@ -159,4 +159,14 @@ OXM_HD inline void rmsprop_element(const RmspropScalars<T>& c, bool weight_decay
   }
 }
 
+// ---------------------------------------------------------------- clip_grad_norm_'s per-tensor terms
+// The term of element x in a p-norm's inner sum (|x|^p in x's dtype; kind: 0 general p, 1 for p = 1, 2 for p = 2,
+// 3 for p = +inf, where the terms are combined by nan_max instead of added).
+inline int norm_kind(double p) { return std::isinf(p) ? 3 : p == 1.0 ? 1 : p == 2.0 ? 2 : 0; }
+template <class T>
+OXM_HD inline T norm_term(T x, int kind, T p) {
+  const T a = x < T(0) ? -x : x;
+  return kind == 2 ? x * x : kind == 0 ? std::pow(a, p) : a;
+}
+
 }  // namespace oxmera::detail::optim_math

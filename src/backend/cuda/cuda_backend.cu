@@ -651,6 +651,14 @@ class CudaBackend final : public Backend {
         return cuda::has_nn_kernel(call);
       case ops::FusedOp::IndexCheck:
         return std::get<ops::IndexCheckCall>(call).kernel_takes();
+      case ops::FusedOp::TensorListNorm: {
+        const auto& c = std::get<ops::TensorListNormCall>(call);
+        return cuda::has_tensor_list(c.tensors, c.count, c.out);
+      }
+      case ops::FusedOp::TensorListScale: {
+        const auto& c = std::get<ops::TensorListScaleCall>(call);
+        return cuda::has_tensor_list(c.tensors, c.count, nullptr);
+      }
       case ops::FusedOp::Attention:  // the composite fallbacks (no kernels here yet)
       case ops::FusedOp::Linear:     // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
         return false;
@@ -715,6 +723,10 @@ class CudaBackend final : public Backend {
         return cuda::run_nn_kernel(call);
       case ops::FusedOp::IndexCheck:
         return cuda::index_check(std::get<ops::IndexCheckCall>(call));
+      case ops::FusedOp::TensorListNorm:
+        return cuda::tensor_list_norm(std::get<ops::TensorListNormCall>(call));
+      case ops::FusedOp::TensorListScale:
+        return cuda::tensor_list_scale(std::get<ops::TensorListScaleCall>(call));
       case ops::FusedOp::Attention:
       case ops::FusedOp::Linear:
         break;

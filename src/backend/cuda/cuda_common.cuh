@@ -94,6 +94,11 @@ void sort_indices(const ops::SortIndicesCall& c);
 // The deferred range check of a device index (cuda_index.cu), for the calls IndexCheckCall::kernel_takes().
 void index_check(const ops::IndexCheckCall& c);
 
+// clip_grad_norm_'s list kernels (cuda_index.cu): f32 contiguous tensors (and out, when given, f32 [count]).
+bool has_tensor_list(const TensorImpl* const* ts, size_t count, const TensorImpl* out);
+void tensor_list_norm(const ops::TensorListNormCall& c);
+void tensor_list_scale(const ops::TensorListScaleCall& c);
+
 // The nn fused ops (cuda_nn.cu): the LSTM / GRU / RNN cells, layer norm, softmax's gradient, max pooling; f32.
 // has_nn_kernel: whether the call is one they take (nn_math.hpp's nn_kernel_takes).
 bool has_nn_kernel(const ops::FusedCall& call);

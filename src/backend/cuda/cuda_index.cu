@@ -580,4 +580,109 @@ void index_check(const ops::IndexCheckCall& c) {
   check_launch("index check");
 }
 
+namespace {
+// ---- clip_grad_norm_'s list kernels: the optimizer steps' launch plan (kMultiMax tensors, kMultiChunk elements per
+// block). The norm: each block sums its chunk's terms in f64 by a fixed tree into partial[block], then one thread
+// per tensor adds its blocks' partials in order (deterministic).
+struct MultiListArgs {
+  int count = 0;
+  int64_t first_block[kMultiMax + 1];
+  int64_t n[kMultiMax];
+  float* t[kMultiMax];
+  int64_t out_index[kMultiMax];
+};
+static_assert(sizeof(MultiListArgs) <= 4000, "kernel parameters are limited to 4 KiB");
+
+__global__ void __launch_bounds__(kThreads)
+    list_norm_partial_kernel(MultiListArgs m, int kind, float p, double* partial) {
+  __shared__ double sh[kThreads];
+  const int64_t b = blockIdx.x;
+  const int j = multi_block_param(m.first_block, m.count, b);
+  int64_t begin, end;
+  multi_block_range(m.first_block, m.n, j, b, begin, end);
+  double acc = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = optim_math::norm_term(m.t[j][i], kind, p);
+    acc = kind == 3 ? optim_math::nan_max(acc, v) : acc + v;
+  }
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s)
+      sh[threadIdx.x] =
+          kind == 3 ? optim_math::nan_max(sh[threadIdx.x], sh[threadIdx.x + s]) : sh[threadIdx.x] + sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[b] = sh[0];
+}
+__global__ void list_norm_finish_kernel(MultiListArgs m, int kind, const double* partial, float* out) {
+  const int j = static_cast<int>(threadIdx.x);
+  if (j >= m.count) return;
+  double acc = 0;
+  for (int64_t b = m.first_block[j]; b < m.first_block[j + 1]; ++b)
+    acc = kind == 3 ? optim_math::nan_max(acc, partial[b]) : acc + partial[b];
+  out[m.out_index[j]] = static_cast<float>(acc);
+}
+__global__ void __launch_bounds__(kThreads) list_scale_kernel(MultiListArgs m, float scale) {
+  const int64_t b = blockIdx.x;
+  const int j = multi_block_param(m.first_block, m.count, b);
+  int64_t begin, end;
+  multi_block_range(m.first_block, m.n, j, b, begin, end);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) m.t[j][i] *= scale;
+}
+
+// The launches of a list (empty tensors skipped), each with its tensors' positions in the list.
+std::vector<MultiListArgs> plan_list(const TensorImpl* const* ts, size_t count) {
+  std::vector<int64_t> sizes(count);
+  for (size_t i = 0; i < count; ++i) sizes[i] = ts[i]->numel;
+  std::vector<MultiListArgs> launches;
+  plan_multi_launches(
+      sizes.data(), static_cast<int64_t>(count),
+      [&](int64_t i, int launch, int slot, int64_t first_block) {
+        if (static_cast<size_t>(launch) == launches.size()) launches.push_back(MultiListArgs{});
+        MultiListArgs& m = launches[static_cast<size_t>(launch)];
+        m.first_block[slot] = first_block;
+        m.n[slot] = sizes[static_cast<size_t>(i)];
+        m.t[slot] = ts[i]->ptr<float>();
+        m.out_index[slot] = i;
+      },
+      [&](int launch, int slots, int64_t blocks) {
+        MultiListArgs& m = launches[static_cast<size_t>(launch)];
+        m.count = slots;
+        m.first_block[slots] = blocks;
+      });
+  return launches;
+}
+}  // namespace
+
+bool has_tensor_list(const TensorImpl* const* ts, size_t count, const TensorImpl* out) {
+  for (size_t i = 0; i < count; ++i)
+    if (ts[i]->dtype != DType::F32 || !ts[i]->contiguous) return false;
+  return out == nullptr || (out->dtype == DType::F32 && out->contiguous && out->numel == static_cast<int64_t>(count));
+}
+
+void tensor_list_norm(const ops::TensorListNormCall& c) {
+  if (c.count == 0) return;
+  float* out = c.out->ptr<float>();
+  check(cudaMemsetAsync(out, 0, c.count * sizeof(float), stream()), "tensor list norm", "cudaMemsetAsync");
+  const int kind = optim_math::norm_kind(c.norm_type);
+  for (const MultiListArgs& l : plan_list(c.tensors, c.count)) {
+    const int64_t blocks = l.first_block[l.count];
+    Scratch partial(static_cast<size_t>(blocks) * sizeof(double));
+    list_norm_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(
+        l, kind, static_cast<float>(c.norm_type), partial.as<double>());
+    check_launch("tensor list norm");
+    list_norm_finish_kernel<<<1, kMultiMax, 0, stream()>>>(l, kind, partial.as<double>(), out);
+    check_launch("tensor list norm");
+  }
+}
+
+void tensor_list_scale(const ops::TensorListScaleCall& c) {
+  for (const MultiListArgs& l : plan_list(c.tensors, c.count)) {
+    list_scale_kernel<<<static_cast<unsigned>(l.first_block[l.count]), kThreads, 0, stream()>>>(
+        l, static_cast<float>(c.scale));
+    check_launch("tensor list scale");
+  }
+}
+
 }  // namespace oxmera::detail::cuda
