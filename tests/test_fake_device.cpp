@@ -632,6 +632,57 @@ TEST(FakeDevice, ClipGradNormReadsTheNormOnce) {
   g_device->offer_fused = true;
 }
 
+// A GPT-style step as a user writes it — token and position embeddings (device tokens), a 2-layer causal
+// TransformerEncoder, a head, cross entropy, backward, clip_grad_norm_, AdamW — counted on the test device after a
+// warm-up step: three small reads (the class targets, which cross entropy still reads back to validate and count
+// them, the deferred index checks' word after it, and the clipped norm), three uploads (the two layers' causal masks
+// and the validated targets) and a launch count that fails this test if it grows (each fused op is one launch here).
+TEST(FakeDevice, TransformerLmStepLaunchBudget) {
+  NEED_FAKE_DEVICE();
+  Generator gen(9);
+  const int64_t V = 40, D = 32, T = 16, B = 4;
+  nn::Embedding tok(V, D, gen), pos(T, D, gen);
+  nn::TransformerEncoder enc(
+      nn::TransformerEncoderLayer(
+          D, 4, {.dim_feedforward = 64, .dropout = 0, .activation = "gelu", .batch_first = true, .norm_first = true},
+          gen),
+      2, nullptr, gen);
+  nn::Linear head(D, V, true, gen);
+  tok.to(kDev);
+  pos.to(kDev);
+  enc.to(kDev);
+  head.to(kDev);
+  std::vector<Tensor> params;
+  for (nn::Module* m : std::initializer_list<nn::Module*>{&tok, &pos, &enc, &head})
+    for (const Tensor& p : m->parameters()) params.push_back(p);
+  optim::AdamW opt(params, {.lr = 1e-3});
+  const Tensor tokens = dev(randint(0, V, {B, T}, 10)), targets = dev(randint(0, V, {B * T}, 11));
+  const Tensor positions = dev(arange(T, DType::I64));
+  auto step = [&] {
+    Tensor x = tok.forward(tokens) + pos.forward(positions);
+    Tensor logits = head.forward(enc.forward(x, {}, {}, true));
+    Tensor loss = nn::cross_entropy(logits.reshape({B * T, V}), targets);
+    opt.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm_(params, 1.0);
+    opt.step();
+    return loss;
+  };
+  (void)host(step());
+  const int64_t k0 = g_device->kernel_calls, h0 = g_device->host_to_device, d0 = g_device->device_to_host;
+  g_device->trace = std::getenv("OXMERA_TRACE") != nullptr;
+  (void)step();
+  g_device->trace = false;
+  const int64_t kernels = g_device->kernel_calls - k0;
+  std::printf("  transformer LM step: %lld kernels, %lld uploads, %lld reads\n", static_cast<long long>(kernels),
+              static_cast<long long>(g_device->host_to_device - h0),
+              static_cast<long long>(g_device->device_to_host - d0));
+  EXPECT_EQ(g_device->device_to_host - d0, 3) << "the class targets, the pending index checks' word, the norm";
+  EXPECT_EQ(g_device->host_to_device - h0, 3) << "the two layers' causal masks and the checked class targets";
+  // embeddings 5 (2 of them index checks), 2 layers x 16 forward, head and loss 3, backward 72, clip 3, AdamW 1
+  EXPECT_LE(kernels, 116) << "a step asks for more launches than it did";
+}
+
 // A backward builds its zeros, ones and identities on the device (a fill kernel), never as a host buffer uploaded:
 // index_select, gather and view backwards (which also keep the index's device copy rather than uploading it
 // again), unfold (conv) backward, attention, the loss seed. (tril/triu still upload their [rows, cols] mask: one
