@@ -428,18 +428,22 @@ class HostMemoryDevice final : public d::Backend {
           int64_t* out = c.safe->ptr<int64_t>();
           for (int64_t i = 0; i < c.index->numel; ++i) {
             int64_t key;
-            out[i] = d::index_check_at(in[i], c.size, c.report.tag, i, &key);
+            bool counts;
+            out[i] = d::index_check_at(in[i], c.size, c.report.tag, i, c.ignore, &key, &counts);
             word = std::min(word, key);
+            if (c.kept && counts) ++c.kept->ptr<int64_t>()[0];
           }
         };
         const auto& c = std::get<ops::IndexCheckCall>(call);
         OXM_CHECK(c.report.first != nullptr, Backend, "host-memory test device: index check without a report word");
         if (capturing_)
-          return record("index_check", [check, c, is = snap(*c.index), ss = snap(*c.safe), ws = snap(*c.report.first)] {
+          return record("index_check", [check, c, is = snap(*c.index), ss = snap(*c.safe), ws = snap(*c.report.first),
+                                        ks = c.kept ? snap(*c.kept) : Snap()] {
             ops::IndexCheckCall again = c;
             again.index = is.get();
             again.safe = ss.get();
             again.report.first = ws.get();
+            again.kept = ks.get();
             check(again);
           });
         note_kernel("index_check");

@@ -634,9 +634,9 @@ TEST(FakeDevice, ClipGradNormReadsTheNormOnce) {
 
 // A GPT-style step as a user writes it — token and position embeddings (device tokens), a 2-layer causal
 // TransformerEncoder, a head, cross entropy, backward, clip_grad_norm_, AdamW — counted on the test device after a
-// warm-up step: three small reads (the class targets, which cross entropy still reads back to validate and count
-// them, the deferred index checks' word after it, and the clipped norm), three uploads (the two layers' causal masks
-// and the validated targets) and a launch count that fails this test if it grows (each fused op is one launch here).
+// warm-up step: two small reads (the clipped norm and, after it, the deferred index checks' word: the token and
+// target checks), the two layers' causal masks as the only uploads, and a launch count that fails this test if it
+// grows (each fused op is one launch here).
 TEST(FakeDevice, TransformerLmStepLaunchBudget) {
   NEED_FAKE_DEVICE();
   Generator gen(9);
@@ -677,10 +677,50 @@ TEST(FakeDevice, TransformerLmStepLaunchBudget) {
   std::printf("  transformer LM step: %lld kernels, %lld uploads, %lld reads\n", static_cast<long long>(kernels),
               static_cast<long long>(g_device->host_to_device - h0),
               static_cast<long long>(g_device->device_to_host - d0));
-  EXPECT_EQ(g_device->device_to_host - d0, 3) << "the class targets, the pending index checks' word, the norm";
-  EXPECT_EQ(g_device->host_to_device - h0, 3) << "the two layers' causal masks and the checked class targets";
-  // embeddings 5 (2 of them index checks), 2 layers x 16 forward, head and loss 3, backward 72, clip 3, AdamW 1
-  EXPECT_LE(kernels, 116) << "a step asks for more launches than it did";
+  EXPECT_EQ(g_device->device_to_host - d0, 2) << "the clipped norm, then the pending index checks' word";
+  EXPECT_EQ(g_device->host_to_device - h0, 2) << "the two layers' causal masks";
+  // embeddings 5 (2 of them index checks), 2 layers x 16 forward, head and loss 9 (the targets' count set, their
+  // check, the empty-mean check, cross entropy, the count's + 1 and cast, sum, division), backward 73, clip 3, AdamW 1
+  EXPECT_LE(kernels, 123) << "a step asks for more launches than it did";
+}
+
+// Cross entropy with class targets on the device: checked and counted there (no read-back at the call), the same
+// loss and gradient as on the CPU for every reduction, ignored rows and label smoothing; an out-of-range target is
+// reported at the next read-back, and so is a mean over only ignored targets (EmptyReduction; the loss is NaN).
+TEST(FakeDevice, CrossEntropyChecksDeviceTargetsWithoutAWait) {
+  NEED_FAKE_DEVICE();
+  const Tensor logits = randn({6, 5}, 81), target = from_vector<int64_t>({0, 4, -100, 2, 2, 1}, {6});
+  for (nn::Reduction red : {nn::Reduction::Mean, nn::Reduction::Sum, nn::Reduction::None})
+    for (double ls : {0.0, 0.2}) {
+      const std::string what =
+          "reduction " + std::to_string(static_cast<int>(red)) + " smoothing " + std::to_string(ls);
+      Tensor x = logits.clone().requires_grad_(), xd = dev(logits).requires_grad_();
+      const Tensor td = dev(target);
+      (void)host(xd);  // nothing pending
+      const int64_t reads0 = g_device->device_to_host, up0 = g_device->host_to_device;
+      nn::CrossEntropyOptions o;
+      o.label_smoothing = ls;
+      o.reduction = red;
+      Tensor l = nn::cross_entropy(x, target, o), ld = nn::cross_entropy(xd, td, o);
+      Tensor w = red == nn::Reduction::None ? randn({6}, 82) : ones({});
+      (l * w).sum().backward();
+      (ld * dev(w)).sum().backward();
+      EXPECT_EQ(g_device->device_to_host - reads0, 0) << what << ": no read-back of the targets";
+      EXPECT_EQ(g_device->host_to_device - up0, 1) << what << ": the weights w alone";
+      expect_match(ld, l, what + ": loss", 1e-6, 1e-6);
+      expect_match(xd.grad(), x.grad(), what + ": gradient", 1e-6, 1e-7);
+    }
+  const Tensor bad = dev(from_vector<int64_t>({0, 5, 1, -2, 3, 3}, {6}));
+  Tensor l = nn::cross_entropy(dev(logits), bad);
+  EXPECT_OXM_ERROR((void)host(l), IndexOutOfBounds, "cross_entropy: the target at flat position 1");
+  const Tensor ignored = dev(full({6}, -100.0, DType::I64));
+  Tensor empty_mean = nn::cross_entropy(dev(logits), ignored);
+  EXPECT_OXM_ERROR((void)host(empty_mean), EmptyReduction, "zero targets");
+  EXPECT_TRUE(std::isnan(host(empty_mean).item<float>())) << "0 / 0 meanwhile";
+  nn::CrossEntropyOptions sum;
+  sum.reduction = nn::Reduction::Sum;
+  EXPECT_EQ(host(nn::cross_entropy(dev(logits), ignored, sum)).item<float>(), 0.0f) << "a sum over nothing";
+  EXPECT_OXM_ERROR(nn::cross_entropy(logits, host(ignored)), EmptyReduction, "zero targets");  // the host's check
 }
 
 // A backward builds its zeros, ones and identities on the device (a fill kernel), never as a host buffer uploaded:

@@ -3,10 +3,12 @@
 #include "oxmera/nn/loss.hpp"
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "autograd/node.hpp"
+#include "ops/device_checks.hpp"
 #include "ops/fused.hpp"
 #include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
@@ -62,7 +64,7 @@ struct HostTargets {
 };
 
 HostTargets read_class_targets(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op,
-                               const char* xname) {
+                               const char* xname, bool read_values = true) {
   check_defined(target, op, "target");
   const Shape& xs = input.shape();
   OXM_CHECK(input.dim() >= 1, ShapeMismatch, op, ": ", xname, " must have shape [N, C], [N, C, d1, ...] or [C], got ",
@@ -85,7 +87,8 @@ HostTargets read_class_targets(const Tensor& input, const Tensor& target, int64_
   OXM_CHECK(target.shape() == h.shape, ShapeMismatch, op, ": target shape ", target.shape(), " does not match ", xname,
             " shape ", xs, "; expected a target of shape ", h.shape, " (", xname, " without its class dim ",
             h.class_dim, ")");
-  if (detail::capture_open()) return h;  // device_class_targets checks the values on the device
+  // (device_class_targets and device_checked_targets check the values on the device.)
+  if (detail::capture_open() || !read_values) return h;
   h.marked = target.to(Device::cpu()).to_vector<int64_t>();
   for (size_t i = 0; i < h.marked.size(); ++i) {
     const int64_t t = h.marked[i];
@@ -163,6 +166,49 @@ ClassTargets class_targets(const Tensor& input, const Tensor& target, int64_t ig
            "Reduction::Sum or skip such batches");
 }
 
+// Class targets on the logits' device, checked there by the fused IndexCheck (ignore_index -> -1, the kept ones
+// counted on the device) with an out-of-range target reported at the device's next read-back, as device indices
+// are (ops/device_checks.hpp): no read-back of the targets. Empty when the device has no such kernel.
+struct DeviceTargets {
+  Tensor marked;  // i64 [R]: the target, or -1 where it equals ignore_index
+  Tensor kept;    // i64 [1]: how many are not ignored, minus one
+};
+std::optional<DeviceTargets> device_checked_targets(const Tensor& target, const HostTargets& h, int64_t ignore_index,
+                                                    const char* op, const Shape& xs, bool check_empty) {
+  const Device dev = target.device();
+  if (dev.is_cpu() || h.num_classes < 1 || target.numel() == 0) return std::nullopt;
+  const Tensor t = target.contiguous().reshape({-1});
+  Tensor marked = detail::make_empty(t.shape(), DType::I64, dev, op);
+  Tensor kept = full({1}, -1.0, DType::I64, dev);  // the count minus one: negative when nothing is kept
+  ops::FusedCall call = ops::IndexCheckCall{t.impl(), marked.impl(), h.num_classes, {}, ignore_index, kept.impl()};
+  auto& c = std::get<ops::IndexCheckCall>(call);
+  if (!ops::fused_supported(call, dev)) return std::nullopt;
+  c.report = detail::defer_check(
+      dev, t.numel(),
+      [op, C = h.num_classes, ignore_index, ts = target.shape(), xs](int64_t position, int, const char* when) {
+        OXM_FAIL(IndexOutOfBounds, op, ": the target at flat position ", position, " of target shape ", ts,
+                 " is out of range for ", C, " classes (logits shape ", xs, "; ", when,
+                 "; its loss used the nearest class); class targets must be in [0, ", C, ") or equal ignore_index (",
+                 ignore_index, ")");
+      });
+  if (c.report.empty()) return std::nullopt;
+  ops::run_fused(call, dev);
+  if (check_empty) {
+    // A mean over no kept target is EmptyReduction, as on the host: the count minus one checked as an index into
+    // [0, INT64_MAX), so a count of 0 is reported (at the next read-back) by the same kernel.
+    Tensor unused = detail::make_empty({1}, DType::I64, dev, op);
+    ops::FusedCall empty = ops::IndexCheckCall{kept.impl(), unused.impl(), std::numeric_limits<int64_t>::max(), {}};
+    auto& e = std::get<ops::IndexCheckCall>(empty);
+    e.report = detail::defer_check(dev, 1, [op, xs, R = target.numel()](int64_t, int, const char* when) {
+      OXM_FAIL(EmptyReduction, op, ": reduction 'mean' over zero targets (input shape ", xs, ", ", R,
+               " targets, all of them equal to ignore_index; ", when,
+               "; the loss is NaN) is undefined (torch returns NaN); use Reduction::Sum or skip such batches");
+    });
+    if (!e.report.empty()) ops::run_fused(empty, dev);
+  }
+  return DeviceTargets{marked, kept};
+}
+
 // The fused cross entropy (the fused ops CrossEntropy / CrossEntropyBackward: two launches on a GPU where the
 // composite takes about twenty; a backend without the kernels runs their op-built fallbacks). Its node keeps the
 // logits, each row's log-sum-exp and the marked targets.
@@ -206,16 +252,23 @@ struct CrossEntropyNode final : detail::Node {
 // logits: [N, C] or [C] with N, C >= 1; class targets; no class weight.
 Tensor fused_cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
   const char* op = "cross_entropy";
-  HostTargets h = read_class_targets(logits, target, o.ignore_index, op, "logits");
+  HostTargets h = read_class_targets(logits, target, o.ignore_index, op, "logits", /*read_values=*/false);
   Tensor x = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
   const auto& xi = *x.impl();
   const int64_t R = xi.shape[0];
+  // Targets on the logits' device: checked and counted there; the mean divides by the count on the device (no kept
+  // target: NaN, and EmptyReduction at the next read-back).
+  const std::optional<DeviceTargets> on_device =
+      target.device() == logits.device()
+          ? device_checked_targets(target, h, o.ignore_index, op, logits.shape(), o.reduction == Reduction::Mean)
+          : std::nullopt;
+  if (!on_device) h = read_class_targets(logits, target, o.ignore_index, op, "logits");
   double scale = 1.0;
-  if (o.reduction == Reduction::Mean) {
+  if (o.reduction == Reduction::Mean && !on_device) {
     if (h.kept == 0) fail_empty_mean(op, logits.shape(), R);
     scale = 1.0 / static_cast<double>(h.kept);
   }
-  Tensor marked = from_vector<int64_t>(h.marked, Shape{R}).to(xi.device());
+  Tensor marked = on_device ? on_device->marked : from_vector<int64_t>(h.marked, Shape{R}).to(xi.device());
   Tensor rows = detail::make_empty(Shape{R}, xi.dtype, xi.device(), op);
   Tensor lse = detail::make_empty(Shape{R}, xi.dtype, xi.device(), op);
   ops::FusedCall call = ops::CrossEntropyCall{&xi, marked.impl(), o.label_smoothing, scale, rows.impl(), lse.impl()};
@@ -230,7 +283,10 @@ Tensor fused_cross_entropy(const Tensor& logits, const Tensor& target, const Cro
     n->scale = scale;
     detail::set_history(rows, n);
   }
-  return o.reduction == Reduction::None ? rows.reshape(h.shape) : rows.sum();
+  if (o.reduction == Reduction::None) return rows.reshape(h.shape);
+  if (o.reduction == Reduction::Mean && on_device)
+    return rows.sum() / (on_device->kept + int64_t{1}).to(xi.dtype).reshape({});
+  return rows.sum();
 }
 
 void check_class_weight(const Tensor& input, const Tensor& weight, int64_t num_classes, const char* op,

@@ -663,15 +663,22 @@ void index_check_fallback(FusedCall& call, Device) {
   NoGradGuard no_grad;
   const Tensor index = host_copy(c.index);
   Tensor safe = empty(index.shape(), DType::I64);
-  int64_t first = detail::kSpdNoFailure;
+  int64_t first = detail::kSpdNoFailure, kept = 0;
   const int64_t* in = index.impl()->ptr<int64_t>();
   int64_t* out = safe.impl()->ptr<int64_t>();
   for (int64_t i = 0; i < index.numel(); ++i) {
     int64_t key;
-    out[i] = detail::index_check_at(in[i], c.size, c.report.tag, i, &key);
+    bool counts;
+    out[i] = detail::index_check_at(in[i], c.size, c.report.tag, i, c.ignore, &key, &counts);
     first = std::min(first, key);
+    kept += counts ? 1 : 0;
   }
   write_back(c.safe, safe);
+  if (c.kept) {
+    Tensor k = host_copy(c.kept);
+    k.impl()->ptr<int64_t>()[0] += kept;
+    write_back(c.kept, k);
+  }
   if (c.report.first && first != detail::kSpdNoFailure) {
     Tensor word = host_copy(c.report.first);
     word.impl()->ptr<int64_t>()[0] = std::min(word.impl()->ptr<int64_t>()[0], first);

@@ -8,6 +8,7 @@
 // (name, id, fallback, who offers it) is `fused_ops()` in fused.cpp. Adding a fused op: one X-macro entry and
 // its call struct here, its fallback and registry row in fused.cpp, and `supports`/`run` cases in the backends
 // that offer a kernel for it (see docs/ARCHITECTURE.md, "How a backend plugs in").
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <variant>
@@ -240,18 +241,24 @@ struct DropoutMaskCall {
 // word to the key (report.tag, p, 0) (spd_math.hpp's keys: the earliest call's first bad position wins), which the
 // host reads later (ops/device_checks.hpp). index and safe: i64, contiguous, one shape, on the device; size >= 1;
 // report.first set, numel <= kMaxPositions.
+//
+// Class targets (cross entropy): positions equal to `ignore` are written as -1 and not checked, and `kept` (i64 [1]
+// on the device, or null) is increased by the number of the other positions.
 struct IndexCheckCall {
   static constexpr FusedOp kOp = FusedOp::IndexCheck;
   static constexpr int64_t kMaxPositions = int64_t{1} << 32;  // the key's batch range (spd_math.hpp)
+  static constexpr int64_t kNoIgnore = INT64_MIN;
   const TensorImpl* index = nullptr;
   TensorImpl* safe = nullptr;
   int64_t size = 1;
   SpdReport report;
+  int64_t ignore = kNoIgnore;
+  TensorImpl* kept = nullptr;
   // Whether the call is one the kernels take (CUDA's and the test device's); asked before the report is made, which
   // must be set (report.first) when the call runs.
   bool kernel_takes() const {
     return index->dtype == DType::I64 && index->contiguous && safe->contiguous && size >= 1 &&
-           index->numel <= kMaxPositions;
+           index->numel <= kMaxPositions && (kept == nullptr || (kept->dtype == DType::I64 && kept->numel == 1));
   }
 };
 

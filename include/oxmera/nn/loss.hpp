@@ -10,7 +10,10 @@
 //    a NaN unless an input holds NaN/inf (or a weighted target picks a -inf log-probability: 0 * inf).
 //  - mse_loss with input and target of different shapes is a ShapeMismatch (torch warns and broadcasts).
 //  - Class targets are checked on the host: a value outside [0, C) other than ignore_index is
-//    IndexOutOfBounds naming the value and its position.
+//    IndexOutOfBounds naming the value and its position. Exception: cross_entropy (no class weights, [N, C] or
+//    [C] logits) with the targets on the logits' GPU checks them there, without a wait, and raises these errors
+//    (IndexOutOfBounds naming the position; EmptyReduction for a mean over no target) at the device's next
+//    read-back to the host; the loss meanwhile uses the nearest class (or is NaN).
 // Errors name the loss ("cross_entropy: ..."), the shapes and the dtypes: a non-float input is
 // UnsupportedDType, mixed float dtypes (input/target/weight) DTypeMismatch, a class target that is not i64
 // DTypeMismatch, wrong shapes ShapeMismatch, an undefined input or label_smoothing outside [0, 1]

@@ -32,10 +32,18 @@ OXM_HD inline int64_t spd_failure_key(int64_t tag, int64_t batch, int pivot) {
 }
 static_assert(kSpdMaxDeferredBatch == int64_t{1} << 32, "ops::IndexCheckCall::kMaxPositions is the key's batch range");
 // One position of an index range check (ops::IndexCheckCall): the value clamped into [0, size) (size >= 1), and in
-// `key` the failure key of (tag, position) when the value was outside, else kSpdNoFailure.
-OXM_HD inline int64_t index_check_at(int64_t value, int64_t size, int64_t tag, int64_t position, int64_t* key) {
+// `key` the failure key of (tag, position) when the value was outside, else kSpdNoFailure. A value equal to `ignore`
+// (class targets' ignore_index) is neither checked nor kept: it becomes -1. `*kept`: whether the value counts.
+OXM_HD inline int64_t index_check_at(int64_t value, int64_t size, int64_t tag, int64_t position, int64_t ignore,
+                                     int64_t* key, bool* kept) {
+  if (value == ignore) {
+    *key = kSpdNoFailure;
+    *kept = false;
+    return -1;
+  }
   const bool inside = value >= 0 && value < size;
   *key = inside ? kSpdNoFailure : spd_failure_key(tag, position, 0);
+  *kept = true;
   return inside ? value : (value < 0 ? 0 : size - 1);
 }
 

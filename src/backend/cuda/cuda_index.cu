@@ -560,13 +560,17 @@ void optimizer_steps(const OptimizerUpdate* updates, size_t count) {
 namespace {
 // One thread per position: the clamped value, and an out-of-range position's key into the deferred-check word (the
 // earliest call's first bad position wins: an atomic min, as the small SPD kernels report).
-__global__ void __launch_bounds__(kThreads) index_check_kernel(const int64_t* index, int64_t* safe, int64_t n,
-                                                               int64_t size, int64_t tag, unsigned long long* word) {
+// With `kept`, the positions that count are added to it (integer atomics: the same total in any order).
+__global__ void __launch_bounds__(kThreads)
+    index_check_kernel(const int64_t* index, int64_t* safe, int64_t n, int64_t size, int64_t tag, int64_t ignore,
+                       unsigned long long* word, unsigned long long* kept) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t key;
-    safe[i] = index_check_at(index[i], size, tag, i, &key);
+    bool counts;
+    safe[i] = index_check_at(index[i], size, tag, i, ignore, &key, &counts);
     if (key != kSpdNoFailure) atomicMin(word, static_cast<unsigned long long>(key));
+    if (kept && counts) atomicAdd(kept, 1ull);
   }
 }
 }  // namespace
@@ -575,8 +579,9 @@ void index_check(const ops::IndexCheckCall& c) {
   const int64_t n = c.index->numel;
   if (n == 0) return;
   OXM_CHECK(c.report.first != nullptr, Backend, "index check: the call has no report word");
-  index_check_kernel<<<blocks(n), kThreads, 0, stream()>>>(c.index->ptr<int64_t>(), c.safe->ptr<int64_t>(), n, c.size,
-                                                           c.report.tag, c.report.first->ptr<unsigned long long>());
+  index_check_kernel<<<blocks(n), kThreads, 0, stream()>>>(
+      c.index->ptr<int64_t>(), c.safe->ptr<int64_t>(), n, c.size, c.report.tag, c.ignore,
+      c.report.first->ptr<unsigned long long>(), c.kept ? c.kept->ptr<unsigned long long>() : nullptr);
   check_launch("index check");
 }
 
