@@ -488,23 +488,7 @@ class HostMemoryDevice final : public d::Backend {
   }
   // The CUDA backend's nn kernels (src/backend/cuda/cuda_nn.cu): the test device runs their per-element and per-row
   // functions (nn_math.hpp) on host memory, a warp's lanes in reverse order, and records them while capturing.
-  static bool is_nn_op(ops::FusedOp op) {
-    switch (op) {
-      case ops::FusedOp::SoftmaxBackward:
-      case ops::FusedOp::LayerNorm:
-      case ops::FusedOp::LayerNormBackward:
-      case ops::FusedOp::LstmCell:
-      case ops::FusedOp::LstmCellBackward:
-      case ops::FusedOp::GruCell:
-      case ops::FusedOp::GruCellBackward:
-      case ops::FusedOp::RnnCell:
-      case ops::FusedOp::MaxPool2d:
-      case ops::FusedOp::MaxPool2dBackward:
-        return true;
-      default:
-        return false;
-    }
-  }
+  static bool is_nn_op(ops::FusedOp op) { return d::nn_kernel_op(op); }
   template <class F>
   static void rebind_call(ops::SoftmaxBackwardCall& c, F rebind) {
     rebind(c.y), rebind(c.g), rebind(c.grad_x);

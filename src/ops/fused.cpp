@@ -694,13 +694,12 @@ void tensor_list_norm_fallback(FusedCall& call, Device) {
   const bool inf = std::isinf(c.norm_type);
   for (size_t i = 0; i < c.count; ++i) {
     const Tensor t = borrow(c.tensors[i]);
-    Tensor v = zeros({}, out.dtype(), out.device());
-    if (t.numel() != 0)
-      v = inf                  ? t.abs().max()
-          : c.norm_type == 1.0 ? t.abs().sum()
-          : c.norm_type == 2.0 ? (t * t).sum()
-                               : t.abs().pow(c.norm_type).sum();
-    out.select(0, static_cast<int64_t>(i)).copy_(v);
+    out.select(0, static_cast<int64_t>(i))
+        .copy_(t.numel() == 0       ? zeros({}, out.dtype(), out.device())
+               : inf                ? t.abs().max()
+               : c.norm_type == 1.0 ? t.abs().sum()
+               : c.norm_type == 2.0 ? (t * t).sum()
+                                    : t.abs().pow(c.norm_type).sum());
   }
 }
 void tensor_list_scale_fallback(FusedCall& call, Device) {
@@ -751,9 +750,9 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::IndexCheck, "index check", index_check_fallback,
      "cuda (a thread per position, an atomic min into the deferred-check word); elsewhere the host loop"},
     {FusedOp::TensorListNorm, "tensor list norm", tensor_list_norm_fallback,
-     "cuda (f32; two launches per 24 tensors, chunk sums in f64 combined in order)"},
+     "cuda (f32; two launches per 24 tensors, chunk sums in f64 combined in order); elsewhere ops per tensor"},
     {FusedOp::TensorListScale, "tensor list scale", tensor_list_scale_fallback,
-     "cuda (f32; one launch per 24 tensors)"},
+     "cuda (f32; one launch per 24 tensors); elsewhere a mul_ per tensor"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

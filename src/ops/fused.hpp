@@ -264,7 +264,8 @@ struct IndexCheckCall {
 
 // The inner sums of per-tensor norms over a list (clip_grad_norm_ on a device): out[i] = sum |t_i|^p for a finite
 // norm_type p > 0 (the terms |x|^p formed in the tensors' dtype, summed in f64), or max |t_i| for p = +inf (NaN
-// propagates); 0 for an empty tensor. The tensors: f32, contiguous, on out's device; out: contiguous f32 [count].
+// propagates); 0 for an empty tensor. The tensors on out's device, out [count] (CUDA's kernel: f32 and contiguous;
+// the fallback: any float dtype).
 struct TensorListNormCall {
   static constexpr FusedOp kOp = FusedOp::TensorListNorm;
   const TensorImpl* const* tensors = nullptr;
@@ -272,7 +273,8 @@ struct TensorListNormCall {
   double norm_type = 2;
   TensorImpl* out = nullptr;
 };
-// Every tensor of a list multiplied in place by one scale (clip_grad_norm_'s coefficient): f32, contiguous, one device.
+// Every tensor of a list multiplied in place by one scale (clip_grad_norm_'s coefficient), on one device (CUDA's
+// kernel: f32, contiguous).
 struct TensorListScaleCall {
   static constexpr FusedOp kOp = FusedOp::TensorListScale;
   TensorImpl* const* tensors = nullptr;

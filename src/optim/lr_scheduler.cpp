@@ -215,52 +215,30 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     for (Tensor& g : grads) g.mul_(coef);
     return std::numeric_limits<double>::quiet_NaN();
   }
-  // Grads on one device that is not the CPU: the per-grad sums (or maxima) stay there and are combined there, and
-  // the host reads the one combined value (one wait), where reading each grad's sum would wait once per parameter.
+  // The norm from the combined sum of |g|^p (the max for inf), and the clipping coefficient.
+  const auto total_of = [&](double acc) {
+    return inf || norm_type == 1.0 ? acc : norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type);
+  };
+  const auto coef_of = [&](double total) { return std::min(max_norm / (total + 1e-6), 1.0); };
+  // Grads on one device that is not the CPU: every grad's sum (or max) stays there (the fused TensorListNorm: a few
+  // launches for the list on CUDA, else one op per grad), they are combined there and the host reads the one
+  // combined value (one wait, where reading each grad's sum would wait once per parameter); the scaling is
+  // TensorListScale (one launch per 24 grads on CUDA, else a mul_ per grad).
   bool one_device = !grads[0].device().is_cpu();
   for (const Tensor& g : grads) one_device = one_device && g.device() == grads[0].device();
   if (one_device) {
     const Device dev = grads[0].device();
-    std::vector<const oxmera::detail::TensorImpl*> list;
+    std::vector<oxmera::detail::TensorImpl*> list;
     for (const Tensor& g : grads) list.push_back(g.impl());
     Tensor sums = empty({static_cast<int64_t>(list.size())}, grads[0].dtype(), dev);
     ops::FusedCall norms = ops::TensorListNormCall{list.data(), list.size(), norm_type, sums.impl()};
-    if (grads[0].dtype() == DType::F32 && ops::fused_supported(norms, dev)) {
-      // The device's list kernels: every grad's sum (or max) in a few launches, one read, one scaling launch.
-      ops::run_fused(norms, dev);
-      const Tensor joint = inf ? sums.max() : sums.sum();
-      const double acc = joint.to(Device::cpu()).to(DType::F64).item<double>();
-      const double total = inf                ? acc
-                           : norm_type == 1.0 ? acc
-                           : norm_type == 2.0 ? std::sqrt(acc)
-                                              : std::pow(acc, 1.0 / norm_type);
-      const double coef = std::min(max_norm / (total + 1e-6), 1.0);
-      if (!(coef == 1.0)) {
-        std::vector<oxmera::detail::TensorImpl*> targets;
-        for (const Tensor& g : grads) targets.push_back(g.impl());
-        ops::FusedCall scale = ops::TensorListScaleCall{targets.data(), targets.size(), coef};
-        ops::run_fused(scale, dev);
-      }
-      return total;
+    ops::run_fused(norms, dev);
+    const double total = total_of((inf ? sums.max() : sums.sum()).to(Device::cpu()).to(DType::F64).item<double>());
+    const double coef = coef_of(total);
+    if (!(coef == 1.0)) {
+      ops::FusedCall scale = ops::TensorListScaleCall{list.data(), list.size(), coef};
+      ops::run_fused(scale, dev);
     }
-    std::vector<Tensor> parts;
-    for (const Tensor& g : grads) {
-      if (g.numel() == 0) continue;
-      parts.push_back(inf                ? g.abs().max()
-                      : norm_type == 1.0 ? g.abs().sum()
-                      : norm_type == 2.0 ? (g * g).sum()
-                                         : g.abs().pow(norm_type).sum());
-    }
-    if (parts.empty()) return 0.0;
-    const Tensor joint = inf ? stack(parts).max() : stack(parts).sum();
-    const double acc = joint.to(Device::cpu()).to(DType::F64).item<double>();
-    const double total = inf                ? acc
-                         : norm_type == 1.0 ? acc
-                         : norm_type == 2.0 ? std::sqrt(acc)
-                                            : std::pow(acc, 1.0 / norm_type);
-    const double coef = std::min(max_norm / (total + 1e-6), 1.0);
-    if (!(coef == 1.0))
-      for (Tensor& g : grads) g.mul_(coef);
     return total;
   }
   double acc = 0;  // max |g| for inf, else sum |g|^p
@@ -275,11 +253,8 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
       acc += s.to(DType::F64).item<double>();
     }
   }
-  const double total = inf ? acc
-                           : (norm_type == 1.0   ? acc
-                              : norm_type == 2.0 ? std::sqrt(acc)
-                                                 : std::pow(acc, 1.0 / norm_type));
-  const double coef = std::min(max_norm / (total + 1e-6), 1.0);
+  const double total = total_of(acc);
+  const double coef = coef_of(total);
   // torch multiplies unconditionally; by 1 is the identity, so skip that.
   if (!(coef == 1.0))
     for (Tensor& g : grads) g.mul_(coef);

@@ -288,8 +288,25 @@ OXM_HD T max_pool_backward_at(const T* g, const int64_t* indices, int64_t W, con
   return acc;
 }
 
-// ---- Which calls the CUDA backend's nn kernels take (f32; the layouts below), the test device's too: one predicate.
-// False for any other fused op.
+// ---- The fused ops these kernels are for, and which of their calls the CUDA backend's kernels take (f32; the
+// layouts below), the test device's too: one list and one predicate. False for any other fused op.
+inline bool nn_kernel_op(ops::FusedOp op) {
+  switch (op) {
+    case ops::FusedOp::SoftmaxBackward:
+    case ops::FusedOp::LayerNorm:
+    case ops::FusedOp::LayerNormBackward:
+    case ops::FusedOp::LstmCell:
+    case ops::FusedOp::LstmCellBackward:
+    case ops::FusedOp::GruCell:
+    case ops::FusedOp::GruCellBackward:
+    case ops::FusedOp::RnnCell:
+    case ops::FusedOp::MaxPool2d:
+    case ops::FusedOp::MaxPool2dBackward:
+      return true;
+    default:
+      return false;
+  }
+}
 inline bool nn_kernel_takes(const ops::FusedCall& call) {
   auto f32 = [](const TensorImpl* t) { return t->dtype == DType::F32; };
   auto dense = [](const TensorImpl* t) { return t == nullptr || t->contiguous; };

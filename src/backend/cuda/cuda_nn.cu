@@ -158,7 +158,18 @@ template <class T>
 T* mut_or_null(TensorImpl* t) {
   return t ? t->ptr<T>() : nullptr;
 }
-bool fits_int(int64_t n) { return n <= INT32_MAX; }
+// A cell kernel over batch * hidden elements, launched with 32-bit index arithmetic when the count fits:
+// launch(B, H) with B and H of the kernel's index type.
+template <class Launch>
+void launch_cells(int64_t batch, int64_t hidden, const char* op, Launch launch) {
+  const int64_t n = batch * hidden;
+  if (n == 0) return;
+  if (n <= INT32_MAX)
+    launch(static_cast<int>(batch), static_cast<int>(hidden));
+  else
+    launch(batch, hidden);
+  check_launch(op);
+}
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(grid_blocks(rows, kRowWarps, sm_count())); }
 
 }  // namespace
@@ -169,60 +180,35 @@ void run_nn_kernel(ops::FusedCall& call) {
   switch (ops::fused_op(call)) {
     case ops::FusedOp::LstmCell: {
       const auto& c = std::get<ops::LstmCellCall>(call);
-      const int64_t n = c.batch * c.hidden;
-      if (n == 0) return;
-      if (fits_int(n))
-        lstm_cell_kernel<int><<<blocks(n), kThreads, 0, stream()>>>(
-            c.gates->ptr<float>(), ptr_or_null<float>(c.gates_add), c.c_prev->ptr<float>(), static_cast<int>(c.batch),
-            static_cast<int>(c.hidden), c.acts->ptr<float>(), c.h->ptr<float>(), c.c->ptr<float>());
-      else
-        lstm_cell_kernel<int64_t><<<blocks(n), kThreads, 0, stream()>>>(
-            c.gates->ptr<float>(), ptr_or_null<float>(c.gates_add), c.c_prev->ptr<float>(), c.batch, c.hidden,
-            c.acts->ptr<float>(), c.h->ptr<float>(), c.c->ptr<float>());
-      return check_launch("lstm_cell");
+      return launch_cells(c.batch, c.hidden, "lstm_cell", [&](auto B, auto H) {
+        lstm_cell_kernel<decltype(B)><<<blocks(int64_t{B} * H), kThreads, 0, stream()>>>(
+            c.gates->ptr<float>(), ptr_or_null<float>(c.gates_add), c.c_prev->ptr<float>(), B, H, c.acts->ptr<float>(),
+            c.h->ptr<float>(), c.c->ptr<float>());
+      });
     }
     case ops::FusedOp::LstmCellBackward: {
       const auto& c = std::get<ops::LstmCellBackwardCall>(call);
-      const int64_t n = c.batch * c.hidden;
-      if (n == 0) return;
-      const float *gh = ptr_or_null<float>(c.gh), *gc = ptr_or_null<float>(c.gc);
-      if (fits_int(n))
-        lstm_cell_backward_kernel<int><<<blocks(n), kThreads, 0, stream()>>>(
-            c.acts->ptr<float>(), c.c_prev->ptr<float>(), c.c->ptr<float>(), gh, gc, static_cast<int>(c.batch),
-            static_cast<int>(c.hidden), c.grad_gates->ptr<float>(), c.grad_c_prev->ptr<float>());
-      else
-        lstm_cell_backward_kernel<int64_t><<<blocks(n), kThreads, 0, stream()>>>(
-            c.acts->ptr<float>(), c.c_prev->ptr<float>(), c.c->ptr<float>(), gh, gc, c.batch, c.hidden,
-            c.grad_gates->ptr<float>(), c.grad_c_prev->ptr<float>());
-      return check_launch("lstm_cell backward");
+      return launch_cells(c.batch, c.hidden, "lstm_cell backward", [&](auto B, auto H) {
+        lstm_cell_backward_kernel<decltype(B)><<<blocks(int64_t{B} * H), kThreads, 0, stream()>>>(
+            c.acts->ptr<float>(), c.c_prev->ptr<float>(), c.c->ptr<float>(), ptr_or_null<float>(c.gh),
+            ptr_or_null<float>(c.gc), B, H, c.grad_gates->ptr<float>(), c.grad_c_prev->ptr<float>());
+      });
     }
     case ops::FusedOp::GruCell: {
       const auto& c = std::get<ops::GruCellCall>(call);
-      const int64_t n = c.batch * c.hidden;
-      if (n == 0) return;
-      if (fits_int(n))
-        gru_cell_kernel<int><<<blocks(n), kThreads, 0, stream()>>>(
-            c.gi->ptr<float>(), c.gh->ptr<float>(), c.h_prev->ptr<float>(), static_cast<int>(c.batch),
-            static_cast<int>(c.hidden), c.acts->ptr<float>(), c.h->ptr<float>());
-      else
-        gru_cell_kernel<int64_t><<<blocks(n), kThreads, 0, stream()>>>(c.gi->ptr<float>(), c.gh->ptr<float>(),
-                                                                       c.h_prev->ptr<float>(), c.batch, c.hidden,
-                                                                       c.acts->ptr<float>(), c.h->ptr<float>());
-      return check_launch("gru_cell");
+      return launch_cells(c.batch, c.hidden, "gru_cell", [&](auto B, auto H) {
+        gru_cell_kernel<decltype(B)><<<blocks(int64_t{B} * H), kThreads, 0, stream()>>>(
+            c.gi->ptr<float>(), c.gh->ptr<float>(), c.h_prev->ptr<float>(), B, H, c.acts->ptr<float>(),
+            c.h->ptr<float>());
+      });
     }
     case ops::FusedOp::GruCellBackward: {
       const auto& c = std::get<ops::GruCellBackwardCall>(call);
-      const int64_t n = c.batch * c.hidden;
-      if (n == 0) return;
-      if (fits_int(n))
-        gru_cell_backward_kernel<int><<<blocks(n), kThreads, 0, stream()>>>(
-            c.acts->ptr<float>(), c.h_prev->ptr<float>(), c.g->ptr<float>(), static_cast<int>(c.batch),
-            static_cast<int>(c.hidden), c.grad_gi->ptr<float>(), c.grad_gh->ptr<float>(), c.grad_h_prev->ptr<float>());
-      else
-        gru_cell_backward_kernel<int64_t><<<blocks(n), kThreads, 0, stream()>>>(
-            c.acts->ptr<float>(), c.h_prev->ptr<float>(), c.g->ptr<float>(), c.batch, c.hidden, c.grad_gi->ptr<float>(),
+      return launch_cells(c.batch, c.hidden, "gru_cell backward", [&](auto B, auto H) {
+        gru_cell_backward_kernel<decltype(B)><<<blocks(int64_t{B} * H), kThreads, 0, stream()>>>(
+            c.acts->ptr<float>(), c.h_prev->ptr<float>(), c.g->ptr<float>(), B, H, c.grad_gi->ptr<float>(),
             c.grad_gh->ptr<float>(), c.grad_h_prev->ptr<float>());
-      return check_launch("gru_cell backward");
+      });
     }
     case ops::FusedOp::RnnCell: {
       const auto& c = std::get<ops::RnnCellCall>(call);
