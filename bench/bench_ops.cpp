@@ -219,6 +219,29 @@ void BM_CausalMaskedFill(benchmark::State& state) {  // attention scores [16, 4,
   structured(state, [&] { return s.masked_fill(mask, -INFINITY); });
 }
 BENCHMARK(BM_CausalMaskedFill)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// scaled_dot_product_attention forward + backward, f32, causal: the CPU's fused kernels (the default) against the
+// composite (batched GEMM, softmax, batched GEMM) at [N, H, L, E] = args; arg 4: 0 fused, 1 composite.
+void BM_SdpaFwdBwd(benchmark::State& state) {
+  const int64_t N = state.range(0), H = state.range(1), L = state.range(2), E = state.range(3);
+  const bool composite = state.range(4) != 0;
+  ox::Tensor q = ox::randn({N, H, L, E}, 1).requires_grad_(), k = ox::randn({N, H, L, E}, 2).requires_grad_(),
+             v = ox::randn({N, H, L, E}, 3).requires_grad_(), g = ox::randn({N, H, L, E}, 4);
+  namespace F = ox::nn::functional;
+  for (auto _ : state) {
+    ox::Tensor y = composite ? F::scaled_dot_product_attention_composite(q, k, v, {}, 0.0, true)
+                             : F::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+    auto grads = ox::autograd::grad({(y * g).sum()}, {q, k, v});
+    benchmark::DoNotOptimize(grads[0].impl());
+  }
+}
+BENCHMARK(BM_SdpaFwdBwd)
+    ->ArgsProduct({{16}, {4}, {64}, {16}, {0, 1}})
+    ->ArgsProduct({{4}, {4}, {256}, {32}, {0, 1}})
+    ->ArgsProduct({{1}, {4}, {1024}, {64}, {0, 1}})
+    ->ArgsProduct({{8}, {8}, {128}, {64}, {0, 1}})
+    ->ComputeStatistics("min", min_of)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 void BM_Tril(benchmark::State& state) {
   ox::Tensor x = structured_x();
   structured(state, [&] { return x.tril(); });

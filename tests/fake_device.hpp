@@ -345,6 +345,9 @@ class HostMemoryDevice final : public d::Backend {
         const auto& c = std::get<ops::TensorListScaleCall>(call);
         return f32_list(c.tensors, c.count);
       }
+      case ops::FusedOp::Attention:  // as the CUDA backend: no kernels, so attention takes the composite
+      case ops::FusedOp::AttentionBackward:
+        return false;
       default:
         if (is_nn_op(ops::fused_op(call))) return offer_nn && d::nn_kernel_takes(call);  // CUDA's offer and code
         return cpu().supports(call);

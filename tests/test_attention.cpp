@@ -18,8 +18,8 @@ namespace d = oxmera::detail;
 
 namespace {
 
-// Every scaled_dot_product_attention in this binary takes the fused kernel however small the problem (the default
-// policy sends small ones to the faster composite: src/nn/attention_policy.hpp); the test below restores it.
+// Every scaled_dot_product_attention in this binary takes the fused kernels however small the problem (the default
+// already does; src/nn/attention_policy.hpp): a test that sets the knob restores this.
 const bool kFusedEverywhere = (d::attention_composite_max_score_bytes = 0, true);
 
 Tensor u64(const Shape& s, uint64_t seed) { return (rand(s, seed, DType::F64) * 2.0 - 1.0).requires_grad_(); }
@@ -60,9 +60,12 @@ struct Case {
   int64_t B, L, S, E, Ev;
   int mask;  // 0 none, 1 float [L, S], 2 bool [B, 1, S]-like (per batch), 3 causal
 };
-const Case kCases[] = {{"plain", 3, 5, 7, 4, 6, 0},        {"tiles", 2, 70, 150, 8, 5, 0},
-                       {"float_mask", 2, 33, 65, 4, 3, 1}, {"bool_mask", 4, 9, 70, 4, 4, 2},
-                       {"causal", 2, 70, 70, 8, 8, 3},     {"causal_rect", 2, 40, 90, 3, 2, 3}};
+// E and Ev: some whole vectors of every ISA level (16, 32: read in place), the rest padded by the kernels.
+const Case kCases[] = {{"plain", 3, 5, 7, 4, 6, 0},           {"tiles", 2, 70, 150, 8, 5, 0},
+                       {"float_mask", 2, 33, 65, 4, 3, 1},    {"bool_mask", 4, 9, 70, 4, 4, 2},
+                       {"causal", 2, 70, 70, 8, 8, 3},        {"causal_rect", 2, 40, 90, 3, 2, 3},
+                       {"wide", 2, 37, 45, 16, 32, 0},        {"wide_mask", 2, 33, 40, 32, 16, 1},
+                       {"wide_causal", 2, 70, 70, 16, 16, 3}, {"wide_bool", 2, 9, 21, 16, 16, 2}};
 
 Tensor mask_for(const Case& c, DType dt, bool as_bool) {
   if (c.mask == 1) return randn({c.L, c.S}, 11, dt);
@@ -91,25 +94,100 @@ TEST(Attention, FusedMatchesDirectLoopF32AndF64) {
     }
 }
 
-TEST(Attention, KernelMatchesFallbackIncludingLse) {
+// The kernels' 4-d operands [N, H, T, C] for B = N * H problems: contiguous ([B, 1, T, C]), or strided as
+// MultiheadAttention passes them (the heads of a wider [N, T, H, C + 3] tensor, read in place; rows not contiguous).
+Tensor operand(int64_t B, int64_t T, int64_t C, uint64_t seed, DType dt, bool strided) {
+  if (!strided) return randn({B, 1, T, C}, seed, dt);
+  return randn({B / 2, T, 2, C + 3}, seed, dt).slice(3, 0, C).permute({0, 2, 1, 3});
+}
+
+// The kernels against their composite fallbacks: forward (out, lse) and backward (dq, dk, dv), f32 and f64, every
+// case, contiguous and strided operands, an output in [N, L, H, Ev] order.
+TEST(Attention, KernelsMatchFallbacksIncludingLseAndBackward) {
   for (DType dt : {DType::F32, DType::F64})
-    for (const Case& c : kCases) {
-      const Tensor q = randn({c.B, c.L, c.E}, 4, dt), k = randn({c.B, c.S, c.E}, 5, dt),
-                   v = randn({c.B, c.S, c.Ev}, 6, dt);
-      Tensor m = mask_for(c, dt, false);
-      if (m.defined()) m = m.expand({m.dim() == 2 ? 1 : c.B, c.L, c.S}).contiguous();
-      Tensor o1 = empty({c.B, c.L, c.Ev}, dt), l1 = empty({c.B, c.L}, dt);
-      Tensor o2 = empty({c.B, c.L, c.Ev}, dt), l2 = empty({c.B, c.L}, dt);
-      const auto* mi = m.defined() ? m.impl() : nullptr;
-      ops::FusedCall kc = ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o1.impl(), l1.impl()};
-      ops::FusedCall fc = ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o2.impl(), l2.impl()};
-      ASSERT_TRUE(d::cpu_backend().supports(kc));
-      ops::run_fused(kc, Device::cpu());
-      ops::run_fused_fallback(fc, Device::cpu());
-      const double tl = dt == DType::F64 ? 1e-12 : 5e-6;
-      expect_close(values(o1), values(o2), tl, tl, std::string(c.name) + " out");
-      expect_close(values(l1), values(l2), tl, tl, std::string(c.name) + " lse");
+    for (bool strided : {false, true})
+      for (const Case& c : kCases) {
+        const int64_t B = strided ? 2 * c.B : c.B;  // strided: N = c.B batches of H = 2 heads
+        const std::string what = std::string(c.name) + (strided ? " strided " : " ") + dtype_name(dt);
+        const Tensor q = operand(B, c.L, c.E, 4, dt, strided), k = operand(B, c.S, c.E, 5, dt, strided),
+                     v = operand(B, c.S, c.Ev, 6, dt, strided), g = operand(B, c.L, c.Ev, 7, dt, strided);
+        Tensor m = mask_for(c, dt, false);
+        if (m.defined()) {
+          if (m.dim() == 3 && strided)  // per batch, shared by its heads
+            m = m.unsqueeze(1).expand({c.B, 2, c.L, c.S}).contiguous().reshape({B, c.L, c.S});
+          else
+            m = m.expand(m.dim() == 2 ? Shape{1, c.L, c.S} : Shape{B, c.L, c.S}).contiguous();
+        }
+        const auto* mi = m.defined() ? m.impl() : nullptr;
+        const Shape out_shape = q.shape();
+        auto out_like = [&] {  // [N, H, L, Ev] viewed from [N, L, H, Ev]
+          return empty({out_shape[0], c.L, out_shape[1], c.Ev}, dt).permute({0, 2, 1, 3});
+        };
+        Tensor o1 = out_like(), l1 = empty({B, c.L}, dt), o2 = out_like(), l2 = empty({B, c.L}, dt);
+        ops::FusedCall kc =
+            ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o1.impl(), l1.impl()};
+        ops::FusedCall fc =
+            ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o2.impl(), l2.impl()};
+        ASSERT_TRUE(d::cpu_backend().supports(kc)) << what;
+        ops::run_fused(kc, Device::cpu());
+        ops::run_fused_fallback(fc, Device::cpu());
+        const double tl = dt == DType::F64 ? 1e-12 : 5e-6;
+        expect_close(values(o1), values(o2), tl, tl, what + " out");
+        expect_close(values(l1), values(l2), tl, tl, what + " lse");
+
+        std::vector<Tensor> kg, fg;
+        for (const Tensor* like : {&q, &k, &v}) {
+          kg.push_back(empty(like->shape(), dt));
+          fg.push_back(empty(like->shape(), dt));
+        }
+        ops::FusedCall kb = ops::AttentionBackwardCall{q.impl(), k.impl(), v.impl(),     mi,           c.mask == 3,
+                                                       0.37,     g.impl(), kg[0].impl(), kg[1].impl(), kg[2].impl()};
+        ops::FusedCall fb = ops::AttentionBackwardCall{q.impl(), k.impl(), v.impl(),     mi,           c.mask == 3,
+                                                       0.37,     g.impl(), fg[0].impl(), fg[1].impl(), fg[2].impl()};
+        ASSERT_TRUE(d::cpu_backend().supports(kb)) << what;
+        ops::run_fused(kb, Device::cpu());
+        ops::run_fused_fallback(fb, Device::cpu());
+        const double tb = dt == DType::F64 ? 1e-11 : 2e-5;
+        for (size_t i = 0; i < 3; ++i)
+          expect_close(values(kg[i]), values(fg[i]), tb, tb, what + " grad " + std::to_string(i));
+      }
+}
+
+// Only the wanted gradients are written (null outputs are skipped), and they do not depend on which others are.
+TEST(Attention, BackwardKernelWritesOnlyTheWantedGradients) {
+  const Tensor q = randn({1, 2, 9, 16}, 1), k = randn({1, 2, 11, 16}, 2), v = randn({1, 2, 11, 16}, 3),
+               g = randn({1, 2, 9, 16}, 4);
+  Tensor all[3] = {empty(q.shape()), empty(k.shape()), empty(v.shape())};
+  ops::FusedCall every = ops::AttentionBackwardCall{q.impl(), k.impl(), v.impl(),      nullptr,       true,
+                                                    0.25,     g.impl(), all[0].impl(), all[1].impl(), all[2].impl()};
+  ops::run_fused(every, Device::cpu());
+  for (int i = 0; i < 3; ++i) {
+    Tensor one = full(all[i].shape(), 7.0);
+    d::TensorImpl* outs[3] = {nullptr, nullptr, nullptr};
+    outs[i] = one.impl();
+    ops::FusedCall call = ops::AttentionBackwardCall{q.impl(), k.impl(), v.impl(), nullptr, true,
+                                                     0.25,     g.impl(), outs[0],  outs[1], outs[2]};
+    ops::run_fused(call, Device::cpu());
+    expect_close(values(one), values(all[i]), 0, 0, "grad " + std::to_string(i) + " alone");
+  }
+}
+
+// Heads read in place from a packed projection (strided 4-d q, k, v) give the composite's values and gradients.
+TEST(Attention, StridedHeadsMatchTheComposite) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    const Tensor qkv = randn({3, 13, 3 * 4 * 16}, 1, dt).requires_grad_();
+    auto head = [&](int i) { return qkv.slice(2, i * 64, (i + 1) * 64).reshape({3, 13, 4, 16}).transpose(1, 2); };
+    const Tensor g = randn({3, 4, 13, 16}, 2, dt);
+    const double tl = dt == DType::F64 ? 1e-11 : 2e-5;
+    for (bool causal : {false, true}) {
+      const Tensor y1 = F::scaled_dot_product_attention(head(0), head(1), head(2), {}, 0.0, causal);
+      const Tensor y2 = F::scaled_dot_product_attention_composite(head(0), head(1), head(2), {}, 0.0, causal);
+      expect_close(values(y1), values(y2), tl, tl, "values");
+      const auto g1 = autograd::grad({(y1 * g).sum()}, {qkv});
+      const auto g2 = autograd::grad({(y2 * g).sum()}, {qkv});
+      expect_close(values(g1[0]), values(g2[0]), tl, tl, "grad of the packed qkv");
     }
+  }
 }
 
 TEST(Attention, FullyMaskedRowIsNaNAsTorch) {
@@ -197,18 +275,20 @@ TEST(Attention, TypedErrorsNameTheShapes) {
 
 }  // namespace
 
-// The default policy: the composite below 64 MiB of scores (faster on the CPU), the fused kernel above; both give
-// the same values.
-TEST(Attention, SmallProblemsTakeTheCompositeLargeOnesTheFusedKernel) {
+// The policy: by default every problem takes the CPU's fused kernels; a problem whose scores take at most
+// attention_composite_max_score_bytes takes the composite. Both give the same values and gradients.
+TEST(Attention, ThePolicyPicksTheCompositeOrTheFusedKernels) {
   ASSERT_TRUE(kFusedEverywhere);
   const int64_t saved = d::attention_composite_max_score_bytes;
-  d::attention_composite_max_score_bytes = int64_t{64} << 20;
   Tensor q = u64({2, 3, 5, 4}, 1), k = u64({2, 3, 7, 4}, 2), v = u64({2, 3, 7, 4}, 3);
+  d::attention_composite_max_score_bytes = 2 * 3 * 5 * 7 * 8;  // exactly the scores' bytes: the composite
   Tensor small = F::scaled_dot_product_attention(q, k, v);
-  EXPECT_EQ(small.grad_fn_name(), "matmul");                       // the composite ends with weights @ v
-  d::attention_composite_max_score_bytes = 2 * 3 * 5 * 7 * 8 - 1;  // one byte short of the scores: fused
+  d::attention_composite_max_score_bytes = -1;  // the default
   Tensor fused = F::scaled_dot_product_attention(q, k, v);
   d::attention_composite_max_score_bytes = saved;
-  EXPECT_EQ(fused.grad_fn_name(), "reshape") << "the fused output is reshaped from [B*H, L, Ev]";
+  EXPECT_EQ(small.grad_fn_name(), "matmul");  // the composite ends with weights @ v
+  EXPECT_EQ(fused.grad_fn_name(), "permute") << "the fused output is written as [N, L, H, Ev] and viewed back";
   expect_close(values(small), values(fused), 1e-12, 1e-12, "composite vs fused");
+  const auto g1 = autograd::grad({small.sum()}, {q, k, v}), g2 = autograd::grad({fused.sum()}, {q, k, v});
+  for (size_t i = 0; i < 3; ++i) expect_close(values(g1[i]), values(g2[i]), 1e-12, 1e-12, "gradients");
 }

@@ -86,13 +86,13 @@ Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   return p.matmul(v);
 }
 
-// Saves q, k, v ([B, L, E], [B, S, E], [B, S, Ev]), the additive mask and the rows' logsumexp; the backward
-// recomputes the weights P = exp(scale q k^T + mask - lse) and applies softmax's gradient rule. With
-// create_graph the weights come from a recorded softmax of the re-attached inputs, so the gradient is itself
+// Saves q, k, v (the kernels' 4-d views) and the additive mask. Without create_graph the backward is the fused
+// AttentionBackward op (the CPU's kernel recomputes the weights block by block; elsewhere the composite fallback).
+// With create_graph the weights come from a recorded softmax of the re-attached inputs, so the gradient is itself
 // differentiable (the composite's double backward).
 struct AttentionNode final : detail::Node {
   detail::SavedTensor q, k, v;
-  Tensor mask, lse;
+  Tensor mask;
   bool causal = false;
   double scale = 1;
   bool release_saved() override {
@@ -101,39 +101,58 @@ struct AttentionNode final : detail::Node {
     k.reset();
     v.reset();
     mask = Tensor();
-    lse = Tensor();
     return had;
   }
   const char* name() const override { return kOp; }
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor qv = q.get(name()), kv = k.get(name()), vv = v.get(name());
-    const Tensor& g = gout[0];
-    Tensor s = qv.matmul(kv.transpose(1, 2)) * scale;
-    if (mask.defined()) s = s + mask;
-    if (causal) {
-      const int64_t L = qv.shape()[1], S = kv.shape()[1];
-      s = s.masked_fill(ops::causal_mask(L, S, qv.device()), kNegInf);
+    // The output was recorded in its [N, L, H, Ev] layout: its gradient is viewed back as [N, H, L, Ev].
+    Tensor g = gout[0].permute({0, 2, 1, 3});
+    if (!grad_enabled()) {
+      const Tensor g4 = g.stride(3) == 1 || g.size(3) == 1 ? g : g.contiguous();
+      for (int i = 0; i < 3; ++i)
+        if (needs_grad(i)) {
+          const Tensor& like = i == 0 ? qv : i == 1 ? kv : vv;
+          gin[i] = detail::make_empty(like.shape(), like.dtype(), like.device(), kOp);
+        }
+      ops::FusedCall call = ops::AttentionBackwardCall{qv.impl(),
+                                                       kv.impl(),
+                                                       vv.impl(),
+                                                       mask.defined() ? mask.impl() : nullptr,
+                                                       causal,
+                                                       scale,
+                                                       g4.impl(),
+                                                       gin[0].defined() ? gin[0].impl() : nullptr,
+                                                       gin[1].defined() ? gin[1].impl() : nullptr,
+                                                       gin[2].defined() ? gin[2].impl() : nullptr};
+      ops::run_fused(call, qv.device());
+      return;
     }
-    // exp(s - lse) alone sums to 1 only up to the difference between the kernel's scores and these (f32: ~eps *
-    // |s|); softmax's gradient p * (dp - sum(dp p)) amplifies that by dp's common offset (a value bias), so the
-    // rows are renormalised (f32 gradient errors 1e-5 -> 1e-7 against f64 at logits ~10).
-    Tensor p;
-    if (grad_enabled()) {
-      p = s.softmax(-1);
-    } else {
-      p = (s - lse.unsqueeze(-1)).exp();
-      p = p / p.sum({-1}, true);
-    }
-    const Tensor dp = g.matmul(vv.transpose(1, 2));
+    Tensor s = qv.matmul(kv.transpose(-2, -1)) * scale;
+    if (mask.defined()) s = s + (mask.size(0) == 1 ? mask : mask.reshape(s.shape()));
+    if (causal) s = s.masked_fill(ops::causal_mask(qv.size(2), kv.size(2), qv.device()), kNegInf);
+    const Tensor p = s.softmax(-1);
+    const Tensor dp = g.matmul(vv.transpose(-2, -1));
     const Tensor ds = p * (dp - (dp * p).sum({-1}, true));
     if (needs_grad(0)) gin[0] = ds.matmul(kv) * scale;
-    if (needs_grad(1)) gin[1] = ds.transpose(1, 2).matmul(qv) * scale;
-    if (needs_grad(2)) gin[2] = p.transpose(1, 2).matmul(g);
+    if (needs_grad(1)) gin[1] = ds.transpose(-2, -1).matmul(qv) * scale;
+    if (needs_grad(2)) gin[2] = p.transpose(-2, -1).matmul(g);
   }
 };
 
 detail::Edge edge_or_none(const Tensor& t) { return t.requires_grad() ? detail::edge_of(t) : detail::Edge{}; }
+
+// x [..., T, E] as the kernels' 4-d view [N, H, T, E]: a view for 2- to 4-d inputs with a unit stride along the last
+// dim (the heads of a packed projection stay in place), a copy otherwise.
+Tensor as_4d(const Tensor& x) {
+  const int64_t n = x.dim();
+  Tensor y = n == 4   ? x
+             : n == 3 ? x.unsqueeze(1)
+             : n == 2 ? x.unsqueeze(0).unsqueeze(0)
+                      : x.reshape({-1, x.size(n - 3), x.size(n - 2), x.size(n - 1)});
+  return y.stride(3) == 1 || y.size(3) == 1 ? y : y.contiguous();
+}
 
 }  // namespace
 
@@ -155,10 +174,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const int64_t B = q.numel() / (L * E);
   const double score_bytes = static_cast<double>(B) * static_cast<double>(L) * static_cast<double>(S) *
                              static_cast<double>(itemsize(q.dtype()));
-  if (score_bytes <= static_cast<double>(detail::attention_composite_max_score_bytes.load(std::memory_order_relaxed)))
-    return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
-  const Tensor q3 = q.contiguous().reshape({B, L, E}), k3 = k.contiguous().reshape({B, S, E}),
-               v3 = v.contiguous().reshape({B, S, Ev});
+  const Tensor q4 = as_4d(q), k4 = as_4d(k), v4 = as_4d(v);
+  {
+    // Where the backend has no kernel the fallback would materialise the scores as the composite does, and its
+    // backward would recompute them: the composite is taken instead.
+    ops::FusedCall probe =
+        ops::AttentionCall{q4.impl(), k4.impl(), v4.impl(), nullptr, is_causal, c.scale, nullptr, nullptr};
+    if (!ops::fused_supported(probe, q.device()) ||
+        score_bytes <= static_cast<double>(detail::attention_composite_max_score_bytes.load(std::memory_order_relaxed)))
+      return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
+  }
   Tensor m3;
   if (c.mask.defined()) {
     const Tensor m = c.mask.detach();
@@ -172,30 +197,34 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     m3 = shared ? m2.expand({L, S}).contiguous().reshape({1, L, S})
                 : m.expand(full_shape).contiguous().reshape({B, L, S});
   }
-  Tensor out = detail::make_empty({B, L, Ev}, q.dtype(), q.device(), kOp);
-  Tensor lse = detail::make_empty({B, L}, q.dtype(), q.device(), kOp);
+  // The output is written in [N, L, H, Ev] order and returned as its [N, H, L, Ev] view: MultiheadAttention's
+  // out projection reads it back as [N, L, H * Ev] without a copy.
+  const int64_t N = q4.size(0), H = q4.size(1);
+  Tensor out = detail::make_empty({N, L, H, Ev}, q.dtype(), q.device(), kOp);
+  const Tensor out4 = out.permute({0, 2, 1, 3});
   {
-    ops::FusedCall call = ops::AttentionCall{q3.impl(), k3.impl(), v3.impl(),  m3.defined() ? m3.impl() : nullptr,
-                                             is_causal, c.scale,   out.impl(), lse.impl()};
+    NoGradGuard no_grad;
+    ops::FusedCall call = ops::AttentionCall{q4.impl(), k4.impl(), v4.impl(),   m3.defined() ? m3.impl() : nullptr,
+                                             is_causal, c.scale,   out4.impl(), nullptr};
     ops::run_fused(call, q.device());
   }
-  if (grad_enabled() && (q3.requires_grad() || k3.requires_grad() || v3.requires_grad())) {
+  if (grad_enabled() && (q4.requires_grad() || k4.requires_grad() || v4.requires_grad())) {
     auto* node = new AttentionNode();
-    node->next.push_back(edge_or_none(q3));
-    node->next.push_back(edge_or_none(k3));
-    node->next.push_back(edge_or_none(v3));
-    node->q.save(q3, false);
-    node->k.save(k3, false);
-    node->v.save(v3, false);
+    node->next.push_back(edge_or_none(q4));
+    node->next.push_back(edge_or_none(k4));
+    node->next.push_back(edge_or_none(v4));
+    node->q.save(q4, false);
+    node->k.save(k4, false);
+    node->v.save(v4, false);
     node->mask = m3;
-    node->lse = lse;
     node->causal = is_causal;
     node->scale = c.scale;
     detail::set_history(out, node);
   }
   Shape out_shape = q.shape();
   out_shape[static_cast<size_t>(n - 1)] = Ev;
-  return out.reshape(out_shape);
+  const Tensor result = out.permute({0, 2, 1, 3});
+  return n == 4 ? result : result.reshape(out_shape);
 }
 
 }  // namespace oxmera::nn::functional

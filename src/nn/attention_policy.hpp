@@ -1,12 +1,13 @@
 #pragma once
-// When scaled_dot_product_attention takes its fused kernel. On the CPU the composite (batched GEMM, softmax,
-// batched GEMM) runs about twice as fast as the fused tiled kernel at every size measured (fwd+bwd, [16, 4, 64,
-// 16] to [1, 4, 1024, 64], 2026-12-02), so the fused kernel is used only where it pays in memory: when the
-// scores of all (batch, head) pairs, [B*H, L, S], would take more than this many bytes. Tests set it to 0 to
-// exercise the fused kernel at small sizes.
+// When scaled_dot_product_attention takes its fused op. Only where the device's backend has a kernel for it (the
+// CPU's, src/backend/cpu/attention_kernels.cpp): elsewhere the composite (batched GEMM, softmax, batched GEMM)
+// runs, as the fused op's fallback would, without recomputing the scores in the backward. On the CPU the fused
+// kernels beat the composite at every size measured (docs/LIMITATIONS.md, "Fused attention on the CPU"), so by
+// default every problem takes them; problems whose scores over all (batch, head) pairs, [B*H, L, S], take at most
+// this many bytes take the composite instead (tests set it to compare the two paths).
 #include <atomic>
 #include <cstdint>
 
 namespace oxmera::detail {
-inline std::atomic<int64_t> attention_composite_max_score_bytes{int64_t{64} << 20};
+inline std::atomic<int64_t> attention_composite_max_score_bytes{-1};
 }  // namespace oxmera::detail

@@ -98,6 +98,7 @@ namespace oxmera::ops {
   X(LstmCell, LstmCellCall)                         \
   X(LstmCellBackward, LstmCellBackwardCall)         \
   X(Attention, AttentionCall)                       \
+  X(AttentionBackward, AttentionBackwardCall)       \
   X(Linear, LinearCall)                             \
   X(GruCell, GruCellCall)                           \
   X(GruCellBackward, GruCellBackwardCall)           \
@@ -383,11 +384,12 @@ struct LstmCellBackwardCall {
   TensorImpl* grad_gates = nullptr;
   TensorImpl* grad_c_prev = nullptr;
 };
-// Scaled dot-product attention over B = batch * heads independent problems (one float dtype, all contiguous):
-// q [B, L, E], k [B, S, E], v [B, S, Ev]; mask null or an additive mask [Bm, L, S] with Bm = 1 (shared) or B
-// (a bool mask arrives as 0 / -inf); causal keeps key j <= query i. Writes out [B, L, Ev] = softmax(scale q k^T
-// + mask) v and lse [B, L] = the rows' logsumexp (the backward's recompute); a fully masked row gives NaN, as
-// torch's softmax does.
+// Scaled dot-product attention over B = N * H independent problems (one float dtype): q [N, H, L, E],
+// k [N, H, S, E], v [N, H, S, Ev] and out [N, H, L, Ev] are 4-d views with any strides but a unit one along the
+// last dim (the heads of a packed projection read in place; an output written in [N, L, H, Ev] order for the out
+// projection); mask null or an additive contiguous [Bm, L, S] with Bm = 1 (shared) or B (a bool mask arrives as
+// 0 / -inf); causal keeps key j <= query i. Writes out = softmax(scale q k^T + mask) v and, unless lse is null, lse
+// [B, L] (contiguous) = the rows' logsumexp; a fully masked row gives NaN, as torch's softmax does.
 struct AttentionCall {
   static constexpr FusedOp kOp = FusedOp::Attention;
   const TensorImpl* q = nullptr;
@@ -398,6 +400,23 @@ struct AttentionCall {
   double scale = 1;
   TensorImpl* out = nullptr;
   TensorImpl* lse = nullptr;
+};
+// Its gradient with the same q, k, v, mask, causal and scale and g = dL/dout ([N, H, L, Ev], a unit stride along the
+// last dim): the weights P = softmax(scale q k^T + mask) are recomputed, dS = P (g v^T - rowsum(P g v^T)), and
+// grad_q [N, H, L, E] = scale dS k, grad_k [N, H, S, E] = scale dS^T q, grad_v [N, H, S, Ev] = P^T g are written
+// (views as q's; null: not wanted). A fully masked row makes the gradients NaN, as the composite's.
+struct AttentionBackwardCall {
+  static constexpr FusedOp kOp = FusedOp::AttentionBackward;
+  const TensorImpl* q = nullptr;
+  const TensorImpl* k = nullptr;
+  const TensorImpl* v = nullptr;
+  const TensorImpl* mask = nullptr;
+  bool causal = false;
+  double scale = 1;
+  const TensorImpl* g = nullptr;
+  TensorImpl* grad_q = nullptr;
+  TensorImpl* grad_k = nullptr;
+  TensorImpl* grad_v = nullptr;
 };
 
 // A fully connected layer's forward: out [M, N] (contiguous) = x [M, K] weight [N, K]^T + bias [N] (bias contiguous,
@@ -480,12 +499,12 @@ struct RnnCellCall {
 };
 
 // One fused call; its index is its FusedOp.
-using FusedCall =
-    std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall, LogdetSpdCall,
-                 CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall, SortIndicesCall,
-                 SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall, LstmCellBackwardCall,
-                 AttentionCall, LinearCall, GruCellCall, GruCellBackwardCall, MaxPool2dCall, MaxPool2dBackwardCall,
-                 RnnCellCall, DropoutMaskCall, IndexCheckCall, TensorListNormCall, TensorListScaleCall>;
+using FusedCall = std::variant<CrossEntropyCall, CrossEntropyBackwardCall, OptimizerStepsCall, Im2colCall, Col2imCall,
+                               LogdetSpdCall, CholeskySpdCall, SolveTriangularSmallCall, ScanCall, CumprodBackwardCall,
+                               SortIndicesCall, SoftmaxBackwardCall, LayerNormCall, LayerNormBackwardCall, LstmCellCall,
+                               LstmCellBackwardCall, AttentionCall, AttentionBackwardCall, LinearCall, GruCellCall,
+                               GruCellBackwardCall, MaxPool2dCall, MaxPool2dBackwardCall, RnnCellCall, DropoutMaskCall,
+                               IndexCheckCall, TensorListNormCall, TensorListScaleCall>;
 #define OXM_X(id, call)                                                                                          \
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(FusedOp::id), FusedCall>, call> && \
                 call::kOp == FusedOp::id);
@@ -504,8 +523,9 @@ struct FusedOpInfo {
   const char* offered_by;
 };
 const FusedOpInfo& fused_op_info(FusedOp op);
-// The attention fallback (ops/attention_fused.cpp), listed in the registry.
+// The attention fallbacks (ops/attention_fused.cpp), listed in the registry.
 void attention_fallback(FusedCall& call, Device device);
+void attention_backward_fallback(FusedCall& call, Device device);
 const char* fused_op_name(FusedOp op);
 
 // Whether the backend of `device` has a kernel for this call (its op id, dtypes and shapes).

@@ -1,12 +1,12 @@
 // The CPU backend: host memory through the caching allocator, kernels from the best ISA table.
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 
 #include "backend/backend.hpp"
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/caching_allocator.hpp"
-#include "backend/cpu/cpu_attention.hpp"
 #include "backend/cpu/cpu_index.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/cpu_linear.hpp"
@@ -28,6 +28,18 @@ const CpuKernels* pick_kernels() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return isa_avx2::kernels();
 #endif
   return isa_base::kernels();
+}
+
+// The fused attention kernels take f32 / f64 operands of one dtype: 4-d views with a unit stride along the last dim
+// (null: absent), and a contiguous mask and lse.
+bool attention_operands(DType d, std::initializer_list<const TensorImpl*> views,
+                        std::initializer_list<const TensorImpl*> contiguous) {
+  if (d != DType::F32 && d != DType::F64) return false;
+  for (const TensorImpl* t : views)
+    if (t && (t->dtype != d || t->shape.size() != 4 || (t->strides[3] != 1 && t->shape[3] != 1))) return false;
+  for (const TensorImpl* t : contiguous)
+    if (t && (t->dtype != d || !t->contiguous)) return false;
+  return true;
 }
 
 class CpuBackend final : public Backend {
@@ -120,8 +132,14 @@ class CpuBackend final : public Backend {
         const auto& c = std::get<ops::LstmCellBackwardCall>(call);
         return real(c.acts->dtype) && (!c.gh || c.gh->contiguous) && (!c.gc || c.gc->contiguous);
       }
-      case ops::FusedOp::Attention:
-        return cpu_attention_supported(std::get<ops::AttentionCall>(call));
+      case ops::FusedOp::Attention: {
+        const auto& c = std::get<ops::AttentionCall>(call);
+        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.out}, {c.mask, c.lse});
+      }
+      case ops::FusedOp::AttentionBackward: {
+        const auto& c = std::get<ops::AttentionBackwardCall>(call);
+        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.g, c.grad_q, c.grad_k, c.grad_v}, {c.mask});
+      }
       case ops::FusedOp::Linear:
         return real(std::get<ops::LinearCall>(call).out->dtype);
       case ops::FusedOp::GruCell:
@@ -176,7 +194,9 @@ class CpuBackend final : public Backend {
       case ops::FusedOp::LstmCellBackward:
         return k_->lstm_cell_backward(std::get<ops::LstmCellBackwardCall>(call));
       case ops::FusedOp::Attention:
-        return cpu_attention(std::get<ops::AttentionCall>(call));
+        return k_->attention(std::get<ops::AttentionCall>(call));
+      case ops::FusedOp::AttentionBackward:
+        return k_->attention_backward(std::get<ops::AttentionBackwardCall>(call));
       case ops::FusedOp::Linear:
         return cpu_linear(std::get<ops::LinearCall>(call));
       case ops::FusedOp::GruCell:

@@ -36,6 +36,9 @@ void rnn_cell(const ops::RnnCellCall& c);
 // pool_kernels.cpp (the same ISA namespace)
 void max_pool2d(const ops::MaxPool2dCall& c);
 void max_pool2d_backward(const ops::MaxPool2dBackwardCall& c);
+// attention_kernels.cpp (the same ISA namespace)
+void attention(const ops::AttentionCall& c);
+void attention_backward(const ops::AttentionBackwardCall& c);
 
 namespace {
 
@@ -1315,7 +1318,9 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           gru_cell_backward,
                           max_pool2d,
                           max_pool2d_backward,
-                          rnn_cell};
+                          rnn_cell,
+                          attention,
+                          attention_backward};
 
 }  // namespace
 

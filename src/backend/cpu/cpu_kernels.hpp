@@ -10,6 +10,8 @@ struct LstmCellBackwardCall;
 struct GruCellCall;
 struct GruCellBackwardCall;
 struct RnnCellCall;
+struct AttentionCall;
+struct AttentionBackwardCall;
 struct MaxPool2dCall;
 struct MaxPool2dBackwardCall;
 }  // namespace oxmera::ops
@@ -59,6 +61,10 @@ struct CpuKernels {
   void (*max_pool2d_backward)(const ops::MaxPool2dBackwardCall&);
   // rnn_kernels.cpp: a plain RNN step, h = tanh or relu of xt + hh (RnnCellCall)
   void (*rnn_cell)(const ops::RnnCellCall&);
+  // attention_kernels.cpp: the fused scaled dot-product attention and its backward (AttentionCall,
+  // AttentionBackwardCall: contiguous, f32 / f64)
+  void (*attention)(const ops::AttentionCall&);
+  void (*attention_backward)(const ops::AttentionBackwardCall&);
 };
 
 namespace isa_base {

@@ -660,7 +660,8 @@ class CudaBackend final : public Backend {
         return cuda::has_tensor_list(c.tensors, c.count, nullptr);
       }
       case ops::FusedOp::Attention:  // the composite fallbacks (no kernels here yet)
-      case ops::FusedOp::Linear:     // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
+      case ops::FusedOp::AttentionBackward:
+      case ops::FusedOp::Linear:  // the fallback's GEMM + bias add is two launches, as a bias copy + beta-1 GEMM
         return false;
     }
     return false;
@@ -728,6 +729,7 @@ class CudaBackend final : public Backend {
       case ops::FusedOp::TensorListScale:
         return cuda::tensor_list_scale(std::get<ops::TensorListScaleCall>(call));
       case ops::FusedOp::Attention:
+      case ops::FusedOp::AttentionBackward:
       case ops::FusedOp::Linear:
         break;
     }
