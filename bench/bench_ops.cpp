@@ -242,6 +242,24 @@ BENCHMARK(BM_SdpaFwdBwd)
     ->ComputeStatistics("min", min_of)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+// nn::functional::layer_norm forward (+ backward with arg 1) over rows of 64, the char transformer's [16 * 64, 64].
+void BM_LayerNorm(benchmark::State& state) {
+  const bool backward = state.range(0) != 0;
+  ox::Tensor x = ox::randn({1024, 64}, 1).requires_grad_(), w = ox::ones({64}).requires_grad_(),
+             b = ox::zeros({64}).requires_grad_(), g = ox::randn({1024, 64}, 2);
+  for (auto _ : state) {
+    if (backward) {
+      ox::Tensor y = ox::nn::functional::layer_norm(x, {64}, w, b);
+      auto grads = ox::autograd::grad({(y * g).sum()}, {x, w, b});
+      benchmark::DoNotOptimize(grads[0].impl());
+    } else {
+      ox::NoGradGuard ng;
+      ox::Tensor y = ox::nn::functional::layer_norm(x, {64}, w, b);
+      benchmark::DoNotOptimize(y.impl());
+    }
+  }
+}
+BENCHMARK(BM_LayerNorm)->Arg(0)->Arg(1)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
 void BM_Tril(benchmark::State& state) {
   ox::Tensor x = structured_x();
   structured(state, [&] { return x.tril(); });

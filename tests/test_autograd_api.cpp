@@ -3,6 +3,7 @@
 #include "test_util.hpp"
 
 using namespace oxmera;
+using oxt::expect_close;
 using oxt::values;
 
 namespace {
@@ -210,6 +211,28 @@ TEST(AutogradApi, InPlaceGradientSumsLeaveEveryHandedOutGradientIntact) {
   g[0].sum().backward();
   // d/dx of (4x^3 + 2x) on row 0, (2x + 2x) on row 1, 2x on row 2: 12x^2 + 2, 4, 2.
   EXPECT_EQ(values(x.grad()), (std::vector<double>{14, 50, 4, 4, 2, 2}));
+}
+
+// The heads of a packed projection ([N, T, 3, H, D] viewed as [3, N, H, T, D], one select each): their backward fills a
+// buffer laid out as the permuted input, so the gradient comes back through the permute contiguous (no copy in the
+// reshape to [N, T, 3 H D]) and the later selects add into it in place; values as without views. The leaf's .grad
+// stays contiguous however the gradient arrives.
+TEST(AutogradApi, ViewsOfAPermutedInputGetAGradientInItsLayout) {
+  const Tensor x = randn({2, 5, 3 * 2 * 4}, 1, DType::F64).requires_grad_();
+  const Tensor y = x * 1.0;
+  const Tensor heads = y.reshape({2, 5, 3, 2, 4}).permute({2, 0, 3, 1, 4});  // [3, N, H, T, D]
+  const Tensor g = randn({3, 2, 2, 5, 4}, 2, DType::F64);
+  Tensor loss = zeros({}, DType::F64);
+  for (int64_t i = 0; i < 3; ++i) loss = loss + (heads.select(0, i) * g.select(0, i)).sum();
+  const std::vector<Tensor> got = autograd::grad({loss}, {heads, y}, {}, true);
+  EXPECT_FALSE(got[0].is_contiguous()) << "laid out as the permuted input";
+  EXPECT_TRUE(got[0].permute({1, 3, 0, 2, 4}).is_contiguous());
+  EXPECT_TRUE(got[1].is_contiguous());
+  expect_close(values(got[0]), values(g), 0, 0, "the three heads' gradients");
+  expect_close(values(got[1]), values(g.permute({1, 3, 0, 2, 4}).contiguous().reshape({2, 5, 24})), 0, 0, "y");
+  loss.backward();
+  EXPECT_TRUE(x.grad().is_contiguous());
+  expect_close(values(x.grad()), values(got[1]), 0, 0, "x.grad");
 }
 
 // A weight shared by several products (a recurrence's W_hh, used through its transpose at every step, and directly)

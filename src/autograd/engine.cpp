@@ -130,7 +130,8 @@ void accumulate_leaf(const Tensor& leaf, Tensor g) {
     // Own the gradient: an alias of a buffer used elsewhere (a seed, or the same gradient handed to two
     // leaves by add) must not be shared, since optimizers update .grad in place.
     const TensorImpl& G = *g.impl();
-    L.grad = is_sole_handle(G) && G.offset == 0 ? g : g.clone();
+    // (contiguous: .grad has the leaf's layout, as the optimizers' kernels expect)
+    L.grad = is_sole_handle(G) && G.contiguous && G.offset == 0 ? g : g.clone();
   } else {
     L.grad = L.grad + g;
   }
@@ -161,6 +162,20 @@ struct BackwardTask {
   const std::vector<Tensor>* inputs = nullptr;
   std::vector<Tensor>* captured = nullptr;
 };
+
+bool dense_non_overlapping(const TensorImpl& t) {
+  const size_t n = t.shape.size();
+  SmallDims order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.strides[a] < t.strides[b]; });
+  int64_t expected = 1;
+  for (const int64_t d : order) {
+    if (t.shape[d] == 1) continue;
+    if (t.strides[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
 
 namespace {
 

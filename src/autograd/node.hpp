@@ -96,8 +96,12 @@ class SavedTensor {
 Edge edge_of(const Tensor& t);
 // Whether a gradient buffer may be written in place: this handle is the only one on the tensor and on its memory
 // (no other slot, node, view or user sees it), it is contiguous and it has no history.
+// Dense and non-overlapping: the elements fill numel consecutive slots in some order of the dims (contiguous, or a
+// permutation of contiguous such as a gradient buffer laid out as its input), so an in-place add touches each once.
+bool dense_non_overlapping(const TensorImpl& t);
 inline bool is_sole_handle(const TensorImpl& t) {
-  return t.refcount.load() == 1 && t.storage->refcount.load() == 1 && t.contiguous && !t.grad_fn;
+  return t.refcount.load() == 1 && t.storage->refcount.load() == 1 && !t.grad_fn &&
+         (t.contiguous || dense_non_overlapping(t));
 }
 // Adds g into the gradient buffer `slot` of the node at edge e (without create_graph, when the buffer already
 // holds a sole-handle tensor of in_shape, g's dtype and device), at the elements `view` selects: what a view's

@@ -55,12 +55,45 @@ struct EmbedNode final : Node {
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override { gin[0] = place.of(g[0]); }
 };
-// Zeros of in_shape with g written at `place`; recorded (as EmbedNode) when g has history (create_graph).
-Tensor embed(const Tensor& g, const Shape& in_shape, const ViewPlace& place) {
+// The input's dims from the largest stride to the smallest when its elements are dense and non-overlapping in that
+// order (a permuted view of a contiguous tensor, e.g. the heads of a packed q/k/v projection) and the order is not
+// the identity; empty otherwise. Size-1 dims take any stride.
+Dims dense_permutation(const Shape& shape, const Strides& strides) {
+  const int64_t n = static_cast<int64_t>(shape.size());
+  Dims order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  int64_t expected = 1;
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const int64_t d = order[static_cast<size_t>(i)];
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return {};
+    expected *= shape[d];
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (order[static_cast<size_t>(i)] != i) return order;
+  return {};
+}
+
+// Zeros of in_shape with g written at `place`; recorded (as EmbedNode) when g has history (create_graph). With a
+// layout (dense_permutation of the view's input) the zeros are laid out as the input was, as torch's empty_like
+// does, so the gradient flows back through the input's own permute as a contiguous tensor (a packed projection's
+// reshape then needs no copy).
+Tensor embed(const Tensor& g, const Shape& in_shape, const ViewPlace& place, const Dims& layout) {
   Tensor z;
   {
     NoGradGuard ng;
-    z = zeros(in_shape, g.dtype(), g.device());
+    if (layout.empty()) {
+      z = zeros(in_shape, g.dtype(), g.device());
+    } else {
+      Shape permuted(in_shape.size());
+      Dims inverse(layout.size());
+      for (size_t i = 0; i < layout.size(); ++i) {
+        permuted[i] = in_shape[layout[i]];
+        inverse[static_cast<size_t>(layout[i])] = static_cast<int64_t>(i);
+      }
+      z = zeros(permuted, g.dtype(), g.device()).permute(inverse);
+    }
     place.of(z).copy_(g);
   }
   if (detail::needs_tape(g)) {
@@ -75,6 +108,7 @@ Tensor embed(const Tensor& g, const Shape& in_shape, const ViewPlace& place) {
 struct ViewNode final : Node {
   Shape in_shape;
   ViewPlace place;
+  Dims layout;  // dense_permutation of the input (empty: contiguous zeros)
   const char* name() const override {
     return place.kind == ViewPlace::Select ? "select" : place.kind == ViewPlace::Diagonal ? "diagonal" : "slice";
   }
@@ -82,7 +116,7 @@ struct ViewNode final : Node {
   void apply(Tensor* g, Tensor* gin) override {
     if (detail::add_into_view_of_buffer(next[0], in_shape, g[0], [this](const Tensor& t) { return place.of(t); }))
       return;  // gin[0] stays undefined: the buffer already holds this contribution
-    gin[0] = embed(g[0], in_shape, place);
+    gin[0] = embed(g[0], in_shape, place, layout);
   }
 };
 struct IdentityNode final : Node {
@@ -221,6 +255,7 @@ Tensor slice_impl(const Tensor& self, int64_t dim, int64_t start, int64_t end, i
     auto* n = new ViewNode();
     n->in_shape = t.shape;
     n->place = {select ? ViewPlace::Select : ViewPlace::Slice, d, start, end, step};
+    n->layout = dense_permutation(t.shape, t.strides);
     record(out, self, n);
   }
   return out;
