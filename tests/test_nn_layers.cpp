@@ -239,3 +239,58 @@ TEST(ModuleToDType, F64ModelRunsAndMismatchStillThrows) {
   EXPECT_EQ(model->forward(x32).dtype(), DType::F32);
   EXPECT_OXM_ERROR(model->to(DType::I64), InvalidArgument, "");
 }
+
+// Stacked replicas (issue #15 item 2): a Linear with R replicas is R independent layers in one module — replica r
+// starts where a plain Linear built from generator r would (with the same ReplicaGenerators across layers: where
+// R separately seeded models would), and its outputs and gradients are that layer's on replica r's inputs.
+TEST(LinearReplicas, EqualRSeparatelySeededModels) {
+  constexpr int64_t R = 3;
+  nn::ReplicaGenerators gens(R, 40);
+  nn::Linear l1(5, 4, {.replicas = R, .replica_generators = &gens});
+  nn::Linear l2(4, 2, {.bias = true, .replicas = R, .replica_generators = &gens});
+  EXPECT_EQ(l1.weight.shape(), Shape({R, 4, 5}));
+  EXPECT_EQ(l1.bias.shape(), Shape({R, 4}));
+  EXPECT_EQ(l1.replicas(), R);
+  EXPECT_EQ(l1.extra_repr(), "in_features=5, out_features=4, bias=true, replicas=3");
+  const Tensor x = randn({R, 2, 6, 5}, 7);  // [R, ..., in]: the middle dims are kept
+  const Tensor y = l2.forward(l1.forward(x).tanh());
+  ASSERT_EQ(y.shape(), Shape({R, 2, 6, 2}));
+  y.square().sum().backward();
+  for (int64_t r = 0; r < R; ++r) {
+    Generator g(40 + static_cast<uint64_t>(r));
+    nn::Linear a(5, 4, true, g), b(4, 2, true, g);  // the model replica r stands for
+    EXPECT_EQ(values(a.weight), values(l1.weight.select(0, r))) << r;
+    EXPECT_EQ(values(b.bias), values(l2.bias.select(0, r))) << r;
+    const Tensor yr = b.forward(a.forward(x.select(0, r)).tanh());
+    oxt::expect_close(values(yr), values(y.select(0, r)), 1e-6, 1e-6, "replica output");
+    yr.square().sum().backward();
+    oxt::expect_close(values(a.weight.grad()), values(l1.weight.grad().select(0, r)), 1e-5, 1e-5, "weight grad");
+    oxt::expect_close(values(b.bias.grad()), values(l2.bias.grad().select(0, r)), 1e-5, 1e-5, "bias grad");
+  }
+  // Without generators every replica draws in turn from the constructor's generator; no bias; f64 gradcheck.
+  Generator g(3);
+  nn::Linear nb(3, 2, {.bias = false, .replicas = 2}, g);
+  EXPECT_FALSE(nb.bias.defined());
+  Generator g2(3);
+  nn::Linear first(3, 2, false, g2), second(3, 2, false, g2);
+  EXPECT_EQ(values(nb.weight.select(0, 1)), values(second.weight));
+  nb.to(DType::F64);
+  const Tensor xin = u64({2, 4, 3}, 9);
+  GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return nb.forward(in[0]); }, {xin});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(LinearReplicas, TypedErrorsSayWhatToDo) {
+  nn::ReplicaGenerators gens(2, 1);
+  nn::Linear l(3, 2, {.replicas = 2, .replica_generators = &gens});
+  EXPECT_OXM_ERROR(l.forward(randn({4, 3}, 1)), ShapeMismatch, "replica dim first");
+  EXPECT_OXM_ERROR(l.forward(randn({3, 5, 3}, 1)), ShapeMismatch, "[2, ..., 3]");
+  EXPECT_OXM_ERROR(nn::Linear(3, 2, {.replicas = 3, .replica_generators = &gens}), InvalidArgument,
+                   "2 generators for 3 replicas");
+  EXPECT_OXM_ERROR(nn::Linear(3, 2, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
+  EXPECT_OXM_ERROR(nn::ReplicaGenerators(0, 1), InvalidArgument, "replicas");
+  // the same input for every replica: a broadcast view, no copy
+  const Tensor x = randn({5, 3}, 2);
+  const Tensor y = l.forward(x.unsqueeze(0).expand({2, 5, 3}));
+  EXPECT_EQ(y.shape(), Shape({2, 5, 2}));
+}

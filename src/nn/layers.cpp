@@ -46,19 +46,61 @@ void check_positive(int64_t v, const char* layer, const char* what) {
 }
 }  // namespace
 
-Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen) {
+ReplicaGenerators::ReplicaGenerators(int64_t replicas, uint64_t seed) {
+  check_positive(replicas, "ReplicaGenerators", "replicas");
+  for (int64_t r = 0; r < replicas; ++r) generators_.emplace_back(seed + static_cast<uint64_t>(r));
+}
+ReplicaGenerators::ReplicaGenerators(std::vector<Generator> generators) : generators_(std::move(generators)) {
+  OXM_CHECK(!generators_.empty(), InvalidArgument, "ReplicaGenerators: needs at least one generator");
+}
+Generator& ReplicaGenerators::generator(int64_t r) {
+  OXM_CHECK(r >= 0 && r < size(), IndexOutOfBounds, "ReplicaGenerators: replica ", r, " of ", size());
+  return generators_[static_cast<size_t>(r)];
+}
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen)
+    : Linear(in, out, LinearOptions{with_bias, 0, nullptr}, gen) {}
+Linear::Linear(int64_t in, int64_t out, LinearOptions opt, Generator& gen) : replicas_(opt.replicas) {
   check_positive(in, "Linear", "in_features");
   check_positive(out, "Linear", "out_features");
-  register_parameter("weight", &Linear::weight, empty({out, in}));
-  register_parameter("bias", &Linear::bias, with_bias ? empty({out}) : Tensor());
-  default_init(weight, &bias, gen);
+  OXM_CHECK(opt.replicas >= 0, InvalidArgument, "Linear: replicas must be >= 0 (0: not stacked), got ", opt.replicas);
+  OXM_CHECK(!opt.replica_generators || opt.replica_generators->size() == opt.replicas, InvalidArgument,
+            "Linear: replica_generators has ", opt.replica_generators ? opt.replica_generators->size() : 0,
+            " generators for ", opt.replicas, " replicas; build it with ReplicaGenerators(", opt.replicas, ", seed)");
+  if (replicas_ == 0) {
+    register_parameter("weight", &Linear::weight, empty({out, in}));
+    register_parameter("bias", &Linear::bias, opt.bias ? empty({out}) : Tensor());
+    default_init(weight, &bias, gen);
+    return;
+  }
+  const int64_t R = replicas_;
+  register_parameter("weight", &Linear::weight, empty({R, out, in}));
+  register_parameter("bias", &Linear::bias, opt.bias ? empty({R, out}) : Tensor());
+  for (int64_t r = 0; r < R; ++r) {  // each replica as a layer of its own: torch's default init of [out, in]
+    Tensor w = weight.select(0, r), b = bias.defined() ? bias.select(0, r) : Tensor();
+    default_init(w, &b, opt.replica_generators ? opt.replica_generators->generator(r) : gen);
+  }
 }
 std::string Linear::extra_repr() const {
-  return concat("in_features=", weight.shape()[1], ", out_features=", weight.shape()[0], ", bias=", bias.defined());
+  const int64_t d = weight.dim();
+  std::string s = concat("in_features=", weight.shape()[d - 1], ", out_features=", weight.shape()[d - 2],
+                         ", bias=", bias.defined());
+  if (replicas_ > 0) s += concat(", replicas=", replicas_);
+  return s;
 }
 Tensor Linear::forward(const Tensor& x) {
   check_f32_input(x);
-  return F::linear(x, weight, bias);
+  if (replicas_ == 0) return F::linear(x, weight, bias);
+  const int64_t R = replicas_, in = weight.shape()[2], out = weight.shape()[1];
+  OXM_CHECK(x.dim() >= 2 && x.shape()[0] == R && x.shape()[x.dim() - 1] == in, ShapeMismatch, "Linear with ", R,
+            " replicas: input ", x.shape(), " must be [", R, ", ..., ", in,
+            "] (replica dim first; to give every replica the same input, x.unsqueeze(0).expand({", R, ", ...}))");
+  // [R, M, in] x [R, in, out]: one GEMM per replica (the weight read transposed in place), then the bias rows.
+  Tensor y = x.reshape({R, -1, in}).matmul(weight.transpose(1, 2));
+  if (bias.defined()) y = y + bias.unsqueeze(1);
+  Shape shape = x.shape();
+  shape[static_cast<size_t>(x.dim() - 1)] = out;
+  return y.reshape(shape);
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, Pair kernel, Conv2dOptions opt, Generator& gen) : options(opt) {

@@ -18,18 +18,49 @@ namespace oxmera::nn {
 
 using functional::Pair;
 
+// Stacked replicas (many seeds trained at once in the same ops): one random stream per replica, shared by every
+// layer of a stacked model. Replica r of each layer built with it draws its parameters from generator(r), in the
+// order the layers are built, so the stacked model starts exactly where R separate models would, each built with
+// its own Generator(seed + r) (ReplicaGenerators(R, seed)).
+class ReplicaGenerators {
+ public:
+  ReplicaGenerators(int64_t replicas, uint64_t seed);
+  explicit ReplicaGenerators(std::vector<Generator> generators);
+  int64_t size() const noexcept { return static_cast<int64_t>(generators_.size()); }
+  Generator& generator(int64_t r);
+
+ private:
+  std::vector<Generator> generators_;
+};
+
+struct LinearOptions {
+  bool bias = true;
+  // 0: one layer. R >= 1: R independent replicas in one module, weight [R, out, in] and bias [R, out] (the names
+  // and stacked layout of torch.func.stack_module_state), input [R, ..., in] -> output [R, ..., out]; replica r
+  // of the input goes through replica r's weights only (a batched GEMM).
+  int64_t replicas = 0;
+  // Where replica r's initial values come from: generator(r) of these (see ReplicaGenerators); null: every
+  // replica in turn from the constructor's Generator.
+  ReplicaGenerators* replica_generators = nullptr;
+};
+
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
+  Linear(int64_t in_features, int64_t out_features, LinearOptions options, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Linear"; }
   std::string extra_repr() const override;
+  int64_t replicas() const noexcept { return replicas_; }  // 0: not stacked
 
  protected:
   ModulePtr shallow_copy() const override { return std::make_shared<Linear>(*this); }
 
  public:
-  Tensor weight, bias;  // [out, in], [out] (undefined without bias)
+  Tensor weight, bias;  // [out, in], [out] (undefined without bias); stacked: [R, out, in], [R, out]
+
+ private:
+  int64_t replicas_ = 0;
 };
 
 struct Conv2dOptions {

@@ -3,10 +3,11 @@
 // block against every key it may see ([32, S], never a head's full [L, S] matrix) are one register-tiled product
 // into a per-thread buffer, the softmax runs on those rows in place, and the weighted sum is a second product. The
 // backward recomputes the same rows with the same code (so the same bits), forms dS = P (dP - rowsum(dP P)) and
-// accumulates dq, dk, dv head by head in a fixed order (deterministic; threads take whole heads). The products are
-// small (k = E or a block of queries, n = the keys or E): one loop nest of GCC vector types, 4 rows x up to 4
-// vectors of accumulators, instead of a BLAS call per head whose packing dominates at these sizes (measured:
-// docs/LIMITATIONS.md, "Fused attention on the CPU").
+// accumulates dq, dk, dv head by head in a fixed order (deterministic; threads take whole heads; dk and dv are held
+// transposed, keys along the vectors). The products are small (k = E or a block of queries, n = the keys or E): one
+// loop nest of GCC vector types (GCC and clang both take them), 4 to 8 rows x up to 4 vectors of accumulators,
+// instead of a BLAS call per head whose packing dominates at these sizes; the softmax works in whole vectors with
+// shuffle-tree reductions (measured: docs/LIMITATIONS.md, "Fused attention on the CPU").
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -28,8 +29,8 @@
 namespace oxmera::detail::OXM_ISA {
 namespace {
 
-// The vector width of this ISA level and how many vectors of a row one micro-tile holds (4 rows x kMaxVecs
-// accumulators plus the row of B stay in registers: 32 zmm, 16 ymm / xmm).
+// The vector width of this ISA level and how many vectors of a row one micro-tile holds at most (kRowsFor rows x
+// kMaxVecs accumulators plus the row of B stay in registers: 32 zmm, 16 ymm / xmm).
 #if defined(__AVX512F__)
 constexpr int kVecBytes = 64, kMaxVecs = 4;
 #elif defined(__AVX__)
