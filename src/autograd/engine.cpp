@@ -163,18 +163,19 @@ struct BackwardTask {
   std::vector<Tensor>* captured = nullptr;
 };
 
-bool dense_non_overlapping(const TensorImpl& t) {
-  const size_t n = t.shape.size();
+SmallDims dense_order(const Shape& shape, const Strides& strides) {
+  const size_t n = shape.size();
   SmallDims order(n);
   for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.strides[a] < t.strides[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
   int64_t expected = 1;
-  for (const int64_t d : order) {
-    if (t.shape[d] == 1) continue;
-    if (t.strides[d] != expected) return false;
-    expected *= t.shape[d];
+  for (size_t i = n; i-- > 0;) {
+    const int64_t d = order[i];
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return {};
+    expected *= shape[d];
   }
-  return true;
+  return order;
 }
 
 namespace {

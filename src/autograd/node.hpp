@@ -96,12 +96,14 @@ class SavedTensor {
 Edge edge_of(const Tensor& t);
 // Whether a gradient buffer may be written in place: this handle is the only one on the tensor and on its memory
 // (no other slot, node, view or user sees it), it is contiguous and it has no history.
-// Dense and non-overlapping: the elements fill numel consecutive slots in some order of the dims (contiguous, or a
-// permutation of contiguous such as a gradient buffer laid out as its input), so an in-place add touches each once.
-bool dense_non_overlapping(const TensorImpl& t);
+// The dims from the largest stride to the smallest when the elements fill numel consecutive slots in that order
+// (dense and non-overlapping: contiguous, or a permutation of contiguous such as a gradient buffer laid out as its
+// input); empty otherwise. Size-1 dims take any stride.
+SmallDims dense_order(const Shape& shape, const Strides& strides);
 inline bool is_sole_handle(const TensorImpl& t) {
+  // dense: an in-place add touches each element once
   return t.refcount.load() == 1 && t.storage->refcount.load() == 1 && !t.grad_fn &&
-         (t.contiguous || dense_non_overlapping(t));
+         (t.contiguous || !dense_order(t.shape, t.strides).empty());
 }
 // Adds g into the gradient buffer `slot` of the node at edge e (without create_graph, when the buffer already
 // holds a sole-handle tensor of in_shape, g's dtype and device), at the elements `view` selects: what a view's

@@ -2,6 +2,7 @@
 // node, and the composite used for dropout, a mask that needs a gradient, and backends without the kernel.
 #include "oxmera/nn/attention.hpp"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -86,6 +87,17 @@ Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   return p.matmul(v);
 }
 
+// x [..., T, E] as the kernels' 4-d view [N, H, T, E]: a view for 2- to 4-d inputs with a unit stride along the last
+// dim (the heads of a packed projection stay in place), a copy otherwise.
+Tensor as_4d(const Tensor& x) {
+  const int64_t n = x.dim();
+  Tensor y = n == 4   ? x
+             : n == 3 ? x.unsqueeze(1)
+             : n == 2 ? x.unsqueeze(0).unsqueeze(0)
+                      : x.reshape({-1, x.size(n - 3), x.size(n - 2), x.size(n - 1)});
+  return y.stride(3) == 1 || y.size(3) == 1 ? y : y.contiguous();
+}
+
 // Saves q, k, v (the kernels' 4-d views) and the additive mask. Without create_graph the backward is the fused
 // AttentionBackward op (the CPU's kernel recomputes the weights block by block; elsewhere the composite fallback).
 // With create_graph the weights come from a recorded softmax of the re-attached inputs, so the gradient is itself
@@ -108,9 +120,9 @@ struct AttentionNode final : detail::Node {
   void apply(Tensor* gout, Tensor* gin) override {
     const Tensor qv = q.get(name()), kv = k.get(name()), vv = v.get(name());
     // The output was recorded in its [N, L, H, Ev] layout: its gradient is viewed back as [N, H, L, Ev].
-    Tensor g = gout[0].permute({0, 2, 1, 3});
+    const Tensor g = gout[0].permute({0, 2, 1, 3});
     if (!grad_enabled()) {
-      const Tensor g4 = g.stride(3) == 1 || g.size(3) == 1 ? g : g.contiguous();
+      const Tensor g4 = as_4d(g);  // the kernels' unit last stride
       for (int i = 0; i < 3; ++i)
         if (needs_grad(i)) {
           const Tensor& like = i == 0 ? qv : i == 1 ? kv : vv;
@@ -129,30 +141,13 @@ struct AttentionNode final : detail::Node {
       ops::run_fused(call, qv.device());
       return;
     }
-    Tensor s = qv.matmul(kv.transpose(-2, -1)) * scale;
-    if (mask.defined()) s = s + (mask.size(0) == 1 ? mask : mask.reshape(s.shape()));
-    if (causal) s = s.masked_fill(ops::causal_mask(qv.size(2), kv.size(2), qv.device()), kNegInf);
-    const Tensor p = s.softmax(-1);
-    const Tensor dp = g.matmul(vv.transpose(-2, -1));
-    const Tensor ds = p * (dp - (dp * p).sum({-1}, true));
-    if (needs_grad(0)) gin[0] = ds.matmul(kv) * scale;
-    if (needs_grad(1)) gin[1] = ds.transpose(-2, -1).matmul(qv) * scale;
-    if (needs_grad(2)) gin[2] = p.transpose(-2, -1).matmul(g);
+    const std::array<Tensor, 3> grads = ops::attention_backward_composite(
+        qv, kv, vv, mask, causal, scale, g, {needs_grad(0), needs_grad(1), needs_grad(2)});
+    for (int i = 0; i < 3; ++i) gin[i] = grads[i];
   }
 };
 
 detail::Edge edge_or_none(const Tensor& t) { return t.requires_grad() ? detail::edge_of(t) : detail::Edge{}; }
-
-// x [..., T, E] as the kernels' 4-d view [N, H, T, E]: a view for 2- to 4-d inputs with a unit stride along the last
-// dim (the heads of a packed projection stay in place), a copy otherwise.
-Tensor as_4d(const Tensor& x) {
-  const int64_t n = x.dim();
-  Tensor y = n == 4   ? x
-             : n == 3 ? x.unsqueeze(1)
-             : n == 2 ? x.unsqueeze(0).unsqueeze(0)
-                      : x.reshape({-1, x.size(n - 3), x.size(n - 2), x.size(n - 1)});
-  return y.stride(3) == 1 || y.size(3) == 1 ? y : y.contiguous();
-}
 
 }  // namespace
 

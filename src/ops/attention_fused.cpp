@@ -17,12 +17,9 @@ Tensor borrow(const TensorImpl* p) {
 }
 
 // scale q k^T + mask with the causal mask applied: [N, H, L, S] (a per-problem mask [B, L, S] viewed as [N, H, L, S])
-Tensor scores(const Tensor& q, const Tensor& k, const TensorImpl* mask, bool causal, double scale) {
+Tensor scores(const Tensor& q, const Tensor& k, const Tensor& mask, bool causal, double scale) {
   Tensor s = q.matmul(k.transpose(-2, -1)) * scale;
-  if (mask) {
-    const Tensor m = borrow(mask);
-    s = s + (m.shape()[0] == 1 ? m : m.reshape(s.shape()));
-  }
+  if (mask.defined()) s = s + (mask.shape()[0] == 1 ? mask : mask.reshape(s.shape()));
   if (causal) {
     const int64_t L = q.shape()[2], S = k.shape()[2];
     s = s.masked_fill(causal_mask(L, S, q.device()), -std::numeric_limits<double>::infinity());
@@ -35,7 +32,7 @@ void attention_fallback(FusedCall& call, Device) {
   auto& c = std::get<AttentionCall>(call);
   NoGradGuard no_grad;
   const Tensor q = borrow(c.q), k = borrow(c.k), v = borrow(c.v);
-  const Tensor s = scores(q, k, c.mask, c.causal, c.scale);
+  const Tensor s = scores(q, k, c.mask ? borrow(c.mask) : Tensor(), c.causal, c.scale);
   if (c.lse) {
     Tensor lse = borrow(c.lse);
     lse.copy_(s.logsumexp(-1).reshape(lse.shape()));
@@ -43,16 +40,28 @@ void attention_fallback(FusedCall& call, Device) {
   borrow(c.out).copy_(s.softmax(-1).matmul(v));
 }
 
+std::array<Tensor, 3> attention_backward_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                   const Tensor& mask, bool causal, double scale, const Tensor& g,
+                                                   const std::array<bool, 3>& want) {
+  const Tensor p = scores(q, k, mask, causal, scale).softmax(-1);
+  const Tensor dp = g.matmul(v.transpose(-2, -1));
+  const Tensor ds = p * (dp - (dp * p).sum({-1}, true));
+  std::array<Tensor, 3> out;
+  if (want[0]) out[0] = ds.matmul(k) * scale;
+  if (want[1]) out[1] = ds.transpose(-2, -1).matmul(q) * scale;
+  if (want[2]) out[2] = p.transpose(-2, -1).matmul(g);
+  return out;
+}
+
 void attention_backward_fallback(FusedCall& call, Device) {
   auto& c = std::get<AttentionBackwardCall>(call);
   NoGradGuard no_grad;
-  const Tensor q = borrow(c.q), k = borrow(c.k), v = borrow(c.v), g = borrow(c.g);
-  const Tensor p = scores(q, k, c.mask, c.causal, c.scale).softmax(-1);
-  const Tensor dp = g.matmul(v.transpose(-2, -1));
-  const Tensor ds = p * (dp - (dp * p).sum({-1}, true));
-  if (c.grad_q) borrow(c.grad_q).copy_(ds.matmul(k) * c.scale);
-  if (c.grad_k) borrow(c.grad_k).copy_(ds.transpose(-2, -1).matmul(q) * c.scale);
-  if (c.grad_v) borrow(c.grad_v).copy_(p.transpose(-2, -1).matmul(g));
+  TensorImpl* dst[3] = {c.grad_q, c.grad_k, c.grad_v};
+  const std::array<Tensor, 3> grads =
+      attention_backward_composite(borrow(c.q), borrow(c.k), borrow(c.v), c.mask ? borrow(c.mask) : Tensor(), c.causal,
+                                   c.scale, borrow(c.g), {dst[0] != nullptr, dst[1] != nullptr, dst[2] != nullptr});
+  for (int i = 0; i < 3; ++i)
+    if (dst[i]) borrow(dst[i]).copy_(grads[i]);
 }
 
 }  // namespace oxmera::ops

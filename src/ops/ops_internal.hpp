@@ -1,4 +1,5 @@
 #pragma once
+#include <array>
 // Shared helpers of the op front ends.
 #include "ops/op_defs.hpp"
 
@@ -25,6 +26,13 @@ Tensor gemm_compatible(const Tensor& t);
 // entries masked_fill sets to -inf. Built on the host and copied over (no kernel: one upload on a GPU, an allocation
 // and a fill loop on the CPU), in place of ones().triu(1) > 0.5 (three kernels and the same upload).
 Tensor causal_mask(int64_t L, int64_t S, Device device);
+// The gradients of softmax(scale q k^T + mask) v by the composite's formulas (q, k, v, g 4-d [N, H, T, *]; mask
+// undefined or an additive [Bm, L, S], Bm = 1 or N H): recompute the weights P, dS = P (g v^T - rowsum(P g v^T)),
+// then scale dS k, scale dS^T q, P^T g, each only where `want` says (undefined otherwise). Differentiable under
+// grad mode; both the AttentionBackward fallback and the attention node's create_graph path.
+std::array<Tensor, 3> attention_backward_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                   const Tensor& mask, bool causal, double scale, const Tensor& g,
+                                                   const std::array<bool, 3>& want);
 // Reduction mask over `dims` (empty = all) of a rank-`rank` tensor; duplicate dims are an error.
 uint64_t reduce_mask(const Dims& dims, int64_t rank, const char* op);
 

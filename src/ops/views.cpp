@@ -55,23 +55,13 @@ struct EmbedNode final : Node {
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* g, Tensor* gin) override { gin[0] = place.of(g[0]); }
 };
-// The input's dims from the largest stride to the smallest when its elements are dense and non-overlapping in that
-// order (a permuted view of a contiguous tensor, e.g. the heads of a packed q/k/v projection) and the order is not
-// the identity; empty otherwise. Size-1 dims take any stride.
-Dims dense_permutation(const Shape& shape, const Strides& strides) {
-  const int64_t n = static_cast<int64_t>(shape.size());
-  Dims order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
-  int64_t expected = 1;
-  for (int64_t i = n - 1; i >= 0; --i) {
-    const int64_t d = order[static_cast<size_t>(i)];
-    if (shape[d] == 1) continue;
-    if (strides[d] != expected) return {};
-    expected *= shape[d];
-  }
-  for (int64_t i = 0; i < n; ++i)
-    if (order[static_cast<size_t>(i)] != i) return order;
+// The order of a non-contiguous input's dims from the largest stride to the smallest when it is a dense permuted
+// view (e.g. the heads of a packed q/k/v projection); empty when it is contiguous, not dense, or in order.
+Dims dense_permutation(const detail::TensorImpl& t) {
+  if (t.contiguous) return {};
+  Dims order = detail::dense_order(t.shape, t.strides);
+  for (size_t i = 0; i < order.size(); ++i)
+    if (order[i] != static_cast<int64_t>(i)) return order;
   return {};
 }
 
@@ -255,7 +245,7 @@ Tensor slice_impl(const Tensor& self, int64_t dim, int64_t start, int64_t end, i
     auto* n = new ViewNode();
     n->in_shape = t.shape;
     n->place = {select ? ViewPlace::Select : ViewPlace::Slice, d, start, end, step};
-    n->layout = dense_permutation(t.shape, t.strides);
+    n->layout = dense_permutation(t);
     record(out, self, n);
   }
   return out;

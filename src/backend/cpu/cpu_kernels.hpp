@@ -62,7 +62,7 @@ struct CpuKernels {
   // rnn_kernels.cpp: a plain RNN step, h = tanh or relu of xt + hh (RnnCellCall)
   void (*rnn_cell)(const ops::RnnCellCall&);
   // attention_kernels.cpp: the fused scaled dot-product attention and its backward (AttentionCall,
-  // AttentionBackwardCall: contiguous, f32 / f64)
+  // AttentionBackwardCall: 4-d views with a unit last stride, f32 / f64)
   void (*attention)(const ops::AttentionCall&);
   void (*attention_backward)(const ops::AttentionBackwardCall&);
 };
