@@ -164,6 +164,27 @@ BENCHMARK(BM_Sgemm)
 void BM_Dgemm(benchmark::State& state) { gemm(state, ox::DType::F64); }
 BENCHMARK(BM_Dgemm)->ComputeStatistics("min", min_of)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// A small layer's forward, x [M, K] weight [N, K]^T + bias (F::linear, the call nn::Linear makes): the shapes of the
+// research MLP (64, 16, 8), the demo MLP (256, 32, 32 and 256, 32, 2) and the transformer's qkv (1024, 192, 64).
+void BM_LinearSmall(benchmark::State& state) {
+  ox::NoGradGuard ng;
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  ox::Tensor x = ox::randn({m, k}, 1), w = ox::randn({n, k}, 2), b = ox::randn({n}, 3);
+  for (auto _ : state) {
+    ox::Tensor y = ox::nn::functional::linear(x, w, b);
+    benchmark::DoNotOptimize(y.impl());
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_LinearSmall)
+    ->Args({64, 16, 8})
+    ->Args({256, 32, 32})
+    ->Args({256, 32, 2})
+    ->Args({1024, 192, 64})
+    ->ComputeStatistics("min", min_of)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 void batched(benchmark::State& state, const ox::Shape& sa, const ox::Shape& sb) {
   ox::NoGradGuard ng;
   ox::Tensor a = ox::randn(sa, 1);

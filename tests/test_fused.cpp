@@ -15,6 +15,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/common/nn_math.hpp"
+#include "backend/cpu/blas.hpp"
 #include "demo_training.hpp"
 #include "fake_device.hpp"
 #include "ops/fused.hpp"
@@ -210,6 +211,96 @@ TEST(FusedFallback, LinearMatchesTheCpuKernelAndTheReference) {
         expect_close(values(a1), ref, 10 * tol(dt), 10 * tol(dt), "accumulating kernel " + what);
         expect_close(values(a2), ref, 10 * tol(dt), 10 * tol(dt), "accumulating fallback " + what);
       }
+}
+
+// linear with stacked replicas: x [R, M, K] (its own rows per replica, or one [M, K] broadcast with batch stride
+// 0), weight [R, N, K], bias [R, N]; shapes on both sides of the small-output (beta = 0, bias after) and small A B^T
+// (B^T copied out) rules of the CPU kernel and its GEMM.
+TEST(FusedFallback, StackedLinearMatchesTheCpuKernelAndTheReference) {
+  constexpr int64_t R = 3;
+  for (DType dt : {DType::F32, DType::F64})
+    for (auto [M, K, N] :
+         {std::array<int64_t, 3>{64, 8, 16}, {70, 3, 1}, {65, 16, 1}, {5, 3, 7}, {300, 40, 130}, {4, 0, 3}, {0, 5, 2}})
+      for (int variant = 0; variant < 8; ++variant) {
+        const bool with_bias = variant & 1, shared_x = variant & 2, w_cols = variant & 4;
+        const std::string what = dname(dt) + " [" + std::to_string(R) + ", " + std::to_string(M) + ", " +
+                                 std::to_string(K) + "] x [" + std::to_string(N) + ", " + std::to_string(K) +
+                                 "]^T variant " + std::to_string(variant);
+        Tensor x = shared_x ? randn({M, K}, 3, dt).unsqueeze(0).expand({R, M, K}) : randn({R, M, K}, 3, dt);
+        Tensor w = w_cols ? randn({R, K, N}, 4, dt).transpose(1, 2) : randn({R, N, K}, 4, dt);
+        Tensor b = randn({R, N}, 5, dt);
+        const d::TensorImpl* bp = with_bias ? b.impl() : nullptr;
+        Tensor y1 = full({R, M, N}, 123.0, dt), y2 = full({R, M, N}, -7.0, dt);
+        ops::FusedCall k = ops::LinearCall{x.impl(), w.impl(), bp, y1.impl()};
+        ops::FusedCall f = ops::LinearCall{x.impl(), w.impl(), bp, y2.impl()};
+        run_both(k, f);
+        const std::vector<double> xv = values(x), wv = values(w), bv = values(b);
+        std::vector<double> ref(static_cast<size_t>(R * M * N));
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double s = with_bias ? bv[static_cast<size_t>(r * N + j)] : 0.0;
+              for (int64_t q = 0; q < K; ++q)
+                s += xv[static_cast<size_t>((r * M + i) * K + q)] * wv[static_cast<size_t>((r * N + j) * K + q)];
+              ref[static_cast<size_t>((r * M + i) * N + j)] = s;
+            }
+        expect_close(values(y1), ref, 10 * tol(dt), 10 * tol(dt), "kernel " + what);
+        expect_close(values(y2), ref, 10 * tol(dt), 10 * tol(dt), "fallback " + what);
+      }
+}
+
+// The CPU GEMM (OpenBLAS, or the portable kernel without it) against a plain f64 loop, row-major
+// C = alpha op(A) op(B) + beta C, for every transposition, shapes inside and outside the small A B^T rule (B^T
+// copied out, or used in place when it is a single row), padded leading dimensions, alpha != 1 and beta != 0.
+TEST(CpuGemm, MatchesTheReferenceAroundTheSmallTransposedRule) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  const std::vector<Case> cases = {{64, 16, 8}, {64, 1, 16},  {64, 1, 17},   {256, 32, 32}, {255, 2, 64},
+                                   {63, 16, 8}, {64, 16, 17}, {1024, 8, 64}, {16, 8, 2},    {3, 5, 7}};
+  for (const Case& c : cases)
+    for (int variant = 0; variant < 8; ++variant) {
+      const bool ta = variant & 1, tb = variant & 2, padded = variant & 4;
+      const int64_t pad = padded ? 3 : 0;
+      const int64_t lda = (ta ? c.m : c.k) + pad, ldb = (tb ? c.k : c.n) + pad, ldc = c.n + pad;
+      const int64_t a_rows = ta ? c.k : c.m, b_rows = tb ? c.n : c.k;
+      std::vector<double> a(static_cast<size_t>(a_rows * lda)), b(static_cast<size_t>(b_rows * ldb)),
+          cm(static_cast<size_t>(c.m * ldc));
+      Generator g(static_cast<uint64_t>(c.m * 131 + c.n * 17 + c.k + variant));
+      for (auto* v : {&a, &b, &cm})
+        for (double& e : *v) e = 2.0 * g.next_double() - 1.0;
+      const double alpha = 0.75, beta = padded ? 0.5 : 0.0;
+      std::vector<double> ref = cm;
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double s = 0;
+          for (int64_t p = 0; p < c.k; ++p)
+            s += a[static_cast<size_t>(ta ? p * lda + i : i * lda + p)] *
+                 b[static_cast<size_t>(tb ? j * ldb + p : p * ldb + j)];
+          double& r = ref[static_cast<size_t>(i * ldc + j)];
+          r = alpha * s + (beta == 0.0 ? 0.0 : beta * r);
+        }
+      const d::GemmArgs args{ta, tb, c.m, c.n, c.k, lda, ldb, ldc};
+      const std::string what = "m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
+                               " variant " + std::to_string(variant);
+      std::vector<double> cd = cm;
+      d::dgemm(args, alpha, a.data(), b.data(), beta, cd.data());
+      std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(cm.begin(), cm.end());
+      d::sgemm(args, float(alpha), af.data(), bf.data(), float(beta), cf.data());
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          const size_t at = static_cast<size_t>(i * ldc + j);
+          ASSERT_NEAR(cd[at], ref[at], 1e-12 * (1 + c.k)) << "dgemm " << what << " at " << i << ", " << j;
+          ASSERT_NEAR(cf[at], ref[at], 1e-5 * (1 + c.k)) << "sgemm " << what << " at " << i << ", " << j;
+        }
+      // The padding between rows of C is never written.
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = c.n; j < ldc; ++j) {
+          const size_t at = static_cast<size_t>(i * ldc + j);
+          ASSERT_EQ(cd[at], cm[at]) << "dgemm wrote padding, " << what;
+          ASSERT_EQ(cf[at], float(cm[at])) << "sgemm wrote padding, " << what;
+        }
+    }
 }
 
 TEST(FusedFallback, Im2colAndCol2imMatchTheCpuKernels) {

@@ -280,6 +280,51 @@ TEST(LinearReplicas, EqualRSeparatelySeededModels) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// F::linear with a stacked weight [R, out, in] (one fused op, one node) against one F::linear per replica: values
+// and the gradients of x, weight and bias, for a 4-d input, a broadcast input (one [M, in] for every replica) and
+// no bias; f64 gradcheck and gradgradcheck through the broadcast input.
+TEST(LinearReplicas, StackedFunctionalLinearEqualsOneLinearPerReplica) {
+  constexpr int64_t R = 3;
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool shared = variant == 1, with_bias = variant != 2;
+    Tensor x0 = shared ? u64({5, 4}, 1) : u64({R, 2, 5, 4}, 1);
+    Tensor w = u64({R, 6, 4}, 2), b = with_bias ? u64({R, 6}, 3) : Tensor();
+    const Tensor x = shared ? x0.unsqueeze(0).expand({R, 5, 4}) : x0;
+    const Tensor y = F::linear(x, w, b);
+    ASSERT_EQ(y.shape(), shared ? Shape({R, 5, 6}) : Shape({R, 2, 5, 6})) << variant;
+    const Tensor up = u64(y.shape(), 4, false);
+    (y * up).sum().backward();
+    const Tensor gx = x0.grad(), gw = w.grad(), gb = with_bias ? b.grad() : Tensor();
+    x0.zero_grad();
+    w.zero_grad();
+    if (with_bias) b.zero_grad();
+    Tensor ref_sum = zeros({}, DType::F64);
+    for (int64_t r = 0; r < R; ++r) {
+      const Tensor yr = F::linear(x.select(0, r), w.select(0, r), with_bias ? b.select(0, r) : Tensor());
+      EXPECT_EQ(values(yr), values(y.select(0, r))) << "replica " << r << " variant " << variant;
+      ref_sum = ref_sum + (yr * up.select(0, r)).sum();
+    }
+    ref_sum.backward();
+    oxt::expect_close(values(gx), values(x0.grad()), 1e-12, 1e-12, "x grad");
+    oxt::expect_close(values(gw), values(w.grad()), 1e-12, 1e-12, "weight grad");
+    if (with_bias) oxt::expect_close(values(gb), values(b.grad()), 1e-12, 1e-12, "bias grad");
+  }
+  const Tensor x = u64({4, 3}, 5), w = u64({2, 3, 3}, 6), b = u64({2, 3}, 7);
+  auto f = [](const std::vector<Tensor>& in) {
+    return F::linear(in[0].unsqueeze(0).expand({2, 4, 3}), in[1], in[2]).tanh();
+  };
+  GradcheckResult r1 = gradcheck(f, {x, w, b});
+  EXPECT_TRUE(r1.ok) << r1.message;
+  GradcheckResult r2 = gradgradcheck(f, {x, w, b});
+  EXPECT_TRUE(r2.ok) << r2.message;
+  // typed errors name the stacked shapes
+  EXPECT_OXM_ERROR(F::linear(u64({3, 4, 3}, 1, false), w), ShapeMismatch, "needs input [2, ..., 3]");
+  EXPECT_OXM_ERROR(F::linear(u64({2, 4, 3}, 1, false), w, u64({3}, 1, false)), ShapeMismatch, "needs bias [2, 3]");
+  EXPECT_OXM_ERROR(F::linear(u64({2, 4, 3}, 1, false).to(DType::F32), w), DTypeMismatch, "");
+  EXPECT_OXM_ERROR(F::linear(u64({2, 4, 3}, 1, false), u64({1, 2, 3, 3}, 1, false)), ShapeMismatch,
+                   "[replicas, out, in]");
+}
+
 TEST(LinearReplicas, TypedErrorsSayWhatToDo) {
   nn::ReplicaGenerators gens(2, 1);
   nn::Linear l(3, 2, {.replicas = 2, .replica_generators = &gens});

@@ -307,18 +307,59 @@ struct LinearNode final : detail::Node {
   const char* name() const override { return "linear"; }
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
+    // g [M, N], or [R, M, N] for stacked replicas (x [R, M, K], weight [R, N, K], bias [R, N]).
     const Tensor& g = gout[0];
     if (needs_grad(0)) gin[0] = g.matmul(weight.get(name()));
-    if (needs_grad(1)) gin[1] = g.t().matmul(x.get(name()));
-    if (needs_grad(2)) gin[2] = g.sum({0});
+    if (needs_grad(1)) gin[1] = g.transpose(-1, -2).matmul(x.get(name()));
+    if (needs_grad(2)) gin[2] = g.sum({g.dim() - 2});
   }
 };
+
+// linear with stacked replicas: weight [R, N, K], bias [R, N] or none, x [R, ..., K] -> [R, ..., N].
+Tensor stacked_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const int64_t R = weight.shape()[0], n = weight.shape()[1], k = weight.shape()[2];
+  OXM_CHECK(x.dim() >= 2 && x.shape()[0] == R && x.shape().back() == k, ShapeMismatch, "linear: stacked weight ",
+            weight.shape(), " ([replicas, out, in]) needs input [", R, ", ..., ", k, "], got ", x.shape(),
+            " (to give every replica the same input: x.unsqueeze(0).expand({", R, ", ...}))");
+  OXM_CHECK(!bias.defined() || bias.shape() == Shape({R, n}), ShapeMismatch, "linear: stacked weight ", weight.shape(),
+            " needs bias [", R, ", ", n, "], got ", bias.shape());
+  int64_t m = 1;
+  for (int64_t d = 1; d + 1 < x.dim(); ++d) m *= x.shape()[static_cast<size_t>(d)];
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = n;
+  const Tensor x3 = x.dim() == 3 ? x : x.reshape({R, m, k});
+  const bool fused = is_floating(x.dtype()) && weight.dtype() == x.dtype() && weight.device() == x.device() &&
+                     (!bias.defined() || (bias.dtype() == x.dtype() && bias.device() == x.device())) && n <= INT_MAX &&
+                     k <= INT_MAX && m <= INT_MAX;
+  if (!fused) {  // the composite's ops name a dtype or device problem
+    Tensor y = x3.matmul(weight.transpose(1, 2));
+    if (bias.defined()) y = y + bias.unsqueeze(1);
+    return x.dim() == 3 ? y : y.reshape(out_shape);
+  }
+  const Tensor xg = ops::gemm_compatible(x3), wg = ops::gemm_compatible(weight);
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor out = detail::make_empty({R, m, n}, x.dtype(), x.device(), "linear");
+  ops::FusedCall call = ops::LinearCall{xg.impl(), wg.impl(), b.defined() ? b.impl() : nullptr, out.impl()};
+  ops::run_fused(call, x.device());
+  if (detail::needs_tape(x3, weight) || (b.defined() && grad_enabled() && b.requires_grad())) {
+    auto* node = new LinearNode();
+    node->next.push_back(detail::edge_of(x3));
+    node->next.push_back(detail::edge_of(weight));
+    node->next.push_back(b.defined() ? detail::edge_of(b) : detail::Edge{});
+    if (node->needs_grad(1)) node->x.save(x3, false);
+    if (node->needs_grad(0)) node->weight.save(weight, false);
+    detail::set_history(out, node);
+  }
+  return x.dim() == 3 ? out : out.view(out_shape);
+}
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_defined(x, "linear");
   detail::check_defined(weight, "linear", "weight");
-  OXM_CHECK(weight.dim() == 2, ShapeMismatch, "linear: weight must be [out, in], got ", weight.shape());
+  if (weight.dim() == 3) return stacked_linear(x, weight, bias);
+  OXM_CHECK(weight.dim() == 2, ShapeMismatch, "linear: weight must be [out, in] (or [replicas, out, in]), got ",
+            weight.shape());
   OXM_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], ShapeMismatch, "linear: input ", x.shape(),
             " has last dim ", x.dim() ? x.shape().back() : 0, " but weight ", weight.shape(), " expects ",
             weight.shape()[1]);

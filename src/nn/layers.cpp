@@ -91,16 +91,11 @@ std::string Linear::extra_repr() const {
 Tensor Linear::forward(const Tensor& x) {
   check_f32_input(x);
   if (replicas_ == 0) return F::linear(x, weight, bias);
-  const int64_t R = replicas_, in = weight.shape()[2], out = weight.shape()[1];
+  const int64_t R = replicas_, in = weight.shape()[2];
   OXM_CHECK(x.dim() >= 2 && x.shape()[0] == R && x.shape()[x.dim() - 1] == in, ShapeMismatch, "Linear with ", R,
             " replicas: input ", x.shape(), " must be [", R, ", ..., ", in,
             "] (replica dim first; to give every replica the same input, x.unsqueeze(0).expand({", R, ", ...}))");
-  // [R, M, in] x [R, in, out]: one GEMM per replica (the weight read transposed in place), then the bias rows.
-  Tensor y = x.reshape({R, -1, in}).matmul(weight.transpose(1, 2));
-  if (bias.defined()) y = y + bias.unsqueeze(1);
-  Shape shape = x.shape();
-  shape[static_cast<size_t>(x.dim() - 1)] = out;
-  return y.reshape(shape);
+  return F::linear(x, weight, bias);  // one GEMM per replica, the bias rows written first
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, Pair kernel, Conv2dOptions opt, Generator& gen) : options(opt) {

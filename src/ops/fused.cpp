@@ -623,18 +623,21 @@ void linear_fallback(FusedCall& call, Device device) {
   auto& c = std::get<LinearCall>(call);
   NoGradGuard no_grad;
   if (c.out->numel == 0) return;
-  const Tensor wt = borrow(c.weight).t();
+  const Tensor wt = borrow(c.weight).transpose(-1, -2);
+  // A stacked bias [R, N] is added to every row of its replica's [M, N].
+  const Tensor bias = !c.bias ? Tensor() : c.out->shape.size() == 3 ? borrow(c.bias).unsqueeze(1) : borrow(c.bias);
+  const bool empty_k = c.x->shape.back() == 0;
   if (c.accumulate) {
-    if (c.x->shape[1] > 0) borrow(c.out).add_(borrow(c.x).matmul(wt));
-    if (c.bias) borrow(c.out).add_(borrow(c.bias));
+    if (!empty_k) borrow(c.out).add_(borrow(c.x).matmul(wt));
+    if (bias.defined()) borrow(c.out).add_(bias);
     return;
   }
   auto& be = detail::backend_for(device, "linear");
-  if (c.x->shape[1] == 0)
+  if (empty_k)
     be.fill(*c.out, 0.0);
   else
     be.matmul(*c.x, *wt.impl(), *c.out);
-  if (c.bias) borrow(c.out).add_(borrow(c.bias));
+  if (bias.defined()) borrow(c.out).add_(bias);
 }
 
 // ---------------------------------------------------------------- dropout mask (Philox)

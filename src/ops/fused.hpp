@@ -421,9 +421,10 @@ struct AttentionBackwardCall {
 
 // A fully connected layer's forward: out [M, N] (contiguous) = x [M, K] weight [N, K]^T + bias [N] (bias contiguous,
 // or null: no bias). x and weight are GEMM operands (one of each matrix's strides is 1, leading dims fit 32 bits);
-// one float dtype. A backend with a GEMM that accumulates (beta = 1) writes the bias rows first and adds the
-// product to them: no separate pass over the output for the bias. With `accumulate`, out already holds a matrix
-// and the product is added to it (out += x weight^T; bias null): the autograd's in-place gradient sums.
+// one float dtype. Stacked replicas: x [R, M, K] (any batch stride, 0 included), weight [R, N, K], bias [R, N] and
+// out [R, M, N], one product per replica. A backend with a GEMM that accumulates (beta = 1) writes the bias rows first
+// and adds the product to them: no separate pass over the output for the bias. With `accumulate`, out already holds a
+// matrix and the product is added to it (out += x weight^T; bias null): the autograd's in-place gradient sums.
 struct LinearCall {
   static constexpr FusedOp kOp = FusedOp::Linear;
   const TensorImpl* x = nullptr;

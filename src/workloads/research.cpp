@@ -162,13 +162,6 @@ Params init_ds(int R, uint64_t seed) {
   return p;
 }
 
-// Copies initial values, converted to `dtype`, to the device as fresh leaves that require grad.
-std::vector<Tensor> to_leaves(const Params& p, Device dev, DType dtype) {
-  std::vector<Tensor> out;
-  for (auto& [n, t] : p.named) out.push_back(t.to(dtype).to(dev).clone().detach().requires_grad_(true));
-  return out;
-}
-
 // The values of a tensor of any floating dtype on any device, as f64 on the host.
 std::vector<double> host(const Tensor& t) {
   return t.detach().to(Device::cpu()).to(DType::F64).contiguous().to_vector<double>();
@@ -239,6 +232,31 @@ void check_graph_option(const ResearchOptions& o, Device dev) {
         "directly)");
 }
 
+// The fits' linear maps are stacked nn::Linear layers (R replicas each, replica dim first): one model written once,
+// trained as R independent replicas in the same ops. Their initial values are the spec's (init_mlp, init_lag,
+// init_ds: each replica's weight drawn as [in, out], the order the PyTorch twin follows), copied in transposed to the
+// layer's [R, out, in]; the layer's own initialisation draws from a scratch generator and is overwritten.
+std::shared_ptr<nn::Linear> stacked_linear(const Tensor& w_in_out, const Tensor& bias, DType dtype, Device dev) {
+  const int64_t R = w_in_out.shape()[0], in = w_in_out.shape()[1], out = w_in_out.shape()[2];
+  Generator scratch(0);
+  auto layer = std::make_shared<nn::Linear>(in, out, nn::LinearOptions{.bias = true, .replicas = R}, scratch);
+  {
+    NoGradGuard ng;
+    layer->weight.copy_(w_in_out.transpose(1, 2));
+    layer->bias.copy_(bias.reshape(Shape{R, out}));
+  }
+  layer->to(dtype);
+  layer->to(dev);
+  return layer;
+}
+
+// The same rows for every replica: x [..., in] as a broadcast view [R, ..., in] (no copy).
+Tensor for_every_replica(const Tensor& x, int64_t R) {
+  Shape shape = x.shape();
+  shape.insert(0, R);
+  return x.unsqueeze(0).expand(shape);
+}
+
 // ---- fit 1: mlp-h16
 FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions& o, Device dev) {
   const int R = o.replicas;
@@ -246,9 +264,9 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
   Tensor xtr = data.x.narrow(0, 0, ntr).contiguous().to(dev), ytr = data.y.narrow(0, 0, ntr).contiguous().to(dev);
   Tensor xte = data.x.narrow(0, ntr, nte).contiguous().to(dev);
   std::vector<double> yte = host(data.y.narrow(0, ntr, nte));
-  std::vector<Tensor> params = to_leaves(init, dev, DType::F32);
-  const Tensor &W1 = params[0], &b1 = params[1], &W2 = params[2], &b2 = params[3];
-
+  nn::Sequential mlp{stacked_linear(init.get("W1"), init.get("b1"), DType::F32, dev), std::make_shared<nn::Tanh>(),
+                     stacked_linear(init.get("W2"), init.get("b2"), DType::F32, dev)};
+  const std::vector<Tensor> params = mlp.parameters();
   FitResult res;
   res.name = "mlp-h16";
   res.metric_name = "accuracy";
@@ -265,8 +283,7 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
       const int64_t B = std::min<int64_t>(kBatch, ntr - s);
       Tensor per = captured.run(order.narrow(0, s, B), [&](const Tensor& bi) {
         Tensor xb = xtr.index_select(0, bi), yb = ytr.index_select(0, bi);
-        Tensor h = (matmul(xb, W1) + b1).tanh();  // [R, B, 16]
-        Tensor logits = matmul(h, W2) + b2;       // [R, B, 1]
+        Tensor logits = mlp.forward(for_every_replica(xb, R));  // [R, B, 1]
         Tensor p = nn::binary_cross_entropy_with_logits(logits, yb.expand(Shape{R, B, 1}), {}, {}, nn::Reduction::None)
                        .mean({1, 2});  // [R]
         opt.zero_grad();
@@ -280,7 +297,7 @@ FitResult fit_mlp(const MlpData& data, const Params& init, const ResearchOptions
   log.finish(res);
   {
     NoGradGuard ng;
-    Tensor logits = matmul((matmul(xte, W1) + b1).tanh(), W2) + b2;  // [R, nte, 1]
+    Tensor logits = mlp.forward(for_every_replica(xte, R));  // [R, nte, 1]
     std::vector<double> lg = host(logits);
     for (int r = 0; r < R; ++r) {
       int64_t correct = 0;
@@ -404,12 +421,13 @@ struct DppRun {
 FitResult fit_lag(const DppData& data, const Params& init, const ResearchOptions& o, Device dev, DType dtype) {
   const int R = o.replicas;
   DppRun run(data, dev, R, dtype, o.graph);
-  std::vector<Tensor> params = to_leaves(init, dev, dtype);
-  const Tensor &w = params[0], &b = params[1], &V = params[2];
+  const std::shared_ptr<nn::Linear> lin = stacked_linear(init.get("w"), init.get("b"), dtype, dev);  // 5 -> 1
+  const Tensor V = init.get("V").to(dtype).to(dev).clone().requires_grad_(true);
+  std::vector<Tensor> params = {lin->weight, lin->bias, V};
   Quality quality = [&](const Tensor& F) {
     const int64_t B = F.size(0);
-    // [B*16, 5] @ [R, 5, 1] -> [R, B*16, 1] -> [R, B, 16, 1]
-    Tensor z = matmul(F.reshape(Shape{B * kSeries, kLags}), w).view(Shape{R, B, kSeries, 1}) + b;
+    // [R, B*16, 5] (the same rows for every replica) -> [R, B*16, 1] -> [R, B, 16, 1]
+    Tensor z = lin->forward(for_every_replica(F.reshape(Shape{B * kSeries, kLags}), R)).view(Shape{R, B, kSeries, 1});
     return (z * 0.5).exp();
   };
   FitResult res;
@@ -426,14 +444,14 @@ FitResult fit_lag(const DppData& data, const Params& init, const ResearchOptions
 FitResult fit_ds(const DppData& data, const Params& init, const ResearchOptions& o, Device dev, DType dtype) {
   const int R = o.replicas;
   DppRun run(data, dev, R, dtype, o.graph);
-  std::vector<Tensor> params = to_leaves(init, dev, dtype);
-  const Tensor &A = params[0], &a = params[1], &C = params[2], &d = params[3], &V = params[4];
+  const std::shared_ptr<nn::Linear> phi_map = stacked_linear(init.get("A"), init.get("a"), dtype, dev);  // 5 -> 30
+  const std::shared_ptr<nn::Linear> out_map = stacked_linear(init.get("C"), init.get("d"), dtype, dev);  // 60 -> 1
+  const Tensor V = init.get("V").to(dtype).to(dev).clone().requires_grad_(true);
   Quality quality = [&](const Tensor& F) {
     const int64_t B = F.size(0);
-    Tensor phi = (einsum("bid,rdh->rbih", {F, A}) + a).relu();  // [R, B, 16, 30]
+    Tensor phi = phi_map->forward(for_every_replica(F, R)).relu();  // [R, B, 16, 30]
     Tensor ctx = phi.mean({2}, true).expand(Shape{R, B, kSeries, kDsHidden});
-    Tensor z = einsum("rbih,rho->rbio", {cat({phi, ctx}, -1), C}) + d;  // [R, B, 16, 1]
-    return (z * 0.5).exp();
+    return (out_map->forward(cat({phi, ctx}, -1)) * 0.5).exp();  // [R, B, 16, 1]
   };
   FitResult res;
   res.name = "deepsets-H30";
@@ -441,9 +459,9 @@ FitResult fit_ds(const DppData& data, const Params& init, const ResearchOptions&
   const auto t0 = Clock::now();
   optim::AdamWOptions decay{.lr = 1e-2, .weight_decay = 1e-4}, no_decay{.lr = 1e-2, .weight_decay = 0.0};
   std::vector<optim::ParamGroup<optim::AdamWOptions>> groups(2);
-  groups[0].params = {A, C, V};
+  groups[0].params = {phi_map->weight, out_map->weight, V};
   groups[0].options = decay;
-  groups[1].params = {a, d};
+  groups[1].params = {phi_map->bias, out_map->bias};
   groups[1].options = no_decay;
   optim::AdamW opt(std::move(groups));
   run.train(opt, V, quality, o, res);

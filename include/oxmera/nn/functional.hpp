@@ -33,7 +33,9 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel,
                                                    Pair padding = {0, 0}, Pair dilation = {1, 1});
 Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0},
                   bool count_include_pad = true);
-// y = x W^T + b with weight [out, in] (torch layout).
+// y = x W^T + b with weight [out, in] (torch layout). Stacked replicas (nn::Linear's {.replicas = R}): weight
+// [R, out, in], bias [R, out] and x [R, ..., in] -> [R, ..., out], replica r of x through replica r's weights (what
+// torch.vmap(F.linear) over stacked weights computes); x may be a broadcast view (x.unsqueeze(0).expand(...)).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // Normalises over the trailing dims `normalized_shape` (biased variance).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},

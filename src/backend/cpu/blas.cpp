@@ -115,6 +115,35 @@ void fallback_gemm(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T
   }
 }
 
+// OpenBLAS 0.3.21 sends a small row-major A B^T (its column-major TN) with a short k to the general path (packing
+// both operands) rather than its small-matrix kernels, which it does take for A B. Measured here (bench/
+// gemm_small_nt.cpp, 1 thread, AVX-512): copying B^T out ([n, k] -> [k, n]) and multiplying A B is 0.2-0.9x the
+// time of the A B^T call when m >= 64, m >= 4k and m n k <= 2^19 (the copy is amortised over m rows), and never
+// slower there; outside that region the copy costs more than it saves. A [1, k] B needs no copy at all.
+constexpr int64_t kSmallNtMaxMnk = int64_t(1) << 19;
+constexpr int64_t kSmallNtMaxBElems = kSmallNtMaxMnk / 64;
+
+bool small_nt_as_nn(const GemmArgs& g) {
+  if (g.trans_a || !g.trans_b || g.m < 64 || g.m < 4 * g.k || g.m * g.n * g.k > kSmallNtMaxMnk) return false;
+  return g.n >= 2 || g.k <= 16;
+}
+
+// B [n, k] (row stride ldb) -> scratch [k, n] row-major; returns the NN call's arguments.
+template <class T>
+const T* transpose_b(const GemmArgs& g, const T* b, GemmArgs& nn) {
+  nn = g;
+  nn.trans_b = false;
+  if (g.n == 1) {  // a single row of B is its own transpose (a column with unit stride)
+    nn.ldb = 1;
+    return b;
+  }
+  alignas(64) thread_local T scratch[kSmallNtMaxBElems];
+  for (int64_t p = 0; p < g.k; ++p)
+    for (int64_t j = 0; j < g.n; ++j) scratch[p * g.n + j] = b[j * g.ldb + p];
+  nn.ldb = g.n;
+  return scratch;
+}
+
 }  // namespace
 
 bool blas_available() { return blas().sgemm != nullptr; }
@@ -125,6 +154,13 @@ void blas_set_threads(int n) {
 void sgemm(const GemmArgs& g, float alpha, const float* a, const float* b, float beta, float* c) {
   Blas& bl = blas();
   if (bl.sgemm && g.m > 0 && g.n > 0 && g.k > 0) {
+    if (small_nt_as_nn(g)) {
+      GemmArgs nn;
+      const float* bt = transpose_b(g, b, nn);
+      bl.sgemm(101, 111, 111, int(nn.m), int(nn.n), int(nn.k), alpha, a, int(nn.lda), bt, int(nn.ldb), beta, c,
+               int(nn.ldc));
+      return;
+    }
     bl.sgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, int(g.m), int(g.n), int(g.k), alpha, a, int(g.lda), b,
              int(g.ldb), beta, c, int(g.ldc));
     return;
@@ -134,6 +170,13 @@ void sgemm(const GemmArgs& g, float alpha, const float* a, const float* b, float
 void dgemm(const GemmArgs& g, double alpha, const double* a, const double* b, double beta, double* c) {
   Blas& bl = blas();
   if (bl.dgemm && g.m > 0 && g.n > 0 && g.k > 0) {
+    if (small_nt_as_nn(g)) {
+      GemmArgs nn;
+      const double* bt = transpose_b(g, b, nn);
+      bl.dgemm(101, 111, 111, int(nn.m), int(nn.n), int(nn.k), alpha, a, int(nn.lda), bt, int(nn.ldb), beta, c,
+               int(nn.ldc));
+      return;
+    }
     bl.dgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, int(g.m), int(g.n), int(g.k), alpha, a, int(g.lda), b,
              int(g.ldb), beta, c, int(g.ldc));
     return;
