@@ -111,12 +111,14 @@ TEST(Attention, KernelsMatchFallbacksIncludingLseAndBackward) {
         const std::string what = std::string(c.name) + (strided ? " strided " : " ") + dtype_name(dt);
         const Tensor q = operand(B, c.L, c.E, 4, dt, strided), k = operand(B, c.S, c.E, 5, dt, strided),
                      v = operand(B, c.S, c.Ev, 6, dt, strided), g = operand(B, c.L, c.Ev, 7, dt, strided);
+        // The mask as the kernels take it: an [N, H, L, S] view, broadcast (stride 0 over the heads, and for the
+        // per-batch bool mask over the queries too: MultiheadAttention's key padding) or, with strided operands,
+        // materialised.
         Tensor m = mask_for(c, dt, false);
+        const int64_t N = strided ? c.B : B, H = strided ? 2 : 1;
         if (m.defined()) {
-          if (m.dim() == 3 && strided)  // per batch, shared by its heads
-            m = m.unsqueeze(1).expand({c.B, 2, c.L, c.S}).contiguous().reshape({B, c.L, c.S});
-          else
-            m = m.expand(m.dim() == 2 ? Shape{1, c.L, c.S} : Shape{B, c.L, c.S}).contiguous();
+          m = (m.dim() == 3 ? m.unsqueeze(1) : m).expand({N, H, c.L, c.S});
+          if (strided) m = m.contiguous();
         }
         const auto* mi = m.defined() ? m.impl() : nullptr;
         const Shape out_shape = q.shape();
@@ -247,6 +249,49 @@ TEST(Attention, SharedMaskWithLeadingOnes) {
   const Tensor m = (rand({1, 1, 1, 5}, 4, DType::F64) - 0.5).detach();
   expect_close(values(F::scaled_dot_product_attention(q, k, v, m)),
                values(F::scaled_dot_product_attention_composite(q, k, v, m)), 1e-12, 1e-12, "fused vs composite");
+}
+
+// Masks the kernels read as broadcast views (no [N, H, L, S] copy): per batch over the keys (a key padding mask),
+// per head, per key only, plus the forms copied at their own size first (broadcast over the keys; transposed): the
+// fused path's values and q, k, v gradients equal the composite's.
+TEST(Attention, BroadcastMasksMatchTheComposite) {
+  const int64_t N = 2, H = 3, L = 5, S = 7, E = 4;
+  const Tensor q = u64({N, H, L, E}, 1), k = u64({N, H, S, E}, 2), v = u64({N, H, S, E}, 3);
+  const Tensor masks[] = {(rand({N, 1, 1, S}, 4, DType::F64) - 0.5).detach(),
+                          (rand({H, L, S}, 5, DType::F64) - 0.5).detach(), (rand({S}, 6, DType::F64) - 0.5).detach(),
+                          (rand({N, 1, L, 1}, 7, DType::F64) - 0.5).detach(),
+                          (rand({S, L}, 8, DType::F64) - 0.5).detach().t()};
+  for (size_t i = 0; i < std::size(masks); ++i) {
+    const std::string what = "mask " + std::to_string(i);
+    const Tensor y = F::scaled_dot_product_attention(q, k, v, masks[i]);
+    const Tensor yc = F::scaled_dot_product_attention_composite(q, k, v, masks[i]);
+    expect_close(values(y), values(yc), 1e-12, 1e-12, what);
+    const Tensor up = rand(y.shape(), 9, DType::F64);
+    const std::vector<Tensor> g = autograd::grad({(y * up).sum()}, {q, k, v});
+    const std::vector<Tensor> gc = autograd::grad({(yc * up).sum()}, {q, k, v});
+    for (size_t j = 0; j < 3; ++j) expect_close(values(g[j]), values(gc[j]), 1e-11, 1e-11, what + " grad");
+  }
+}
+
+// MultiheadAttention's key padding mask reaches the kernels as a broadcast view: a forward with a [N, S] mask
+// allocates far less than the [N * H, L, S] mask it used to expand to (8 MiB here).
+TEST(Attention, KeyPaddingMaskIsNotExpandedPerHead) {
+  const int64_t N = 2, H = 4, L = 512, E = 32;
+  nn::MultiheadAttention mha(E, H, {.batch_first = true});
+  const Tensor x = randn({N, L, E}, 1);
+  const Tensor pad = (rand({N, L}, 2, DType::F64) > 0.8).to(DType::U8);
+  NoGradGuard ng;
+  const int64_t before = memory_stats().allocated_bytes;
+  const Tensor y = std::get<0>(mha.forward(x, x, x, pad, false));
+  const int64_t rise = memory_stats().peak_allocated_bytes - before;
+  EXPECT_LT(rise, 3 << 20) << "the forward allocated " << rise << " bytes";
+  const Tensor yc = [&] {  // the same through the composite (which materialises the scores, 8 MiB)
+    d::attention_composite_max_score_bytes.store(int64_t(1) << 40);
+    Tensor r = std::get<0>(mha.forward(x, x, x, pad, false));
+    d::attention_composite_max_score_bytes.store(-1);
+    return r;
+  }();
+  expect_close(values(y), values(yc), 2e-5, 2e-5, "fused vs composite");
 }
 
 TEST(Attention, DropoutUsesTheGenerator) {

@@ -179,18 +179,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         score_bytes <= static_cast<double>(detail::attention_composite_max_score_bytes.load(std::memory_order_relaxed)))
       return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
   }
-  Tensor m3;
+  // The mask as the kernels' [N, H, L, S] view of the scores' shape: a broadcast view (stride 0 where it is shared
+  // by batches, heads or queries), not expanded; only a mask without a unit stride along the keys (a transposed
+  // one, or one broadcast over them) is copied first, at its own size.
+  Tensor m4;
   if (c.mask.defined()) {
-    const Tensor m = c.mask.detach();
-    bool shared = true;  // one [L, S] mask for every (batch, head): not expanded
-    for (int64_t i = 3; i <= m.dim(); ++i) shared = shared && m.shape()[m.dim() - i] == 1;
+    Tensor m = c.mask.detach();
+    if (m.dim() == 0 || m.shape().back() != S || m.stride(m.dim() - 1) != 1) {
+      Shape own = m.dim() == 0 ? Shape{S} : m.shape();
+      own[own.size() - 1] = S;
+      m = m.expand(own).contiguous();
+    }
     Shape full_shape = q.shape();
     full_shape[static_cast<size_t>(n - 1)] = S;
-    // A shared mask may still carry leading 1s ([1, 1, 1, S] from a batch-of-one key padding mask): drop them
-    // before expanding to [L, S].
-    const Tensor m2 = shared && m.dim() > 2 ? m.reshape({m.shape()[m.dim() - 2], m.shape()[m.dim() - 1]}) : m;
-    m3 = shared ? m2.expand({L, S}).contiguous().reshape({1, L, S})
-                : m.expand(full_shape).contiguous().reshape({B, L, S});
+    m4 = as_4d(m.expand(full_shape));
   }
   // The output is written in [N, L, H, Ev] order and returned as its [N, H, L, Ev] view: MultiheadAttention's
   // out projection reads it back as [N, L, H * Ev] without a copy.
@@ -199,7 +201,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const Tensor out4 = out.permute({0, 2, 1, 3});
   {
     NoGradGuard no_grad;
-    ops::FusedCall call = ops::AttentionCall{q4.impl(), k4.impl(), v4.impl(),   m3.defined() ? m3.impl() : nullptr,
+    ops::FusedCall call = ops::AttentionCall{q4.impl(), k4.impl(), v4.impl(),   m4.defined() ? m4.impl() : nullptr,
                                              is_causal, c.scale,   out4.impl(), nullptr};
     ops::run_fused(call, q.device());
   }
@@ -211,7 +213,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     node->q.save(q4, false);
     node->k.save(k4, false);
     node->v.save(v4, false);
-    node->mask = m3;
+    node->mask = m4;
     node->causal = is_causal;
     node->scale = c.scale;
     detail::set_history(out, node);

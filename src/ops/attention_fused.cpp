@@ -16,10 +16,10 @@ Tensor borrow(const TensorImpl* p) {
   return Tensor(q);
 }
 
-// scale q k^T + mask with the causal mask applied: [N, H, L, S] (a per-problem mask [B, L, S] viewed as [N, H, L, S])
+// scale q k^T + mask with the causal mask applied: [N, H, L, S] (the mask an [N, H, L, S] view, maybe broadcast)
 Tensor scores(const Tensor& q, const Tensor& k, const Tensor& mask, bool causal, double scale) {
   Tensor s = q.matmul(k.transpose(-2, -1)) * scale;
-  if (mask.defined()) s = s + (mask.shape()[0] == 1 ? mask : mask.reshape(s.shape()));
+  if (mask.defined()) s = s + mask;
   if (causal) {
     const int64_t L = q.shape()[2], S = k.shape()[2];
     s = s.masked_fill(causal_mask(L, S, q.device()), -std::numeric_limits<double>::infinity());

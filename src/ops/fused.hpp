@@ -387,7 +387,8 @@ struct LstmCellBackwardCall {
 // Scaled dot-product attention over B = N * H independent problems (one float dtype): q [N, H, L, E],
 // k [N, H, S, E], v [N, H, S, Ev] and out [N, H, L, Ev] are 4-d views with any strides but a unit one along the
 // last dim (the heads of a packed projection read in place; an output written in [N, L, H, Ev] order for the out
-// projection); mask null or an additive contiguous [Bm, L, S] with Bm = 1 (shared) or B (a bool mask arrives as
+// projection); mask null or an additive [N, H, L, S] view with a unit stride along S and any others (a mask shared
+// by batches, heads or queries is a broadcast view with stride 0 there, never expanded; a bool mask arrives as
 // 0 / -inf); causal keeps key j <= query i. Writes out = softmax(scale q k^T + mask) v and, unless lse is null, lse
 // [B, L] (contiguous) = the rows' logsumexp; a fully masked row gives NaN, as torch's softmax does.
 struct AttentionCall {

@@ -235,7 +235,8 @@ struct Head {
   const T* k;
   const T* v;
   int64_t q_row, k_row, v_row;
-  const T* mask;  // [L, S] additive, or null
+  const T* mask;  // this head's [L, S] additive rows (mask_row apart; 0: one row for every query), or null
+  int64_t mask_row;
   bool causal;
   T scale;
 };
@@ -258,7 +259,11 @@ Head<T> head_of(const TensorImpl& q, const TensorImpl& k, const TensorImpl& v, c
   h.q_row = qv.row;
   h.k_row = kv.row;
   h.v_row = vv.row;
-  h.mask = mask ? mask->ptr<T>() + (mask->shape[0] == 1 ? 0 : b) * h.L * h.S : nullptr;
+  if (mask) {  // a broadcast view: stride 0 over the batches or heads it is shared by
+    const View<T> mv = view_of<T>(mask);
+    h.mask = mv.rows_of(b);
+    h.mask_row = mv.row;
+  }
   h.causal = causal;
   h.scale = static_cast<T>(scale);
   return h;
@@ -280,7 +285,7 @@ void softmax_rows(const Head<T>& h, int64_t i0, int64_t ni, int64_t s_eff, int64
     T* row = sc + i * ld;
     const int64_t qi = i0 + i;
     const int64_t kept = h.causal ? std::min(s_eff, qi + 1) : s_eff;  // keys [0, kept) may count
-    const T* mrow = h.mask ? h.mask + qi * h.S : nullptr;
+    const T* mrow = h.mask ? h.mask + qi * h.mask_row : nullptr;
     const int64_t whole = kept / W * W;
     Vec<T> lane_max = neg_inf;  // a NaN score never wins here; its exp makes the row NaN below
     int64_t j = 0;

@@ -31,7 +31,7 @@ const CpuKernels* pick_kernels() {
 }
 
 // The fused attention kernels take f32 / f64 operands of one dtype: 4-d views with a unit stride along the last dim
-// (null: absent), and a contiguous mask and lse.
+// (the mask too, broadcast or not; null: absent), and a contiguous lse.
 bool attention_operands(DType d, std::initializer_list<const TensorImpl*> views,
                         std::initializer_list<const TensorImpl*> contiguous) {
   if (d != DType::F32 && d != DType::F64) return false;
@@ -134,11 +134,11 @@ class CpuBackend final : public Backend {
       }
       case ops::FusedOp::Attention: {
         const auto& c = std::get<ops::AttentionCall>(call);
-        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.out}, {c.mask, c.lse});
+        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.out, c.mask}, {c.lse});
       }
       case ops::FusedOp::AttentionBackward: {
         const auto& c = std::get<ops::AttentionBackwardCall>(call);
-        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.g, c.grad_q, c.grad_k, c.grad_v}, {c.mask});
+        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.g, c.grad_q, c.grad_k, c.grad_v, c.mask}, {});
       }
       case ops::FusedOp::Linear:
         return real(std::get<ops::LinearCall>(call).out->dtype);
