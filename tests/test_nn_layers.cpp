@@ -325,6 +325,56 @@ TEST(LinearReplicas, StackedFunctionalLinearEqualsOneLinearPerReplica) {
                    "[replicas, out, in]");
 }
 
+// LayerNorm with stacked replicas: weight and bias [R, *normalized_shape] (ones and zeros), replica r of the input
+// normalised and then scaled and shifted by replica r's parameters — equal, values and gradients, to R separate
+// LayerNorms holding the same (here randomised) parameters; f64 gradcheck; typed errors.
+TEST(LayerNormReplicas, EqualRSeparateLayers) {
+  constexpr int64_t R = 3;
+  nn::LayerNorm ln(Shape{2, 5}, {.eps = 1e-4, .replicas = R});
+  EXPECT_EQ(ln.weight.shape(), Shape({R, 2, 5}));
+  EXPECT_EQ(ln.replicas(), R);
+  EXPECT_EQ(values(ln.weight), std::vector<double>(30, 1.0));
+  EXPECT_EQ(values(ln.bias), std::vector<double>(30, 0.0));
+  EXPECT_EQ(ln.extra_repr(), "(2, 5), eps=0.0001, elementwise_affine=true, replicas=3");
+  {
+    NoGradGuard ng;
+    ln.weight.copy_(randn({R, 2, 5}, 1));
+    ln.bias.copy_(randn({R, 2, 5}, 2));
+  }
+  const Tensor x = randn({R, 4, 2, 5}, 3);
+  const Tensor y = ln.forward(x);
+  ASSERT_EQ(y.shape(), x.shape());
+  const Tensor up = randn(y.shape(), 4);
+  (y * up).sum().backward();
+  for (int64_t r = 0; r < R; ++r) {
+    nn::LayerNorm one(Shape{2, 5}, 1e-4);
+    {
+      NoGradGuard ng;
+      one.weight.copy_(ln.weight.select(0, r));
+      one.bias.copy_(ln.bias.select(0, r));
+    }
+    const Tensor yr = one.forward(x.select(0, r));
+    oxt::expect_close(values(yr), values(y.select(0, r)), 1e-6, 1e-6, "replica output");
+    (yr * up.select(0, r)).sum().backward();
+    oxt::expect_close(values(one.weight.grad()), values(ln.weight.grad().select(0, r)), 1e-5, 1e-5, "weight grad");
+    oxt::expect_close(values(one.bias.grad()), values(ln.bias.grad().select(0, r)), 1e-5, 1e-5, "bias grad");
+  }
+  nn::LayerNorm plain(Shape{3}, {.elementwise_affine = false, .replicas = 2});
+  EXPECT_FALSE(plain.weight.defined());
+  nn::LayerNorm ln64(Shape{3}, {.replicas = 2});
+  {
+    NoGradGuard ng;
+    ln64.weight.copy_(randn({2, 3}, 5));
+  }
+  ln64.to(DType::F64);
+  GradcheckResult g =
+      gradcheck([&](const std::vector<Tensor>& in) { return ln64.forward(in[0]); }, {u64({2, 4, 3}, 6)});
+  EXPECT_TRUE(g.ok) << g.message;
+  EXPECT_OXM_ERROR(ln.forward(randn({4, 2, 5}, 1)), ShapeMismatch, "replica dim first");
+  EXPECT_OXM_ERROR(ln.forward(randn({R, 4, 5, 2}, 1)), ShapeMismatch, "[3, ..., *normalized_shape]");
+  EXPECT_OXM_ERROR(nn::LayerNorm(Shape{3}, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
+}
+
 TEST(LinearReplicas, TypedErrorsSayWhatToDo) {
   nn::ReplicaGenerators gens(2, 1);
   nn::Linear l(3, 2, {.replicas = 2, .replica_generators = &gens});

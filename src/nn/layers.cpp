@@ -174,21 +174,48 @@ Tensor Embedding::forward(const Tensor& indices) {
   return padding_idx ? F::embedding(indices, weight, *padding_idx) : F::embedding(indices, weight);
 }
 
-LayerNorm::LayerNorm(Shape shape, double e, bool affine) : normalized_shape(std::move(shape)), eps(e) {
+LayerNorm::LayerNorm(Shape shape, double e, bool affine)
+    : LayerNorm(std::move(shape), LayerNormOptions{.eps = e, .elementwise_affine = affine, .replicas = 0}) {}
+LayerNorm::LayerNorm(Shape shape, LayerNormOptions opt)
+    : normalized_shape(std::move(shape)), eps(opt.eps), replicas_(opt.replicas) {
   OXM_CHECK(!normalized_shape.empty(), InvalidArgument, "LayerNorm: normalized_shape must not be empty");
+  OXM_CHECK(opt.replicas >= 0, InvalidArgument, "LayerNorm: replicas must be >= 0 (0: not stacked), got ",
+            opt.replicas);
   checked_numel(normalized_shape, "LayerNorm");
-  register_parameter("weight", &LayerNorm::weight, affine ? ones(normalized_shape) : Tensor());
-  register_parameter("bias", &LayerNorm::bias, affine ? zeros(normalized_shape) : Tensor());
+  Shape param_shape = normalized_shape;
+  if (replicas_ > 0) param_shape.insert(0, replicas_);
+  register_parameter("weight", &LayerNorm::weight, opt.elementwise_affine ? ones(param_shape) : Tensor());
+  register_parameter("bias", &LayerNorm::bias, opt.elementwise_affine ? zeros(param_shape) : Tensor());
 }
 std::string LayerNorm::extra_repr() const {
   std::string shape = "(";
   for (size_t i = 0; i < normalized_shape.size(); ++i) shape += concat(i ? ", " : "", normalized_shape[i]);
   shape += normalized_shape.size() == 1 ? ",)" : ")";
-  return concat(shape, ", eps=", py_float(eps), ", elementwise_affine=", weight.defined());
+  std::string s = concat(shape, ", eps=", py_float(eps), ", elementwise_affine=", weight.defined());
+  if (replicas_ > 0) s += concat(", replicas=", replicas_);
+  return s;
 }
 Tensor LayerNorm::forward(const Tensor& x) {
   check_f32_input(x);
-  return F::layer_norm(x, normalized_shape, weight, bias, eps);
+  if (replicas_ == 0) return F::layer_norm(x, normalized_shape, weight, bias, eps);
+  const int64_t R = replicas_, k = static_cast<int64_t>(normalized_shape.size());
+  bool fits = x.dim() >= k + 1 && x.shape()[0] == R;
+  for (int64_t i = 1; fits && i <= k; ++i)
+    fits = x.shape()[static_cast<size_t>(x.dim() - i)] == normalized_shape[static_cast<size_t>(k - i)];
+  OXM_CHECK(fits, ShapeMismatch, "LayerNorm with ", R, " replicas and normalized_shape ", normalized_shape, ": input ",
+            x.shape(), " must be [", R,
+            ", ..., *normalized_shape] (replica dim first; to give every replica the same "
+            "input, x.unsqueeze(0).expand({",
+            R, ", ...}))");
+  // The normalisation is the same for every replica (the fused op without affine parameters); replica r's scale and
+  // shift broadcast over its rows.
+  const Tensor y = F::layer_norm(x, normalized_shape, Tensor(), Tensor(), eps);
+  if (!weight.defined()) return y;
+  Shape param_view(static_cast<size_t>(x.dim()), 1);
+  param_view[0] = R;
+  for (int64_t i = 1; i <= k; ++i)
+    param_view[static_cast<size_t>(x.dim() - i)] = normalized_shape[static_cast<size_t>(k - i)];
+  return y * weight.view(param_view) + bias.view(param_view);
 }
 
 BatchNorm2d::BatchNorm2d(int64_t c, double e, double m, bool aff, bool track)

@@ -141,9 +141,17 @@ class Embedding : public Module {
   std::optional<int64_t> padding_idx;  // normalised to [0, V)
 };
 
+struct LayerNormOptions {
+  double eps = 1e-5;
+  bool elementwise_affine = true;
+  // 0: one layer. R >= 1: R independent replicas (weight and bias [R, *normalized_shape], ones and zeros as torch's),
+  // input [R, ..., *normalized_shape]; replica r of the input is scaled and shifted by replica r's parameters.
+  int64_t replicas = 0;
+};
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  LayerNorm(Shape normalized_shape, LayerNormOptions options);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
@@ -155,6 +163,10 @@ class LayerNorm : public Module {
   Tensor weight, bias;
   Shape normalized_shape;
   double eps;
+  int64_t replicas() const noexcept { return replicas_; }  // 0: not stacked
+
+ private:
+  int64_t replicas_ = 0;
 };
 
 class BatchNorm2d : public Module {
