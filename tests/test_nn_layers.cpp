@@ -375,6 +375,40 @@ TEST(LayerNormReplicas, EqualRSeparateLayers) {
   EXPECT_OXM_ERROR(nn::LayerNorm(Shape{3}, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
 }
 
+// Embedding with stacked replicas: table r drawn from generator(r) (as Embedding(V, D, Generator(seed + r))), replica
+// r of the indices looks up in table r only; shared indices as a broadcast view; padding_idx per table (zero, no
+// gradient); an index valid for the stacked storage but not for its own table is an error, not another replica's row.
+TEST(EmbeddingReplicas, EqualRSeparatelySeededTables) {
+  constexpr int64_t R = 3, V = 6, D = 4;
+  nn::ReplicaGenerators gens(R, 70);
+  nn::Embedding emb(V, D, {.padding_idx = 2, .replicas = R, .replica_generators = &gens});
+  EXPECT_EQ(emb.weight.shape(), Shape({R, V, D}));
+  EXPECT_EQ(emb.extra_repr(), "6, 4, padding_idx=2, replicas=3");
+  const Tensor idx = from_vector(std::vector<int64_t>{0, 2, 5, 1, 2, 2, 4, 3, 0, 5, 5, 1, 2, 0, 3, 4, 1, 1}, {R, 2, 3});
+  const Tensor y = emb.forward(idx);
+  ASSERT_EQ(y.shape(), Shape({R, 2, 3, D}));
+  const Tensor up = randn(y.shape(), 5);
+  (y * up).sum().backward();
+  for (int64_t r = 0; r < R; ++r) {
+    Generator g(70 + static_cast<uint64_t>(r));
+    nn::Embedding one(V, D, {.padding_idx = 2}, g);
+    EXPECT_EQ(values(one.weight), values(emb.weight.select(0, r))) << r;
+    const Tensor yr = one.forward(idx.select(0, r));
+    EXPECT_EQ(values(yr), values(y.select(0, r))) << r;
+    (yr * up.select(0, r)).sum().backward();
+    oxt::expect_close(values(one.weight.grad()), values(emb.weight.grad().select(0, r)), 1e-6, 1e-6, "table grad");
+  }
+  // the same indices for every replica
+  const Tensor shared = from_vector(std::vector<int64_t>{1, 4}, {2});
+  const Tensor ys = emb.forward(shared.unsqueeze(0).expand({R, 2}));
+  for (int64_t r = 0; r < R; ++r)
+    EXPECT_EQ(values(ys.select(0, r)), values(emb.weight.select(0, r).index_select(0, shared))) << r;
+  EXPECT_OXM_ERROR(emb.forward(from_vector(std::vector<int64_t>{0, 1, 6}, {R, 1})), IndexOutOfBounds, "");
+  EXPECT_OXM_ERROR(emb.forward(from_vector(std::vector<int64_t>{0, 1}, {2, 1})), ShapeMismatch, "replica dim first");
+  EXPECT_OXM_ERROR(nn::Embedding(V, D, {.replicas = 2, .replica_generators = &gens}), InvalidArgument,
+                   "3 generators for 2 replicas");
+}
+
 TEST(LinearReplicas, TypedErrorsSayWhatToDo) {
   nn::ReplicaGenerators gens(2, 1);
   nn::Linear l(3, 2, {.replicas = 2, .replica_generators = &gens});

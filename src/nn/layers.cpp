@@ -146,32 +146,67 @@ Tensor AvgPool2d::forward(const Tensor& x) {
   return F::avg_pool2d(x, kernel, stride, padding, count_include_pad);
 }
 
-Embedding::Embedding(int64_t num, int64_t dim, Generator& gen) {
+Embedding::Embedding(int64_t num, int64_t dim, Generator& gen) : Embedding(num, dim, EmbeddingOptions{}, gen) {}
+Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions opt, Generator& gen) : replicas_(opt.replicas) {
   check_positive(num, "Embedding", "num_embeddings");
   check_positive(dim, "Embedding", "embedding_dim");
-  register_parameter("weight", &Embedding::weight, empty({num, dim}));
-  init::normal_(weight, 0.0, 1.0, gen);
-}
-Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions opt, Generator& gen) : Embedding(num, dim, gen) {
+  OXM_CHECK(opt.replicas >= 0, InvalidArgument, "Embedding: replicas must be >= 0 (0: not stacked), got ",
+            opt.replicas);
+  OXM_CHECK(!opt.replica_generators || opt.replica_generators->size() == opt.replicas, InvalidArgument,
+            "Embedding: replica_generators has ", opt.replica_generators ? opt.replica_generators->size() : 0,
+            " generators for ", opt.replicas, " replicas; build it with ReplicaGenerators(", opt.replicas, ", seed)");
+  if (replicas_ == 0) {
+    register_parameter("weight", &Embedding::weight, empty({num, dim}));
+    init::normal_(weight, 0.0, 1.0, gen);
+  } else {
+    register_parameter("weight", &Embedding::weight, empty({replicas_, num, dim}));
+    for (int64_t r = 0; r < replicas_; ++r) {  // each replica as a table of its own
+      Tensor w = weight.select(0, r);
+      init::normal_(w, 0.0, 1.0, opt.replica_generators ? opt.replica_generators->generator(r) : gen);
+    }
+  }
   if (opt.padding_idx) {
     const int64_t p = *opt.padding_idx < 0 ? *opt.padding_idx + num : *opt.padding_idx;
     OXM_CHECK(p >= 0 && p < num, InvalidArgument, "Embedding: padding_idx ", *opt.padding_idx,
               " must be within num_embeddings ", num);
     padding_idx = p;
     NoGradGuard ng;
-    weight.narrow(0, p, 1).fill_(0.0);
+    weight.narrow(weight.dim() - 2, p, 1).fill_(0.0);
   }
 }
 std::string Embedding::extra_repr() const {
-  std::string s = concat(weight.shape()[0], ", ", weight.shape()[1]);
+  const int64_t d = weight.dim();
+  std::string s = concat(weight.shape()[d - 2], ", ", weight.shape()[d - 1]);
   if (padding_idx) s += concat(", padding_idx=", *padding_idx);
+  if (replicas_ > 0) s += concat(", replicas=", replicas_);
   return s;
 }
 Tensor Embedding::forward(const Tensor& indices) {
   detail::check_defined(indices, "Embedding", "indices");
   OXM_CHECK(indices.dtype() == DType::I64, DTypeMismatch, "Embedding: indices have dtype ", indices.dtype(),
             "; they must be i64 (cast with .to(DType::I64))");
-  return padding_idx ? F::embedding(indices, weight, *padding_idx) : F::embedding(indices, weight);
+  if (replicas_ == 0) return padding_idx ? F::embedding(indices, weight, *padding_idx) : F::embedding(indices, weight);
+  const int64_t R = replicas_, V = weight.shape()[1], D = weight.shape()[2];
+  OXM_CHECK(indices.dim() >= 1 && indices.shape()[0] == R, ShapeMismatch, "Embedding with ", R, " replicas: indices ",
+            indices.shape(), " must be [", R,
+            ", ...] (replica dim first; the same indices for every replica: ", "indices.unsqueeze(0).expand({", R,
+            ", ...}))");
+  // Replica r's rows by a gather along the table dim: every index is checked against V (an index past its own
+  // table never reads the next replica's), and the backward is a deterministic scatter-add.
+  Tensor table = weight;
+  if (padding_idx) {  // the padding row's value without a gradient, as F::embedding's
+    Tensor keep;
+    {
+      NoGradGuard ng;
+      keep = ones({1, V, 1}, weight.dtype(), weight.device());
+      keep.narrow(1, *padding_idx, 1).fill_(0.0);
+    }
+    table = weight * keep + weight.detach() * (1.0 - keep);
+  }
+  const Tensor flat = indices.reshape({R, -1, 1});
+  Shape out = indices.shape();
+  out.push_back(D);
+  return table.gather(1, flat.expand({R, flat.shape()[1], D})).reshape(out);
 }
 
 LayerNorm::LayerNorm(Shape shape, double e, bool affine)

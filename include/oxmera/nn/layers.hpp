@@ -122,7 +122,13 @@ class AvgPool2d : public Module {
 
 struct EmbeddingOptions {
   // torch's padding_idx (negative counts from the end): that row is zeroed at construction and gets no gradient.
-  std::optional<int64_t> padding_idx;
+  std::optional<int64_t> padding_idx = std::nullopt;
+  // 0: one table. R >= 1: R independent tables, weight [R, V, D], indices [R, ...] -> [R, ..., D] (replica r looks
+  // up in table r; the same indices for every replica: indices.unsqueeze(0).expand({R, ...})).
+  int64_t replicas = 0;
+  // Where replica r's initial values come from: generator(r) of these; null: every replica in turn from the
+  // constructor's Generator.
+  ReplicaGenerators* replica_generators = nullptr;
 };
 class Embedding : public Module {
  public:
@@ -137,8 +143,12 @@ class Embedding : public Module {
   ModulePtr shallow_copy() const override { return std::make_shared<Embedding>(*this); }
 
  public:
-  Tensor weight;                       // [V, D], N(0, 1)
-  std::optional<int64_t> padding_idx;  // normalised to [0, V)
+  Tensor weight;                                           // [V, D] (or [R, V, D] with replicas), N(0, 1)
+  std::optional<int64_t> padding_idx;                      // normalised to [0, V)
+  int64_t replicas() const noexcept { return replicas_; }  // 0: not stacked
+
+ private:
+  int64_t replicas_ = 0;
 };
 
 struct LayerNormOptions {
