@@ -282,6 +282,10 @@ TEST(Attention, KeyPaddingMaskIsNotExpandedPerHead) {
   const Tensor pad = (rand({N, L}, 2, DType::F64) > 0.8).to(DType::U8);
   NoGradGuard ng;
   const int64_t before = memory_stats().allocated_bytes;
+  // The peak is the process's: where earlier tests in the same process (a whole-binary run, as under TSan) already
+  // went higher than this test would reach with the expanded mask, it cannot see the rise.
+  if (memory_stats().peak_allocated_bytes >= before + (3 << 20))
+    GTEST_SKIP() << "the process's allocation peak is already above what this forward could reach";
   const Tensor y = std::get<0>(mha.forward(x, x, x, pad, false));
   const int64_t rise = memory_stats().peak_allocated_bytes - before;
   EXPECT_LT(rise, 3 << 20) << "the forward allocated " << rise << " bytes";
