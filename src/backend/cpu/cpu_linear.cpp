@@ -55,7 +55,8 @@ void linear_t(const ops::LinearCall& c) {
   const T* bias = c.bias ? reinterpret_cast<const T*>(c.bias->byte_ptr()) : nullptr;
   const T* x = reinterpret_cast<const T*>(c.x->byte_ptr());
   const T* w = reinterpret_cast<const T*>(c.weight->byte_ptr());
-  const int64_t xb = r == 3 ? c.x->strides[0] : 0, wb = r == 3 ? c.weight->strides[0] : 0;
+  // With k = 0, x and weight hold no elements (their data may be null): no offset is applied to them.
+  const int64_t xb = r == 3 && k > 0 ? c.x->strides[0] : 0, wb = r == 3 && k > 0 ? c.weight->strides[0] : 0;
   for (int64_t i = 0; i < replicas; ++i)
     linear_matrix<T>(c, x + i * xb, c.x->strides[r - 2], c.x->strides[r - 1], w + i * wb, c.weight->strides[r - 2],
                      c.weight->strides[r - 1], bias ? bias + i * n : nullptr, out + i * m * n, m, n, k);
