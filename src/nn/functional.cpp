@@ -315,6 +315,26 @@ struct LinearNode final : detail::Node {
   }
 };
 
+// The fused op and its node: x [M, K] with weight [N, K] (or x [R, M, K] with a stacked weight), the bias of the
+// matching shape or undefined; out has `out_shape` ([M, N] or [R, M, N]).
+Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Shape& out_shape) {
+  const Tensor xg = ops::gemm_compatible(x), wg = ops::gemm_compatible(weight);
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor out = detail::make_empty(out_shape, x.dtype(), x.device(), "linear");
+  ops::FusedCall call = ops::LinearCall{xg.impl(), wg.impl(), b.defined() ? b.impl() : nullptr, out.impl()};
+  ops::run_fused(call, x.device());
+  if (detail::needs_tape(x, weight) || (b.defined() && grad_enabled() && b.requires_grad())) {
+    auto* node = new LinearNode();
+    node->next.push_back(detail::edge_of(x));
+    node->next.push_back(detail::edge_of(weight));
+    node->next.push_back(b.defined() ? detail::edge_of(b) : detail::Edge{});
+    if (node->needs_grad(1)) node->x.save(x, false);
+    if (node->needs_grad(0)) node->weight.save(weight, false);
+    detail::set_history(out, node);
+  }
+  return out;
+}
+
 // linear with stacked replicas: weight [R, N, K], bias [R, N] or none, x [R, ..., K] -> [R, ..., N].
 Tensor stacked_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const int64_t R = weight.shape()[0], n = weight.shape()[1], k = weight.shape()[2];
@@ -336,20 +356,7 @@ Tensor stacked_linear(const Tensor& x, const Tensor& weight, const Tensor& bias)
     if (bias.defined()) y = y + bias.unsqueeze(1);
     return x.dim() == 3 ? y : y.reshape(out_shape);
   }
-  const Tensor xg = ops::gemm_compatible(x3), wg = ops::gemm_compatible(weight);
-  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
-  Tensor out = detail::make_empty({R, m, n}, x.dtype(), x.device(), "linear");
-  ops::FusedCall call = ops::LinearCall{xg.impl(), wg.impl(), b.defined() ? b.impl() : nullptr, out.impl()};
-  ops::run_fused(call, x.device());
-  if (detail::needs_tape(x3, weight) || (b.defined() && grad_enabled() && b.requires_grad())) {
-    auto* node = new LinearNode();
-    node->next.push_back(detail::edge_of(x3));
-    node->next.push_back(detail::edge_of(weight));
-    node->next.push_back(b.defined() ? detail::edge_of(b) : detail::Edge{});
-    if (node->needs_grad(1)) node->x.save(x3, false);
-    if (node->needs_grad(0)) node->weight.save(weight, false);
-    detail::set_history(out, node);
-  }
+  const Tensor out = fused_linear(x3, weight, bias, {R, m, n});
   return x.dim() == 3 ? out : out.view(out_shape);
 }
 }  // namespace
@@ -380,20 +387,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   OXM_CHECK(m <= INT_MAX, NotImplemented, "linear: ", m, " input rows (input ", x.shape(),
             ") are above 2^31-1; split the batch");
   const Tensor x2 = x.dim() == 2 ? x : x.reshape({m, k});
-  const Tensor xg = ops::gemm_compatible(x2), wg = ops::gemm_compatible(weight);
-  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
-  Tensor out = detail::make_empty({m, n}, x.dtype(), x.device(), "linear");
-  ops::FusedCall call = ops::LinearCall{xg.impl(), wg.impl(), b.defined() ? b.impl() : nullptr, out.impl()};
-  ops::run_fused(call, x.device());
-  if (detail::needs_tape(x2, weight) || (b.defined() && grad_enabled() && b.requires_grad())) {
-    auto* node = new LinearNode();
-    node->next.push_back(detail::edge_of(x2));
-    node->next.push_back(detail::edge_of(weight));
-    node->next.push_back(b.defined() ? detail::edge_of(b) : detail::Edge{});
-    if (node->needs_grad(1)) node->x.save(x2, false);
-    if (node->needs_grad(0)) node->weight.save(weight, false);
-    detail::set_history(out, node);
-  }
+  const Tensor out = fused_linear(x2, weight, bias, {m, n});
   if (x.dim() == 2) return out;
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = n;
