@@ -112,6 +112,16 @@ void BM_SumRows(benchmark::State& state) { sum_dim(state, 1); }
 BENCHMARK(BM_SumRows)->ComputeStatistics("min", min_of)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_SumCols(benchmark::State& state) { sum_dim(state, 0); }
 BENCHMARK(BM_SumCols)->ComputeStatistics("min", min_of)->Unit(benchmark::kMillisecond)->UseRealTime();
+// A Linear's bias gradient in the char transformer: the column sums of g [1024, 256].
+void BM_SumColsSmall(benchmark::State& state) {
+  ox::NoGradGuard ng;
+  ox::Tensor a = ox::randn({1024, 256}, 1);
+  for (auto _ : state) {
+    ox::Tensor s = a.sum({0});
+    benchmark::DoNotOptimize(s.impl());
+  }
+}
+BENCHMARK(BM_SumColsSmall)->ComputeStatistics("min", min_of)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The research workload's small reductions: [3, 64, 16, 16] f64 over the last dim (3072 rows of 16) and over
 // dim 2 (a middle dim; the outputs stay contiguous).

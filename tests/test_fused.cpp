@@ -122,8 +122,10 @@ TEST(FusedFallback, SoftmaxBackwardMatchesTheCpuKernel) {
 }
 
 TEST(FusedFallback, LayerNormAndItsBackwardMatchTheCpuKernels) {
+  // (the kernel takes rows in blocks of 16 and sums 16 vectors before widening to f64, its column sums go in blocks
+  // of 256: the shapes cross each of those edges)
   for (DType dt : {DType::F32, DType::F64})
-    for (auto [R, n] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {7, 64}, {3, 300}})
+    for (auto [R, n] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {7, 64}, {3, 300}, {33, 17}, {17, 600}, {40, 256}})
       for (int affine = 0; affine < 4; ++affine) {
         const std::string what =
             dname(dt) + " [" + std::to_string(R) + ", " + std::to_string(n) + "] affine " + std::to_string(affine);
@@ -169,6 +171,54 @@ TEST(FusedFallback, LayerNormAndItsBackwardMatchTheCpuKernels) {
   expect_close(values(gx2), values(gx1), 1e-5, 1e-5, "grad x, normalized_shape [4, 5]");
   expect_close(values(gw2), values(gw1), 1e-5, 1e-5, "grad weight, normalized_shape [4, 5]");
   expect_close(values(gb2), values(gb1), 1e-5, 1e-5, "grad bias, normalized_shape [4, 5]");
+}
+
+// clip_grad_norm_'s list norm and scale: the CPU kernels (one pass per tensor, terms summed in f64 lanes, fixed blocks
+// above 32768 elements) against the fallback's ops, for p = 1, 2, 3 and inf, f32 / f64 tensors (mixed in one list)
+// into an f32 or f64 out, sizes around the vector and block edges, an empty tensor, and NaN through the max.
+TEST(FusedFallback, TensorListNormAndScaleMatchTheCpuKernels) {
+  std::vector<Tensor> ts;
+  int seed = 60;
+  for (int64_t n : {1, 15, 17, 64, 1000, 32768, 70001}) ts.push_back(randn({n}, seed++) * 3.0);
+  ts.push_back(randn({3, 5}, seed++, DType::F64));
+  ts.push_back(empty({0}));
+  std::vector<const d::TensorImpl*> list;
+  for (const Tensor& t : ts) list.push_back(t.impl());
+  for (DType od : {DType::F32, DType::F64})
+    for (double p : {1.0, 2.0, 3.0, std::numeric_limits<double>::infinity()}) {
+      const std::string what = "p " + std::to_string(p) + " out " + dname(od);
+      Tensor o1 = empty({static_cast<int64_t>(list.size())}, od), o2 = empty({static_cast<int64_t>(list.size())}, od);
+      ops::FusedCall k = ops::TensorListNormCall{list.data(), list.size(), p, o1.impl()};
+      ops::FusedCall f = ops::TensorListNormCall{list.data(), list.size(), p, o2.impl()};
+      run_both(k, f);
+      // (the fallback's sums of the f32 tensors are f32 values: f32 precision whatever out's dtype)
+      expect_close(values(o1), values(o2), 2e-6, 1e-12, what);
+      EXPECT_EQ(values(o1).back(), 0.0) << what << ": the empty tensor";
+    }
+  // NaN propagates through the max, and a strided tensor is not offered (the fallback runs)
+  Tensor bad = from_vector<float>({1.f, std::nanf(""), -7.f}, {3});
+  const d::TensorImpl* one[] = {bad.impl()};
+  Tensor o = empty({1}, DType::F64);
+  ops::FusedCall nan_call = ops::TensorListNormCall{one, 1, std::numeric_limits<double>::infinity(), o.impl()};
+  ASSERT_TRUE(d::cpu_backend().supports(nan_call));
+  ops::run_fused(nan_call, kCpu);
+  EXPECT_TRUE(std::isnan(values(o)[0]));
+  Tensor strided = randn({4, 6}, 70).t();
+  const d::TensorImpl* st[] = {strided.impl()};
+  EXPECT_FALSE(d::cpu_backend().supports(ops::FusedCall{ops::TensorListNormCall{st, 1, 2.0, o.impl()}}));
+  // scale: every tensor multiplied in place, as mul_ does
+  std::vector<Tensor> a, b;
+  std::vector<d::TensorImpl*> la_, lb;
+  for (const Tensor& t : ts) {
+    a.push_back(t.clone());
+    b.push_back(t.clone());
+    la_.push_back(a.back().impl());
+    lb.push_back(b.back().impl());
+  }
+  ops::FusedCall ks = ops::TensorListScaleCall{la_.data(), la_.size(), 0.37};
+  ops::FusedCall fs = ops::TensorListScaleCall{lb.data(), lb.size(), 0.37};
+  run_both(ks, fs);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(values(a[i]), values(b[i])) << "scale, tensor " << i;
 }
 
 // linear: the CPU's bias rows + beta-1 GEMM against the fallback (GEMM, then the bias added), with and without a

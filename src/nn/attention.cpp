@@ -8,6 +8,7 @@
 
 #include "autograd/node.hpp"
 #include "nn/attention_policy.hpp"
+#include "nn/packed_attention.hpp"
 #include "ops/fused.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/autograd.hpp"
@@ -102,25 +103,49 @@ Tensor as_4d(const Tensor& x) {
 // AttentionBackward op (the CPU's kernel recomputes the weights block by block; elsewhere the composite fallback).
 // With create_graph the weights come from a recorded softmax of the re-attached inputs, so the gradient is itself
 // differentiable (the composite's double backward).
+// q, k and v of self-attention as views of one projection [N, T, 3 * H * hd] (batch first) or [T, N, 3 * H * hd],
+// which they tile: q the first H * hd features, k the next, v the last (MultiheadAttention's in_proj layout).
+struct PackedHeads {
+  int64_t H = 1;
+  bool batch_first = true;
+  std::array<Tensor, 3> views(const Tensor& p) const {
+    const int64_t a = p.size(0), b = p.size(1), hd = p.size(2) / (3 * H);
+    const Tensor r = batch_first ? p.reshape({a, b, 3, H, hd}).permute({2, 0, 3, 1, 4})   // [3, N, H, T, hd]
+                                 : p.reshape({a, b, 3, H, hd}).permute({2, 1, 3, 0, 4});  // [3, N, H, T, hd]
+    return {r.select(0, 0), r.select(0, 1), r.select(0, 2)};
+  }
+  // The inverse, differentiably (create_graph): three [N, H, T, hd] gradients as one of the projection's shape.
+  Tensor join(const std::array<Tensor, 3>& g, const Shape& shape) const {
+    const Tensor s = stack({g[0], g[1], g[2]}, 0);  // [3, N, H, T, hd]
+    return (batch_first ? s.permute({1, 3, 0, 2, 4}) : s.permute({3, 1, 0, 2, 4})).reshape(shape);
+  }
+};
+
 struct AttentionNode final : detail::Node {
   detail::SavedTensor q, k, v;
+  // Packed self-attention: the one input is the projection (saved here, q, k, v undefined); the backward writes the
+  // three gradients straight into one gradient of the projection's shape, which they tile (no zero fill, no adds).
+  detail::SavedTensor packed;
+  PackedHeads layout;
   Tensor mask;
   bool causal = false;
   double scale = 1;
   bool release_saved() override {
-    const bool had = q.defined();
+    const bool had = q.defined() || packed.defined();
     q.reset();
     k.reset();
     v.reset();
+    packed.reset();
     mask = Tensor();
     return had;
   }
   const char* name() const override { return kOp; }
   bool differentiable_backward() const override { return true; }
   void apply(Tensor* gout, Tensor* gin) override {
-    const Tensor qv = q.get(name()), kv = k.get(name()), vv = v.get(name());
     // The output was recorded in its [N, L, H, Ev] layout: its gradient is viewed back as [N, H, L, Ev].
     const Tensor g = gout[0].permute({0, 2, 1, 3});
+    if (packed.defined()) return apply_packed(g, gin);
+    const Tensor qv = q.get(name()), kv = k.get(name()), vv = v.get(name());
     if (!grad_enabled()) {
       const Tensor g4 = as_4d(g);  // the kernels' unit last stride
       for (int i = 0; i < 3; ++i)
@@ -145,6 +170,23 @@ struct AttentionNode final : detail::Node {
         qv, kv, vv, mask, causal, scale, g, {needs_grad(0), needs_grad(1), needs_grad(2)});
     for (int i = 0; i < 3; ++i) gin[i] = grads[i];
   }
+  void apply_packed(const Tensor& g, Tensor* gin) {
+    const Tensor p = packed.get(name());
+    const std::array<Tensor, 3> in = layout.views(p);
+    if (!grad_enabled()) {
+      const Tensor gp = detail::make_empty(p.shape(), p.dtype(), p.device(), kOp);
+      const std::array<Tensor, 3> out = layout.views(gp);
+      const Tensor g4 = as_4d(g);
+      ops::FusedCall call = ops::AttentionBackwardCall{
+          in[0].impl(),  in[1].impl(),  in[2].impl(), mask.defined() ? mask.impl() : nullptr, causal, scale, g4.impl(),
+          out[0].impl(), out[1].impl(), out[2].impl()};
+      ops::run_fused(call, p.device());
+      gin[0] = gp;
+      return;
+    }
+    gin[0] = layout.join(
+        ops::attention_backward_composite(in[0], in[1], in[2], mask, causal, scale, g, {true, true, true}), p.shape());
+  }
 };
 
 detail::Edge edge_or_none(const Tensor& t) { return t.requires_grad() ? detail::edge_of(t) : detail::Edge{}; }
@@ -158,31 +200,39 @@ Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, 
   return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                                    double dropout_p, bool is_causal, std::optional<double> scale, Generator* gen) {
-  const Checked c = check_args(q, k, v, attn_mask, dropout_p, is_causal, scale);
+namespace {
+
+// The fused path's operands: q, k, v as the kernels' 4-d views and the mask as an [N, H, L, S] view; `fused` false
+// where the composite runs instead (dropout, a mask that needs a gradient, empty operands, no kernel on the device,
+// or scores small enough for the composite's threshold).
+struct FusedOperands {
+  bool fused = false;
+  Tensor q4, k4, v4, m4;
+};
+
+FusedOperands fused_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Checked& c, double dropout_p,
+                             bool is_causal) {
+  FusedOperands f;
   const bool mask_grad = c.mask.defined() && c.mask.requires_grad() && grad_enabled();
-  if (dropout_p > 0 || mask_grad || q.numel() == 0 || k.numel() == 0 || v.numel() == 0)
-    return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
+  if (dropout_p > 0 || mask_grad || q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return f;
   const int64_t n = q.dim();
-  const int64_t L = q.shape()[n - 2], E = q.shape()[n - 1], S = k.shape()[n - 2], Ev = v.shape()[n - 1];
+  const int64_t L = q.shape()[n - 2], E = q.shape()[n - 1], S = k.shape()[n - 2];
   const int64_t B = q.numel() / (L * E);
   const double score_bytes = static_cast<double>(B) * static_cast<double>(L) * static_cast<double>(S) *
                              static_cast<double>(itemsize(q.dtype()));
-  const Tensor q4 = as_4d(q), k4 = as_4d(k), v4 = as_4d(v);
+  f.q4 = as_4d(q), f.k4 = as_4d(k), f.v4 = as_4d(v);
   {
     // Where the backend has no kernel the fallback would materialise the scores as the composite does, and its
     // backward would recompute them: the composite is taken instead.
     ops::FusedCall probe =
-        ops::AttentionCall{q4.impl(), k4.impl(), v4.impl(), nullptr, is_causal, c.scale, nullptr, nullptr};
+        ops::AttentionCall{f.q4.impl(), f.k4.impl(), f.v4.impl(), nullptr, is_causal, c.scale, nullptr, nullptr};
     if (!ops::fused_supported(probe, q.device()) ||
         score_bytes <= static_cast<double>(detail::attention_composite_max_score_bytes.load(std::memory_order_relaxed)))
-      return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
+      return f;
   }
   // The mask as the kernels' [N, H, L, S] view of the scores' shape: a broadcast view (stride 0 where it is shared
   // by batches, heads or queries), not expanded; only a mask without a unit stride along the keys (a transposed
   // one, or one broadcast over them) is copied first, at its own size.
-  Tensor m4;
   if (c.mask.defined()) {
     Tensor m = c.mask.detach();
     if (m.dim() == 0 || m.shape().back() != S || m.stride(m.dim() - 1) != 1) {
@@ -192,36 +242,73 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     }
     Shape full_shape = q.shape();
     full_shape[static_cast<size_t>(n - 1)] = S;
-    m4 = as_4d(m.expand(full_shape));
+    f.m4 = as_4d(m.expand(full_shape));
   }
-  // The output is written in [N, L, H, Ev] order and returned as its [N, H, L, Ev] view: MultiheadAttention's
-  // out projection reads it back as [N, L, H * Ev] without a copy.
-  const int64_t N = q4.size(0), H = q4.size(1);
-  Tensor out = detail::make_empty({N, L, H, Ev}, q.dtype(), q.device(), kOp);
+  f.fused = true;
+  return f;
+}
+
+// The fused forward: the output written in [N, L, H, Ev] order (MultiheadAttention's out projection reads it back as
+// [N, L, H * Ev] without a copy); the caller records the node on it and returns its [N, H, L, Ev] view.
+Tensor fused_forward(const FusedOperands& f, bool is_causal, double scale) {
+  const int64_t N = f.q4.size(0), H = f.q4.size(1), L = f.q4.size(2), Ev = f.v4.size(3);
+  Tensor out = detail::make_empty({N, L, H, Ev}, f.q4.dtype(), f.q4.device(), kOp);
   const Tensor out4 = out.permute({0, 2, 1, 3});
-  {
-    NoGradGuard no_grad;
-    ops::FusedCall call = ops::AttentionCall{q4.impl(), k4.impl(), v4.impl(),   m4.defined() ? m4.impl() : nullptr,
-                                             is_causal, c.scale,   out4.impl(), nullptr};
-    ops::run_fused(call, q.device());
-  }
-  if (grad_enabled() && (q4.requires_grad() || k4.requires_grad() || v4.requires_grad())) {
+  NoGradGuard no_grad;
+  ops::FusedCall call =
+      ops::AttentionCall{f.q4.impl(), f.k4.impl(), f.v4.impl(), f.m4.defined() ? f.m4.impl() : nullptr,
+                         is_causal,   scale,       out4.impl(), nullptr};
+  ops::run_fused(call, f.q4.device());
+  return out;
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p, bool is_causal, std::optional<double> scale, Generator* gen) {
+  const Checked c = check_args(q, k, v, attn_mask, dropout_p, is_causal, scale);
+  const FusedOperands f = fused_operands(q, k, v, c, dropout_p, is_causal);
+  if (!f.fused) return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
+  Tensor out = fused_forward(f, is_causal, c.scale);
+  if (grad_enabled() && (f.q4.requires_grad() || f.k4.requires_grad() || f.v4.requires_grad())) {
     auto* node = new AttentionNode();
-    node->next.push_back(edge_or_none(q4));
-    node->next.push_back(edge_or_none(k4));
-    node->next.push_back(edge_or_none(v4));
-    node->q.save(q4, false);
-    node->k.save(k4, false);
-    node->v.save(v4, false);
-    node->mask = m4;
+    node->next.push_back(edge_or_none(f.q4));
+    node->next.push_back(edge_or_none(f.k4));
+    node->next.push_back(edge_or_none(f.v4));
+    node->q.save(f.q4, false);
+    node->k.save(f.k4, false);
+    node->v.save(f.v4, false);
+    node->mask = f.m4;
     node->causal = is_causal;
     node->scale = c.scale;
     detail::set_history(out, node);
   }
+  const int64_t n = q.dim();
   Shape out_shape = q.shape();
-  out_shape[static_cast<size_t>(n - 1)] = Ev;
+  out_shape[static_cast<size_t>(n - 1)] = v.shape()[n - 1];
   const Tensor result = out.permute({0, 2, 1, 3});
   return n == 4 ? result : result.reshape(out_shape);
+}
+
+Tensor packed_self_attention(const Tensor& projection, int64_t num_heads, bool batch_first, const Tensor& attn_mask,
+                             double dropout_p, bool is_causal, Generator* gen) {
+  const PackedHeads layout{num_heads, batch_first};
+  const std::array<Tensor, 3> qkv = layout.views(projection);
+  const Checked c = check_args(qkv[0], qkv[1], qkv[2], attn_mask, dropout_p, is_causal, std::nullopt);
+  const FusedOperands f = fused_operands(qkv[0], qkv[1], qkv[2], c, dropout_p, is_causal);
+  if (!f.fused) return composite(qkv[0], qkv[1], qkv[2], c.mask, dropout_p, is_causal, c.scale, gen);
+  Tensor out = fused_forward(f, is_causal, c.scale);
+  if (grad_enabled() && projection.requires_grad()) {
+    auto* node = new AttentionNode();
+    node->next.push_back(detail::edge_of(projection));
+    node->packed.save(projection, false);
+    node->layout = layout;
+    node->mask = f.m4;
+    node->causal = is_causal;
+    node->scale = c.scale;
+    detail::set_history(out, node);
+  }
+  return out.permute({0, 2, 1, 3});
 }
 
 }  // namespace oxmera::nn::functional

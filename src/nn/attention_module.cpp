@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/packed_attention.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/nn/attention.hpp"
@@ -135,9 +136,10 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
     return std::pair{in_proj_weight.narrow(0, first * E, count * E),
                      in_proj_bias.defined() ? in_proj_bias.narrow(0, first * E, count * E) : Tensor()};
   };
-  Tensor qh, kh, vh;
+  Tensor qh, kh, vh, packed;  // packed: self-attention's one projection [.., L, .., 3E]
   if (in_proj_weight.defined() && query.is_same(key) && key.is_same(value)) {
-    const std::vector<Tensor> qkv = heads(F::linear(qin, in_proj_weight, in_proj_bias), L, 3);
+    packed = F::linear(qin, in_proj_weight, in_proj_bias);
+    const std::vector<Tensor> qkv = heads(packed, L, 3);
     qh = qkv[0], kh = qkv[1], vh = qkv[2];
   } else if (in_proj_weight.defined()) {
     const auto [wq, bq] = rows(0, 1);
@@ -173,6 +175,8 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
     ctx = w.matmul(vh);
     if (average_attn_weights) weights = weights.mean(Dims{1});
     if (unbatched) weights = weights.squeeze(0);
+  } else if (packed.defined()) {
+    ctx = F::packed_self_attention(packed, H, bf, mask, p, causal);
   } else {
     ctx = F::scaled_dot_product_attention(qh, kh, vh, mask, p, causal);
   }

@@ -755,9 +755,10 @@ constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::IndexCheck, "index check", index_check_fallback,
      "cuda (a thread per position, an atomic min into the deferred-check word); elsewhere the host loop"},
     {FusedOp::TensorListNorm, "tensor list norm", tensor_list_norm_fallback,
-     "cuda (f32; two launches per 24 tensors, chunk sums in f64 combined in order); elsewhere ops per tensor"},
+     "cuda (f32; two launches per 24 tensors, chunk sums in f64 combined in order), cpu (f32, f64, contiguous; one "
+     "pass per tensor, f64 lanes); elsewhere ops per tensor"},
     {FusedOp::TensorListScale, "tensor list scale", tensor_list_scale_fallback,
-     "cuda (f32; one launch per 24 tensors); elsewhere a mul_ per tensor"},
+     "cuda (f32; one launch per 24 tensors), cpu (f32, f64, contiguous); elsewhere a mul_ per tensor"},
 };
 static_assert(sizeof(kFusedOps) / sizeof(kFusedOps[0]) == static_cast<size_t>(kNumFusedOps));
 constexpr bool rows_in_order() {

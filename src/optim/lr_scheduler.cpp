@@ -220,17 +220,18 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     return inf || norm_type == 1.0 ? acc : norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type);
   };
   const auto coef_of = [&](double total) { return std::min(max_norm / (total + 1e-6), 1.0); };
-  // Grads on one device that is not the CPU: every grad's sum (or max) stays there (the fused TensorListNorm: a few
-  // launches for the list on CUDA, else one op per grad), they are combined there and the host reads the one
-  // combined value (one wait, where reading each grad's sum would wait once per parameter); the scaling is
-  // TensorListScale (one launch per 24 grads on CUDA, else a mul_ per grad).
-  bool one_device = !grads[0].device().is_cpu();
+  // Grads on one device: every grad's sum (or max) stays there (the fused TensorListNorm: one pass per grad on the
+  // CPU, a few launches for the list on CUDA, else one op per grad), they are combined there and the host reads the
+  // one combined value (one wait, where reading each grad's sum would wait once per parameter); the scaling is
+  // TensorListScale (one pass per grad on the CPU, one launch per 24 grads on CUDA, else a mul_ per grad). On the
+  // CPU the sums are kept in f64.
+  bool one_device = true;
   for (const Tensor& g : grads) one_device = one_device && g.device() == grads[0].device();
   if (one_device) {
     const Device dev = grads[0].device();
     std::vector<oxmera::detail::TensorImpl*> list;
     for (const Tensor& g : grads) list.push_back(g.impl());
-    Tensor sums = empty({static_cast<int64_t>(list.size())}, grads[0].dtype(), dev);
+    Tensor sums = empty({static_cast<int64_t>(list.size())}, dev.is_cpu() ? DType::F64 : grads[0].dtype(), dev);
     ops::FusedCall norms = ops::TensorListNormCall{list.data(), list.size(), norm_type, sums.impl()};
     ops::run_fused(norms, dev);
     const double total = total_of((inf ? sums.max() : sums.sum()).to(Device::cpu()).to(DType::F64).item<double>());

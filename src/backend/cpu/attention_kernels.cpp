@@ -18,6 +18,7 @@
 
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
+#include "backend/cpu/simd.hpp"
 #include "backend/cpu/vec_math.hpp"
 #include "ops/fused.hpp"
 #include "oxmera/error.hpp"
@@ -29,71 +30,12 @@
 namespace oxmera::detail::OXM_ISA {
 namespace {
 
-// The vector width of this ISA level and how many vectors of a row one micro-tile holds at most (kRowsFor rows x
-// kMaxVecs accumulators plus the row of B stay in registers: 32 zmm, 16 ymm / xmm).
-#if defined(__AVX512F__)
-constexpr int kVecBytes = 64, kMaxVecs = 4;
-#elif defined(__AVX__)
-constexpr int kVecBytes = 32, kMaxVecs = 2;
-#else
-constexpr int kVecBytes = 16, kMaxVecs = 2;
-#endif
+using namespace simd;
+
+// How many vectors of a row one micro-tile holds at most (kRowsFor rows x kMaxVecs accumulators plus the row of B
+// stay in registers: 32 zmm, 16 ymm / xmm).
+constexpr int kMaxVecs = kVecBytes == 64 ? 4 : 2;
 constexpr int64_t kQueryBlock = 32;
-
-// GCC vector types (an attribute on a dependent type is ignored, hence one specialisation per element type).
-template <class T>
-struct VecOf;
-template <>
-struct VecOf<float> {
-  typedef float type __attribute__((vector_size(kVecBytes)));
-  typedef int32_t lane_index __attribute__((vector_size(kVecBytes)));
-};
-template <>
-struct VecOf<double> {
-  typedef double type __attribute__((vector_size(kVecBytes)));
-  typedef int64_t lane_index __attribute__((vector_size(kVecBytes)));
-};
-template <class T>
-using Vec = typename VecOf<T>::type;
-template <class T>
-using LaneIndex = typename VecOf<T>::lane_index;  // integers of T's width: a comparison of them selects lanes
-template <class T>
-using LaneInt = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
-template <class T>
-constexpr int64_t kLanes = kVecBytes / static_cast<int64_t>(sizeof(T));
-
-template <class T>
-LaneIndex<T> lane_iota() {
-  LaneIndex<T> v{};
-  for (int64_t l = 0; l < kLanes<T>; ++l) v[l] = static_cast<LaneInt<T>>(l);
-  return v;
-}
-// v's lanes in the order l ^ w (the butterfly partner at distance w); constant lane maps, as GCC and clang need.
-template <class T, int w, size_t... I>
-[[gnu::always_inline]] inline Vec<T> xor_lanes(const Vec<T>& v, std::index_sequence<I...>) {
-  return __builtin_shufflevector(v, v, static_cast<int>(I ^ w)...);
-}
-// A horizontal sum / max by an xor butterfly of lane shuffles (log2 of the lanes deep, in registers, in a fixed order:
-// the forward and the backward's recompute get the same bits).
-template <class T, int w = 1, class Op>
-[[gnu::always_inline]] inline T reduce_lanes(Vec<T> v, Op op) {
-  if constexpr (w < kLanes<T>) {
-    v = op(v, xor_lanes<T, w>(v, std::make_index_sequence<static_cast<size_t>(kLanes<T>)>{}));
-    return reduce_lanes<T, 2 * w>(v, op);
-  } else {
-    return v[0];
-  }
-}
-template <class T>
-[[gnu::always_inline]] inline Vec<T> vload(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T>
-[[gnu::always_inline]] inline void vstore(T* p, const Vec<T>& v) {
-  std::memcpy(p, &v, sizeof v);
-}
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 

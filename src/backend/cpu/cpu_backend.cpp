@@ -99,7 +99,8 @@ class CpuBackend final : public Backend {
     cpu_scatter_add(out, dim, idx, src);
   }
   // Fused ops: cross entropy, the optimizer steps, im2col / col2im, layer norm, the LSTM and GRU cells, attention,
-  // linear and max pooling in f32 and f64; no small linalg (linalg's host path is the CPU's own).
+  // linear, max pooling and the tensor-list norm / scale (contiguous tensors) in f32 and f64; no small linalg (linalg's
+  // host path is the CPU's own).
   bool supports(const ops::FusedCall& call) const override {
     auto real = [](DType d) { return d == DType::F32 || d == DType::F64; };
     switch (ops::fused_op(call)) {
@@ -160,6 +161,19 @@ class CpuBackend final : public Backend {
         const auto& c = std::get<ops::OptimizerStepsCall>(call);
         for (size_t i = 0; i < c.count; ++i)
           if (!real(c.updates[i].param->dtype)) return false;
+        return true;
+      }
+      case ops::FusedOp::TensorListNorm: {
+        const auto& c = std::get<ops::TensorListNormCall>(call);
+        if (!real(c.out->dtype) || !(c.norm_type > 0)) return false;
+        for (size_t i = 0; i < c.count; ++i)
+          if (!real(c.tensors[i]->dtype) || !c.tensors[i]->contiguous) return false;
+        return true;
+      }
+      case ops::FusedOp::TensorListScale: {
+        const auto& c = std::get<ops::TensorListScaleCall>(call);
+        for (size_t i = 0; i < c.count; ++i)
+          if (!real(c.tensors[i]->dtype) || !c.tensors[i]->contiguous) return false;
         return true;
       }
       default:
@@ -231,6 +245,10 @@ class CpuBackend final : public Backend {
         }
         return;
       }
+      case ops::FusedOp::TensorListNorm:
+        return k_->tensor_list_norm(std::get<ops::TensorListNormCall>(call));
+      case ops::FusedOp::TensorListScale:
+        return k_->tensor_list_scale(std::get<ops::TensorListScaleCall>(call));
       default:
         return Backend::run(call);
     }

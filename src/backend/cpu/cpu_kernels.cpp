@@ -9,6 +9,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend/cpu/parallel.hpp"
+#include "backend/cpu/simd.hpp"
 #include "backend/cpu/vec_math.hpp"
 #include "backend/mat_layout.hpp"
 #include "core/convert.hpp"
@@ -36,6 +37,13 @@ void rnn_cell(const ops::RnnCellCall& c);
 // pool_kernels.cpp (the same ISA namespace)
 void max_pool2d(const ops::MaxPool2dCall& c);
 void max_pool2d_backward(const ops::MaxPool2dBackwardCall& c);
+// norm_kernels.cpp (the same ISA namespace)
+void layer_norm(const TensorImpl& x, const TensorImpl* w, const TensorImpl* b, double eps, int64_t n, TensorImpl& y,
+                TensorImpl& mean, TensorImpl& rstd);
+void layer_norm_backward(const TensorImpl& x, const TensorImpl& g, const TensorImpl* w, const TensorImpl& mean,
+                         const TensorImpl& rstd, int64_t n, TensorImpl& gx, TensorImpl* gw, TensorImpl* gb);
+void tensor_list_norm(const ops::TensorListNormCall& c);
+void tensor_list_scale(const ops::TensorListScaleCall& c);
 // attention_kernels.cpp (the same ISA namespace)
 void attention(const ops::AttentionCall& c);
 void attention_backward(const ops::AttentionBackwardCall& c);
@@ -740,6 +748,35 @@ void group_push(Group& g, int64_t size, int64_t stride, int64_t out_stride) {
   ++g.ndim;
 }
 
+// part[j] += the sum over rows r in [r0, r1) of row r's element j (row r at xb + red.offset(r)), j < cnt, each column
+// summed in P in row order. Floating columns go in tiles of vectors held in registers across the rows (widened to
+// f64 lanes): the same sums in the same order as one scalar pass per row over an array of partials, without a load
+// and a store of each partial per element.
+template <class T, class P>
+void add_rows_into(const T* xb, const Group& red, int64_t r0, int64_t r1, int64_t cnt, P* part) {
+  int64_t j = 0;
+  if constexpr (std::is_floating_point_v<T> && std::is_same_v<P, double>) {
+    using namespace simd;
+    constexpr int64_t W = kLanes<T>, kTile = 4;
+    auto tile = [&]<int64_t NT>(int64_t j0) {
+      WideVec<T> acc[NT];
+      for (int64_t t = 0; t < NT; ++t) std::memcpy(&acc[t], part + j0 + t * W, sizeof acc[t]);
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* row = xb + red.offset(r) + j0;
+        for (int64_t t = 0; t < NT; ++t) acc[t] += widen<T>(vload(row + t * W));
+      }
+      for (int64_t t = 0; t < NT; ++t) std::memcpy(part + j0 + t * W, &acc[t], sizeof acc[t]);
+    };
+    for (; j + kTile * W <= cnt; j += kTile * W) tile.template operator()<kTile>(j);
+    for (; j + W <= cnt; j += W) tile.template operator()<1>(j);
+  }
+  if (j == cnt) return;
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* row = xb + red.offset(r);
+    for (int64_t c = j; c < cnt; ++c) part[c] += static_cast<P>(row[c]);
+  }
+}
+
 template <class T>
 void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t mask) {
   Group kept, red;
@@ -857,21 +894,14 @@ void reduce_typed(ReduceOp op, const TensorImpl& x, TensorImpl& out, uint64_t ma
                      T* ob = op_ + outer.offset(mo, true) + j0;
                      if (R <= kRows) {  // one block: its plain lanes are the result (compensating one value is a no-op)
                        for (int64_t j = 0; j < cnt; ++j) part[j] = 0;
-                       for (int64_t r = 0; r < R; ++r) {
-                         const T* row = xb + red.offset(r);
-                         for (int64_t j = 0; j < cnt; ++j) part[j] += static_cast<P>(row[j]);
-                       }
+                       add_rows_into<T, P>(xb, red, 0, R, cnt, part);
                        for (int64_t j = 0; j < cnt; ++j) ob[j] = static_cast<T>(static_cast<A>(part[j]));
                        continue;
                      }
                      for (int64_t j = 0; j < cnt; ++j) acc[j] = SumAcc<T>{};
                      for (int64_t r0 = 0; r0 < R; r0 += kRows) {
                        for (int64_t j = 0; j < cnt; ++j) part[j] = 0;
-                       const int64_t r1 = std::min(R, r0 + kRows);
-                       for (int64_t r = r0; r < r1; ++r) {
-                         const T* row = xb + red.offset(r);
-                         for (int64_t j = 0; j < cnt; ++j) part[j] += static_cast<P>(row[j]);
-                       }
+                       add_rows_into<T, P>(xb, red, r0, std::min(R, r0 + kRows), cnt, part);
                        for (int64_t j = 0; j < cnt; ++j) acc[j].add(static_cast<A>(part[j]));
                      }
                      for (int64_t j = 0; j < cnt; ++j) ob[j] = static_cast<T>(acc[j].result());
@@ -1112,128 +1142,6 @@ void softmax_backward(const TensorImpl& y, const TensorImpl& g, TensorImpl& out,
   }
 }
 
-// ---------------------------------------------------------------- layer norm
-// Row sums in f64 (as the composite's mean): lanes of T flushed into the f64 sum every 16 per lane.
-template <class T, class F>
-double row_sum(int64_t n, F f) {
-  constexpr int W = 64 / sizeof(T);
-  double sum = 0;
-  int64_t i = 0;
-  while (i + W <= n) {
-    T part[W] = {};
-    const int64_t stop = std::min(n - n % W, i + 16 * W);
-    for (; i < stop; i += W)
-      for (int j = 0; j < W; ++j) part[j] += f(i + j);
-    double s = 0;
-    for (int j = 0; j < W; ++j) s += static_cast<double>(part[j]);
-    sum += s;
-  }
-  for (; i < n; ++i) sum += static_cast<double>(f(i));
-  return sum;
-}
-
-template <class T>
-void layer_norm_typed(const TensorImpl& xt, const TensorImpl* wt, const TensorImpl* bt, double eps, int64_t n,
-                      TensorImpl& yt, TensorImpl& mt, TensorImpl& rt) {
-  const T* xp = xt.ptr<T>();
-  const T* w = wt ? wt->ptr<T>() : nullptr;
-  const T* bb = bt ? bt->ptr<T>() : nullptr;
-  T* yp = yt.ptr<T>();
-  T* mp = mt.ptr<T>();
-  T* rp = rt.ptr<T>();
-  const int64_t rows = xt.numel / n;
-  parallel_for(rows, std::max<int64_t>(kGrainCheap / n, 1), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const T* x = xp + r * n;
-      T* y = yp + r * n;
-      // Two passes, as the composite: the mean, then the mean square of the centred row.
-      const T mean = static_cast<T>(row_sum<T>(n, [&](int64_t i) { return x[i]; }) / static_cast<double>(n));
-      const T var = static_cast<T>(row_sum<T>(n, [&](int64_t i) { return (x[i] - mean) * (x[i] - mean); }) /
-                                   static_cast<double>(n));
-      const T rstd = T(1) / std::sqrt(var + static_cast<T>(eps));
-      mp[r] = mean;
-      rp[r] = rstd;
-      if (w && bb) {
-        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i] + bb[i];
-      } else if (w) {
-        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i];
-      } else if (bb) {
-        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd + bb[i];
-      } else {
-        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd;
-      }
-    }
-  });
-}
-
-template <class T>
-void layer_norm_backward_typed(const TensorImpl& xt, const TensorImpl& gt, const TensorImpl* wt, const TensorImpl& mt,
-                               const TensorImpl& rt, int64_t n, TensorImpl& gxt, TensorImpl* gwt, TensorImpl* gbt) {
-  const T* xp = xt.ptr<T>();
-  const T* gp = gt.ptr<T>();
-  const T* w = wt ? wt->ptr<T>() : nullptr;
-  const T* mp = mt.ptr<T>();
-  const T* rp = rt.ptr<T>();
-  T* gxp = gxt.ptr<T>();
-  const int64_t rows = xt.numel / n;
-  parallel_for(rows, std::max<int64_t>(kGrainCheap / n, 1), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const T* x = xp + r * n;
-      const T* g = gp + r * n;
-      T* gx = gxp + r * n;
-      const T mean = mp[r], rstd = rp[r];
-      auto gy = [&](int64_t i) { return w ? g[i] * w[i] : g[i]; };
-      const T a = static_cast<T>(row_sum<T>(n, gy) / static_cast<double>(n));
-      const T c = static_cast<T>(row_sum<T>(n, [&](int64_t i) { return gy(i) * ((x[i] - mean) * rstd); }) /
-                                 static_cast<double>(n));
-      if (w) {
-        for (int64_t i = 0; i < n; ++i) gx[i] = rstd * (g[i] * w[i] - a - (x[i] - mean) * rstd * c);
-      } else {
-        for (int64_t i = 0; i < n; ++i) gx[i] = rstd * (g[i] - a - (x[i] - mean) * rstd * c);
-      }
-    }
-  });
-  if (!gwt && !gbt) return;
-  // Column sums over the rows in f64, in blocks of columns (parallel over the blocks: each column's order is fixed).
-  T* gw = gwt ? gwt->ptr<T>() : nullptr;
-  T* gb = gbt ? gbt->ptr<T>() : nullptr;
-  constexpr int64_t kCols = 256;
-  parallel_for((n + kCols - 1) / kCols, std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(rows * kCols, 1)),
-               [&](int64_t b, int64_t e) {
-                 double sw[kCols], sb[kCols];
-                 for (int64_t blk = b; blk < e; ++blk) {
-                   const int64_t j0 = blk * kCols, cnt = std::min(kCols, n - j0);
-                   for (int64_t j = 0; j < cnt; ++j) sw[j] = sb[j] = 0;
-                   for (int64_t r = 0; r < rows; ++r) {
-                     const T* x = xp + r * n + j0;
-                     const T* g = gp + r * n + j0;
-                     const T mean = mp[r], rstd = rp[r];
-                     for (int64_t j = 0; j < cnt; ++j) {
-                       sw[j] += static_cast<double>(g[j] * ((x[j] - mean) * rstd));
-                       sb[j] += static_cast<double>(g[j]);
-                     }
-                   }
-                   for (int64_t j = 0; j < cnt; ++j) {
-                     if (gw) gw[j0 + j] = static_cast<T>(sw[j]);
-                     if (gb) gb[j0 + j] = static_cast<T>(sb[j]);
-                   }
-                 }
-               });
-}
-
-void layer_norm(const TensorImpl& x, const TensorImpl* w, const TensorImpl* b, double eps, int64_t n, TensorImpl& y,
-                TensorImpl& mean, TensorImpl& rstd) {
-  if (x.dtype == DType::F32) return layer_norm_typed<float>(x, w, b, eps, n, y, mean, rstd);
-  if (x.dtype == DType::F64) return layer_norm_typed<double>(x, w, b, eps, n, y, mean, rstd);
-  OXM_FAIL(UnsupportedDType, "layer_norm: dtype ", x.dtype, " is not supported (f32, f64)");
-}
-void layer_norm_backward(const TensorImpl& x, const TensorImpl& g, const TensorImpl* w, const TensorImpl& mean,
-                         const TensorImpl& rstd, int64_t n, TensorImpl& gx, TensorImpl* gw, TensorImpl* gb) {
-  if (x.dtype == DType::F32) return layer_norm_backward_typed<float>(x, g, w, mean, rstd, n, gx, gw, gb);
-  if (x.dtype == DType::F64) return layer_norm_backward_typed<double>(x, g, w, mean, rstd, n, gx, gw, gb);
-  OXM_FAIL(UnsupportedDType, "layer_norm backward: dtype ", x.dtype, " is not supported (f32, f64)");
-}
-
 // ---------------------------------------------------------------- matmul
 
 template <class T>
@@ -1320,7 +1228,9 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           max_pool2d_backward,
                           rnn_cell,
                           attention,
-                          attention_backward};
+                          attention_backward,
+                          tensor_list_norm,
+                          tensor_list_scale};
 
 }  // namespace
 

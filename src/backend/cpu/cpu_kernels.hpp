@@ -14,6 +14,8 @@ struct AttentionCall;
 struct AttentionBackwardCall;
 struct MaxPool2dCall;
 struct MaxPool2dBackwardCall;
+struct TensorListNormCall;
+struct TensorListScaleCall;
 }  // namespace oxmera::ops
 
 namespace oxmera::detail {
@@ -65,6 +67,10 @@ struct CpuKernels {
   // AttentionBackwardCall: 4-d views with a unit last stride, f32 / f64)
   void (*attention)(const ops::AttentionCall&);
   void (*attention_backward)(const ops::AttentionBackwardCall&);
+  // norm_kernels.cpp: clip_grad_norm_'s per-tensor sums of |x|^p (or max |x|) over a list of contiguous f32 / f64
+  // tensors into an f32 or f64 out, and the list scaled in place (TensorListNormCall, TensorListScaleCall)
+  void (*tensor_list_norm)(const ops::TensorListNormCall&);
+  void (*tensor_list_scale)(const ops::TensorListScaleCall&);
 };
 
 namespace isa_base {
