@@ -328,6 +328,60 @@ TEST(LinearReplicas, StackedFunctionalLinearEqualsOneLinearPerReplica) {
 // LayerNorm with stacked replicas: weight and bias [R, *normalized_shape] (ones and zeros), replica r of the input
 // normalised and then scaled and shifted by replica r's parameters — equal, values and gradients, to R separate
 // LayerNorms holding the same (here randomised) parameters; f64 gradcheck; typed errors.
+// Conv2d with replicas: one grouped convolution over the replicas' channels; built from ReplicaGenerators it starts
+// where R separately seeded layers do, and its outputs and gradients are theirs (groups, stride, padding, dilation).
+TEST(Conv2dReplicas, EqualRSeparatelySeededLayers) {
+  constexpr int64_t R = 3;
+  const nn::Conv2dOptions base{.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2};
+  nn::ReplicaGenerators gens(R, 40);
+  nn::Conv2dOptions opt = base;
+  opt.replicas = R;
+  opt.replica_generators = &gens;
+  nn::Conv2d conv(4, 6, {3, 2}, opt);
+  EXPECT_EQ(conv.weight.shape(), Shape({R, 6, 2, 3, 2}));
+  EXPECT_EQ(conv.bias.shape(), Shape({R, 6}));
+  EXPECT_EQ(conv.replicas(), R);
+  EXPECT_EQ(conv.extra_repr(),
+            "4, 6, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2, replicas=3");
+  const Tensor x = randn({R, 2, 4, 7, 6}, 41).requires_grad_();
+  const Tensor y = conv.forward(x);
+  ASSERT_EQ(y.shape(), Shape({R, 2, 6, 4, 4}));
+  const Tensor up = randn(y.shape(), 42);
+  (y * up).sum().backward();
+  for (int64_t r = 0; r < R; ++r) {
+    Generator g(40 + static_cast<uint64_t>(r));
+    nn::Conv2d one(4, 6, {3, 2}, base, g);
+    EXPECT_EQ(values(one.weight), values(conv.weight.select(0, r))) << "replica " << r << "'s initial weight";
+    EXPECT_EQ(values(one.bias), values(conv.bias.select(0, r))) << "replica " << r << "'s initial bias";
+    const Tensor xr = x.select(0, r).detach().requires_grad_();
+    const Tensor yr = one.forward(xr);
+    oxt::expect_close(values(yr), values(y.select(0, r)), 1e-5, 1e-5, "replica output");
+    (yr * up.select(0, r)).sum().backward();
+    oxt::expect_close(values(one.weight.grad()), values(conv.weight.grad().select(0, r)), 1e-5, 1e-5, "weight grad");
+    oxt::expect_close(values(one.bias.grad()), values(conv.bias.grad().select(0, r)), 1e-5, 1e-5, "bias grad");
+    oxt::expect_close(values(xr.grad()), values(x.grad().select(0, r)), 1e-5, 1e-5, "input grad");
+  }
+  // a shared input as a broadcast view; no bias; f64 gradcheck
+  nn::Conv2d nb(2, 3, {2, 2}, {.bias = false, .replicas = 2});
+  EXPECT_FALSE(nb.bias.defined());
+  const Tensor shared = randn({1, 2, 4, 4}, 43);
+  const Tensor ys = nb.forward(shared.unsqueeze(0).expand({2, 1, 2, 4, 4}));
+  for (int64_t r = 0; r < 2; ++r) {
+    const Tensor want = nn::functional::conv2d(shared, nb.weight.select(0, r), {});
+    oxt::expect_close(values(ys.select(0, r)), values(want), 1e-5, 1e-5, "shared input");
+  }
+  nb.to(DType::F64);
+  GradcheckResult gc =
+      gradcheck([&](const std::vector<Tensor>& in) { return nb.forward(in[0]); }, {u64({2, 1, 2, 3, 3}, 44)});
+  EXPECT_TRUE(gc.ok) << gc.message;
+  EXPECT_OXM_ERROR(conv.forward(randn({2, 4, 7, 6}, 1)), ShapeMismatch, "replica dim first");
+  EXPECT_OXM_ERROR(conv.forward(randn({R, 2, 5, 7, 6}, 1)), ShapeMismatch, "must be [3, N, 4, H, W]");
+  EXPECT_OXM_ERROR(nn::Conv2d(2, 2, {1, 1}, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
+  nn::ReplicaGenerators two(2, 1);
+  EXPECT_OXM_ERROR(nn::Conv2d(2, 2, {1, 1}, {.replicas = 3, .replica_generators = &two}), InvalidArgument,
+                   "2 generators for 3 replicas");
+}
+
 TEST(LayerNormReplicas, EqualRSeparateLayers) {
   constexpr int64_t R = 3;
   nn::LayerNorm ln(Shape{2, 5}, {.eps = 1e-4, .replicas = R});

@@ -106,24 +106,54 @@ Conv2d::Conv2d(int64_t in, int64_t out, Pair kernel, Conv2dOptions opt, Generato
             " and out_channels ", out, " must be divisible by groups ", opt.groups);
   check_positive(kernel[0], "Conv2d", "kernel height");
   check_positive(kernel[1], "Conv2d", "kernel width");
-  register_parameter("weight", &Conv2d::weight, empty({out, in / opt.groups, kernel[0], kernel[1]}));
-  register_parameter("bias", &Conv2d::bias, opt.bias ? empty({out}) : Tensor());
-  default_init(weight, &bias, gen);
+  OXM_CHECK(opt.replicas >= 0, InvalidArgument, "Conv2d: replicas must be >= 0 (0: not stacked), got ", opt.replicas);
+  OXM_CHECK(!opt.replica_generators || opt.replica_generators->size() == opt.replicas, InvalidArgument,
+            "Conv2d: replica_generators has ", opt.replica_generators ? opt.replica_generators->size() : 0,
+            " generators for ", opt.replicas, " replicas; build it with ReplicaGenerators(", opt.replicas, ", seed)");
+  if (opt.replicas == 0) {
+    register_parameter("weight", &Conv2d::weight, empty({out, in / opt.groups, kernel[0], kernel[1]}));
+    register_parameter("bias", &Conv2d::bias, opt.bias ? empty({out}) : Tensor());
+    default_init(weight, &bias, gen);
+    return;
+  }
+  const int64_t R = opt.replicas;
+  register_parameter("weight", &Conv2d::weight, empty({R, out, in / opt.groups, kernel[0], kernel[1]}));
+  register_parameter("bias", &Conv2d::bias, opt.bias ? empty({R, out}) : Tensor());
+  for (int64_t r = 0; r < R; ++r) {  // each replica as a layer of its own (torch's default init)
+    Tensor w = weight.select(0, r), b = bias.defined() ? bias.select(0, r) : Tensor();
+    default_init(w, &b, opt.replica_generators ? opt.replica_generators->generator(r) : gen);
+  }
 }
 std::string Conv2d::extra_repr() const {
   // torch's form: "1, 8, kernel_size=(3, 3), stride=(1, 1)" then only the options that differ from the defaults.
-  std::string s = concat(weight.shape()[1] * options.groups, ", ", weight.shape()[0],
-                         ", kernel_size=", tuple_str(Pair(weight.shape()[2], weight.shape()[3])),
+  const int64_t o = options.replicas > 0 ? 1 : 0;  // a stacked weight's dims are one further along
+  std::string s = concat(weight.shape()[1 + o] * options.groups, ", ", weight.shape()[o],
+                         ", kernel_size=", tuple_str(Pair(weight.shape()[2 + o], weight.shape()[3 + o])),
                          ", stride=", tuple_str(options.stride));
   if (options.padding != Pair(0)) s += ", padding=" + tuple_str(options.padding);
   if (options.dilation != Pair(1)) s += ", dilation=" + tuple_str(options.dilation);
   if (options.groups != 1) s += concat(", groups=", options.groups);
   if (!bias.defined()) s += ", bias=false";
+  if (options.replicas > 0) s += concat(", replicas=", options.replicas);
   return s;
 }
 Tensor Conv2d::forward(const Tensor& x) {
   check_f32_input(x);
-  return F::conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  if (options.replicas == 0)
+    return F::conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  // R replicas as one grouped convolution: the replicas' channels side by side ([N, R * in, H, W]), R * groups
+  // groups, so replica r's channels meet only replica r's filters.
+  const int64_t R = options.replicas, out = weight.shape()[1], in = weight.shape()[2] * options.groups;
+  OXM_CHECK(x.dim() == 5 && x.shape()[0] == R && x.shape()[2] == in, ShapeMismatch, "Conv2d with ", R,
+            " replicas: input ", x.shape(), " must be [", R, ", N, ", in,
+            ", H, W] (replica dim first; to give every replica the same input, x.unsqueeze(0).expand({", R, ", ...}))");
+  const int64_t N = x.shape()[1];
+  const Tensor xs = x.transpose(0, 1).reshape({N, R * in, x.shape()[3], x.shape()[4]});
+  const Shape& ws = weight.shape();
+  const Tensor y =
+      F::conv2d(xs, weight.reshape({R * out, ws[2], ws[3], ws[4]}), bias.defined() ? bias.reshape({R * out}) : Tensor(),
+                options.stride, options.padding, options.dilation, options.groups * R);
+  return y.reshape({N, R, out, y.shape()[2], y.shape()[3]}).transpose(0, 1);
 }
 
 MaxPool2d::MaxPool2d(Pair k, Pair s, Pair p, Pair d) : kernel(k), stride(s), padding(p), dilation(d) {}

@@ -67,6 +67,11 @@ struct Conv2dOptions {
   Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;
   bool bias = true;
+  // 0: one layer. R >= 1: R independent replicas in one module (as LinearOptions::replicas): weight
+  // [R, out, in/groups, kh, kw], bias [R, out], input [R, N, in, H, W] -> [R, N, out, H', W'] (one grouped
+  // convolution over the replicas' channels side by side).
+  int64_t replicas = 0;
+  ReplicaGenerators* replica_generators = nullptr;  // replica r's initial values from generator(r); null: from gen
 };
 class Conv2d : public Module {
  public:
@@ -80,7 +85,8 @@ class Conv2d : public Module {
   ModulePtr shallow_copy() const override { return std::make_shared<Conv2d>(*this); }
 
  public:
-  Tensor weight, bias;  // [out, in/groups, kh, kw], [out]
+  int64_t replicas() const noexcept { return options.replicas; }  // 0: not stacked
+  Tensor weight, bias;  // [out, in/groups, kh, kw], [out]; stacked: [R, out, in/groups, kh, kw], [R, out]
   Conv2dOptions options;
 };
 
