@@ -99,10 +99,6 @@ Tensor as_4d(const Tensor& x) {
   return y.stride(3) == 1 || y.size(3) == 1 ? y : y.contiguous();
 }
 
-// Saves q, k, v (the kernels' 4-d views) and the additive mask. Without create_graph the backward is the fused
-// AttentionBackward op (the CPU's kernel recomputes the weights block by block; elsewhere the composite fallback).
-// With create_graph the weights come from a recorded softmax of the re-attached inputs, so the gradient is itself
-// differentiable (the composite's double backward).
 // q, k and v of self-attention as views of one projection [N, T, 3 * H * hd] (batch first) or [T, N, 3 * H * hd],
 // which they tile: q the first H * hd features, k the next, v the last (MultiheadAttention's in_proj layout).
 struct PackedHeads {
@@ -121,6 +117,10 @@ struct PackedHeads {
   }
 };
 
+// Saves q, k, v (the kernels' 4-d views) and the additive mask. Without create_graph the backward is the fused
+// AttentionBackward op (the CPU's kernel recomputes the weights block by block; elsewhere the composite fallback).
+// With create_graph the weights come from a recorded softmax of the re-attached inputs, so the gradient is itself
+// differentiable (the composite's double backward).
 struct AttentionNode final : detail::Node {
   detail::SavedTensor q, k, v;
   // Packed self-attention: the one input is the projection (saved here, q, k, v undefined); the backward writes the

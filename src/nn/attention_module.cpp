@@ -139,8 +139,10 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
   Tensor qh, kh, vh, packed;  // packed: self-attention's one projection [.., L, .., 3E]
   if (in_proj_weight.defined() && query.is_same(key) && key.is_same(value)) {
     packed = F::linear(qin, in_proj_weight, in_proj_bias);
-    const std::vector<Tensor> qkv = heads(packed, L, 3);
-    qh = qkv[0], kh = qkv[1], vh = qkv[2];
+    if (need_weights) {  // else packed_self_attention takes the heads of the projection itself
+      const std::vector<Tensor> qkv = heads(packed, L, 3);
+      qh = qkv[0], kh = qkv[1], vh = qkv[2];
+    }
   } else if (in_proj_weight.defined()) {
     const auto [wq, bq] = rows(0, 1);
     qh = heads(F::linear(qin, wq, bq), L, 1)[0];

@@ -57,8 +57,7 @@ void layer_norm_t(const TensorImpl& xt, const TensorImpl* wt, const TensorImpl* 
   parallel_for(
       blocks, std::max<int64_t>(kGrain / std::max<int64_t>(n * kRowBlock, 1), 1),
       [&, n, whole, rows](int64_t b, int64_t e) {
-        // (locals, not captures: a store through y could alias a captured pointer, which would be reloaded every
-        // vector)
+        // (the pointers as locals of the task: the loops keep them in registers)
         const T* const xp = xt.ptr<T>();
         const T* const w = wt ? wt->ptr<T>() : nullptr;
         const T* const bb = bt ? bt->ptr<T>() : nullptr;
