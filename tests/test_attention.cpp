@@ -126,16 +126,26 @@ TEST(Attention, KernelsMatchFallbacksIncludingLseAndBackward) {
           return empty({out_shape[0], c.L, out_shape[1], c.Ev}, dt).permute({0, 2, 1, 3});
         };
         Tensor o1 = out_like(), l1 = empty({B, c.L}, dt), o2 = out_like(), l2 = empty({B, c.L}, dt);
+        // the kept weights: NaN-filled first, so a position the kernel leaves unwritten shows
+        Tensor p1 = full({B, c.L, c.S}, NAN, dt), p2 = full({B, c.L, c.S}, NAN, dt);
         ops::FusedCall kc =
-            ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o1.impl(), l1.impl()};
+            ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o1.impl(), l1.impl(), p1.impl()};
         ops::FusedCall fc =
-            ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o2.impl(), l2.impl()};
+            ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o2.impl(), l2.impl(), p2.impl()};
         ASSERT_TRUE(d::cpu_backend().supports(kc)) << what;
         ops::run_fused(kc, Device::cpu());
         ops::run_fused_fallback(fc, Device::cpu());
         const double tl = dt == DType::F64 ? 1e-12 : 5e-6;
         expect_close(values(o1), values(o2), tl, tl, what + " out");
         expect_close(values(l1), values(l2), tl, tl, what + " lse");
+        expect_close(values(p1), values(p2), tl, tl, what + " probs");
+        {  // the output does not depend on whether the weights are kept
+          Tensor o3 = out_like();
+          ops::FusedCall plain =
+              ops::AttentionCall{q.impl(), k.impl(), v.impl(), mi, c.mask == 3, 0.37, o3.impl(), nullptr};
+          ops::run_fused(plain, Device::cpu());
+          expect_close(values(o3), values(o1), 0, 0, what + " out without probs");
+        }
 
         std::vector<Tensor> kg, fg;
         for (const Tensor* like : {&q, &k, &v}) {
@@ -152,6 +162,26 @@ TEST(Attention, KernelsMatchFallbacksIncludingLseAndBackward) {
         const double tb = dt == DType::F64 ? 1e-11 : 2e-5;
         for (size_t i = 0; i < 3; ++i)
           expect_close(values(kg[i]), values(fg[i]), tb, tb, what + " grad " + std::to_string(i));
+        // Reading the kept weights gives the recomputing kernel's bits (the same code made them), and the fallback
+        // reading its own kept weights its values.
+        std::vector<Tensor> pg, pf;
+        for (const Tensor* like : {&q, &k, &v}) {
+          pg.push_back(empty(like->shape(), dt));
+          pf.push_back(empty(like->shape(), dt));
+        }
+        ops::FusedCall kbp =
+            ops::AttentionBackwardCall{q.impl(), k.impl(),     v.impl(),     mi,           c.mask == 3, 0.37,
+                                       g.impl(), pg[0].impl(), pg[1].impl(), pg[2].impl(), p1.impl()};
+        ops::FusedCall fbp =
+            ops::AttentionBackwardCall{q.impl(), k.impl(),     v.impl(),     mi,           c.mask == 3, 0.37,
+                                       g.impl(), pf[0].impl(), pf[1].impl(), pf[2].impl(), p2.impl()};
+        ASSERT_TRUE(d::cpu_backend().supports(kbp)) << what;
+        ops::run_fused(kbp, Device::cpu());
+        ops::run_fused_fallback(fbp, Device::cpu());
+        for (size_t i = 0; i < 3; ++i) {
+          expect_close(values(pg[i]), values(kg[i]), 0, 0, what + " grad from probs " + std::to_string(i));
+          expect_close(values(pf[i]), values(fg[i]), tb, tb, what + " fallback grad from probs " + std::to_string(i));
+        }
       }
 }
 
@@ -326,6 +356,54 @@ TEST(Attention, TypedErrorsNameTheShapes) {
 
 // The policy: by default every problem takes the CPU's fused kernels; a problem whose scores take at most
 // attention_composite_max_score_bytes takes the composite. Both give the same values and gradients.
+// A recorded fused forward keeps the weights P for its backward when they are small (attention_keep_probs_max_bytes):
+// they are held by the graph (the live bytes grow by them), the gradients are the recomputing backward's bits, plain
+// and packed (MultiheadAttention's self-attention), and an in-place change of an input still fails the backward.
+TEST(Attention, KeptWeightsGiveTheRecomputingBackwardsBits) {
+  ASSERT_TRUE(kFusedEverywhere);
+  const int64_t saved = d::attention_keep_probs_max_bytes;
+  for (DType dt : {DType::F32, DType::F64})
+    for (bool causal : {false, true}) {
+      const Tensor q = randn({2, 3, 37, 16}, 1, dt).requires_grad_(), k = randn({2, 3, 37, 16}, 2, dt).requires_grad_(),
+                   v = randn({2, 3, 37, 8}, 3, dt).requires_grad_(), g = randn({2, 3, 37, 8}, 4, dt);
+      std::vector<Tensor> grads[2];
+      int64_t live[2];
+      for (int keep = 0; keep < 2; ++keep) {
+        d::attention_keep_probs_max_bytes = keep ? saved : 0;
+        const int64_t before = memory_stats().allocated_bytes;
+        const Tensor y = F::scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
+        live[keep] = memory_stats().allocated_bytes - before;
+        grads[keep] = autograd::grad({(y * g).sum()}, {q, k, v});
+      }
+      d::attention_keep_probs_max_bytes = saved;
+      EXPECT_GE(live[1] - live[0], 2 * 3 * 37 * 37 * static_cast<int64_t>(itemsize(dt))) << "the weights were kept";
+      for (size_t i = 0; i < 3; ++i)
+        expect_close(values(grads[1][i]), values(grads[0][i]), 0, 0, "kept vs recomputed " + std::to_string(i));
+    }
+  // packed self-attention through MultiheadAttention: the same gradients with and without kept weights
+  nn::MultiheadAttention mha(32, 4, {.batch_first = true});
+  const Tensor x = randn({3, 21, 32}, 5).requires_grad_();
+  const Tensor kpm = rand({3, 21}, 6, DType::F64) > 0.7;  // true: ignore that key
+  std::vector<Tensor> grads[2];
+  for (int keep = 0; keep < 2; ++keep) {
+    d::attention_keep_probs_max_bytes = keep ? saved : 0;
+    const Tensor y = std::get<0>(mha.forward(x, x, x, kpm.to(DType::U8), false));
+    grads[keep] = autograd::grad({(y * y).sum()}, {x, mha.in_proj_weight});
+  }
+  d::attention_keep_probs_max_bytes = saved;
+  for (size_t i = 0; i < 2; ++i) expect_close(values(grads[1][i]), values(grads[0][i]), 0, 0, "packed, kept");
+  // an input changed in place after the forward: the backward fails, kept weights or not
+  const Tensor q = randn({1, 2, 5, 16}, 6).requires_grad_(), k = randn({1, 2, 5, 16}, 7), v = randn({1, 2, 5, 16}, 8);
+  Tensor kk = k.clone().requires_grad_();
+  Tensor kd = kk * 1.0;
+  const Tensor y = F::scaled_dot_product_attention(q, kd, v);
+  {
+    NoGradGuard ng;
+    kd.add_(1.0);
+  }
+  EXPECT_THROW(y.sum().backward(), Error);
+}
+
 TEST(Attention, ThePolicyPicksTheCompositeOrTheFusedKernels) {
   ASSERT_TRUE(kFusedEverywhere);
   const int64_t saved = d::attention_composite_max_score_bytes;

@@ -110,10 +110,12 @@ TEST(MultiheadAttention, PackedProjectionsMatchSeparateOnes) {
         for (auto& [name, p] : m.named_parameters()) r.push_back(p.grad().clone());
         return r;
       };
+      // f32 sums of products taken in other groupings (the packed projections): entries up to ~20 differ by an ulp
+      // or two of that scale (~2e-6) also where the entry itself is small, hence an absolute 1e-5.
       const std::vector<Tensor> packed = run(true), separate = run(false);
       ASSERT_EQ(packed.size(), separate.size());
       for (size_t i = 0; i < packed.size(); ++i)
-        expect_close(values(packed[i]), values(separate[i]), 1e-5, 1e-6, what + ": result " + std::to_string(i));
+        expect_close(values(packed[i]), values(separate[i]), 1e-5, 1e-5, what + ": result " + std::to_string(i));
     }
 }
 

@@ -117,8 +117,9 @@ struct PackedHeads {
   }
 };
 
-// Saves q, k, v (the kernels' 4-d views) and the additive mask. Without create_graph the backward is the fused
-// AttentionBackward op (the CPU's kernel recomputes the weights block by block; elsewhere the composite fallback).
+// Saves q, k, v (the kernels' 4-d views), the additive mask and, for small problems, the weights P. Without
+// create_graph the backward is the fused AttentionBackward op (the CPU's kernel reads the kept weights or recomputes
+// them block by block; elsewhere the composite fallback).
 // With create_graph the weights come from a recorded softmax of the re-attached inputs, so the gradient is itself
 // differentiable (the composite's double backward).
 struct AttentionNode final : detail::Node {
@@ -128,6 +129,9 @@ struct AttentionNode final : detail::Node {
   detail::SavedTensor packed;
   PackedHeads layout;
   Tensor mask;
+  // The forward's weights P [N H, L, S] (attention_keep_probs_max_bytes), or undefined: the fused backward reads them
+  // instead of recomputing them. Not an input's value: the version checks of q, k, v (or the projection) cover it.
+  Tensor probs;
   bool causal = false;
   double scale = 1;
   bool release_saved() override {
@@ -137,6 +141,7 @@ struct AttentionNode final : detail::Node {
     v.reset();
     packed.reset();
     mask = Tensor();
+    probs = Tensor();
     return had;
   }
   const char* name() const override { return kOp; }
@@ -162,7 +167,8 @@ struct AttentionNode final : detail::Node {
                                                        g4.impl(),
                                                        gin[0].defined() ? gin[0].impl() : nullptr,
                                                        gin[1].defined() ? gin[1].impl() : nullptr,
-                                                       gin[2].defined() ? gin[2].impl() : nullptr};
+                                                       gin[2].defined() ? gin[2].impl() : nullptr,
+                                                       probs.defined() ? probs.impl() : nullptr};
       ops::run_fused(call, qv.device());
       return;
     }
@@ -177,9 +183,17 @@ struct AttentionNode final : detail::Node {
       const Tensor gp = detail::make_empty(p.shape(), p.dtype(), p.device(), kOp);
       const std::array<Tensor, 3> out = layout.views(gp);
       const Tensor g4 = as_4d(g);
-      ops::FusedCall call = ops::AttentionBackwardCall{
-          in[0].impl(),  in[1].impl(),  in[2].impl(), mask.defined() ? mask.impl() : nullptr, causal, scale, g4.impl(),
-          out[0].impl(), out[1].impl(), out[2].impl()};
+      ops::FusedCall call = ops::AttentionBackwardCall{in[0].impl(),
+                                                       in[1].impl(),
+                                                       in[2].impl(),
+                                                       mask.defined() ? mask.impl() : nullptr,
+                                                       causal,
+                                                       scale,
+                                                       g4.impl(),
+                                                       out[0].impl(),
+                                                       out[1].impl(),
+                                                       out[2].impl(),
+                                                       probs.defined() ? probs.impl() : nullptr};
       ops::run_fused(call, p.device());
       gin[0] = gp;
       return;
@@ -249,15 +263,30 @@ FusedOperands fused_operands(const Tensor& q, const Tensor& k, const Tensor& v, 
 }
 
 // The fused forward: the output written in [N, L, H, Ev] order (MultiheadAttention's out projection reads it back as
-// [N, L, H * Ev] without a copy); the caller records the node on it and returns its [N, H, L, Ev] view.
-Tensor fused_forward(const FusedOperands& f, bool is_causal, double scale) {
-  const int64_t N = f.q4.size(0), H = f.q4.size(1), L = f.q4.size(2), Ev = f.v4.size(3);
+// [N, L, H * Ev] without a copy); the caller records the node on it and returns its [N, H, L, Ev] view. With
+// `record`, the weights P are kept in *probs for the node when they are small enough and the backend takes them.
+Tensor fused_forward(const FusedOperands& f, bool is_causal, double scale, bool record, Tensor* probs) {
+  const int64_t N = f.q4.size(0), H = f.q4.size(1), L = f.q4.size(2), Ev = f.v4.size(3), S = f.k4.size(2);
   Tensor out = detail::make_empty({N, L, H, Ev}, f.q4.dtype(), f.q4.device(), kOp);
   const Tensor out4 = out.permute({0, 2, 1, 3});
   NoGradGuard no_grad;
-  ops::FusedCall call =
-      ops::AttentionCall{f.q4.impl(), f.k4.impl(), f.v4.impl(), f.m4.defined() ? f.m4.impl() : nullptr,
-                         is_causal,   scale,       out4.impl(), nullptr};
+  ops::AttentionCall c{f.q4.impl(), f.k4.impl(), f.v4.impl(), f.m4.defined() ? f.m4.impl() : nullptr,
+                       is_causal,   scale,       out4.impl(), nullptr};
+  if (record) {
+    const double bytes = static_cast<double>(N * H) * static_cast<double>(L) * static_cast<double>(S) *
+                         static_cast<double>(itemsize(f.q4.dtype()));
+    if (bytes <= static_cast<double>(detail::attention_keep_probs_max_bytes.load(std::memory_order_relaxed))) {
+      Tensor p = detail::make_empty({N * H, L, S}, f.q4.dtype(), f.q4.device(), kOp);
+      ops::AttentionCall with = c;
+      with.probs = p.impl();
+      ops::FusedCall probe = with;
+      if (ops::fused_supported(probe, f.q4.device())) {
+        c = with;
+        *probs = std::move(p);
+      }
+    }
+  }
+  ops::FusedCall call = c;
   ops::run_fused(call, f.q4.device());
   return out;
 }
@@ -269,9 +298,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const Checked c = check_args(q, k, v, attn_mask, dropout_p, is_causal, scale);
   const FusedOperands f = fused_operands(q, k, v, c, dropout_p, is_causal);
   if (!f.fused) return composite(q, k, v, c.mask, dropout_p, is_causal, c.scale, gen);
-  Tensor out = fused_forward(f, is_causal, c.scale);
-  if (grad_enabled() && (f.q4.requires_grad() || f.k4.requires_grad() || f.v4.requires_grad())) {
+  const bool record = grad_enabled() && (f.q4.requires_grad() || f.k4.requires_grad() || f.v4.requires_grad());
+  Tensor probs;
+  Tensor out = fused_forward(f, is_causal, c.scale, record, &probs);
+  if (record) {
     auto* node = new AttentionNode();
+    node->probs = std::move(probs);
     node->next.push_back(edge_or_none(f.q4));
     node->next.push_back(edge_or_none(f.k4));
     node->next.push_back(edge_or_none(f.v4));
@@ -297,9 +329,12 @@ Tensor packed_self_attention(const Tensor& projection, int64_t num_heads, bool b
   const Checked c = check_args(qkv[0], qkv[1], qkv[2], attn_mask, dropout_p, is_causal, std::nullopt);
   const FusedOperands f = fused_operands(qkv[0], qkv[1], qkv[2], c, dropout_p, is_causal);
   if (!f.fused) return composite(qkv[0], qkv[1], qkv[2], c.mask, dropout_p, is_causal, c.scale, gen);
-  Tensor out = fused_forward(f, is_causal, c.scale);
-  if (grad_enabled() && projection.requires_grad()) {
+  const bool record = grad_enabled() && projection.requires_grad();
+  Tensor probs;
+  Tensor out = fused_forward(f, is_causal, c.scale, record, &probs);
+  if (record) {
     auto* node = new AttentionNode();
+    node->probs = std::move(probs);
     node->next.push_back(detail::edge_of(projection));
     node->packed.save(projection, false);
     node->layout = layout;

@@ -10,4 +10,8 @@
 
 namespace oxmera::detail {
 inline std::atomic<int64_t> attention_composite_max_score_bytes{-1};
+// A fused forward that records its node keeps the weights P for the backward (which then skips recomputing q k^T
+// and the softmax) when they take at most this many bytes: the small problems, where they cost little memory.
+// Larger ones keep nothing beyond q, k, v and recompute P block by block, as the forward computed it.
+inline std::atomic<int64_t> attention_keep_probs_max_bytes{int64_t{16} << 20};
 }  // namespace oxmera::detail

@@ -37,13 +37,19 @@ void attention_fallback(FusedCall& call, Device) {
     Tensor lse = borrow(c.lse);
     lse.copy_(s.logsumexp(-1).reshape(lse.shape()));
   }
-  borrow(c.out).copy_(s.softmax(-1).matmul(v));
+  const Tensor p = s.softmax(-1);
+  if (c.probs) {
+    Tensor probs = borrow(c.probs);
+    probs.copy_(p.reshape(probs.shape()));
+  }
+  borrow(c.out).copy_(p.matmul(v));
 }
 
 std::array<Tensor, 3> attention_backward_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                                    const Tensor& mask, bool causal, double scale, const Tensor& g,
-                                                   const std::array<bool, 3>& want) {
-  const Tensor p = scores(q, k, mask, causal, scale).softmax(-1);
+                                                   const std::array<bool, 3>& want, const Tensor& probs) {
+  const Tensor p = probs.defined() ? probs.reshape({q.size(0), q.size(1), q.size(2), k.size(2)})
+                                   : scores(q, k, mask, causal, scale).softmax(-1);
   const Tensor dp = g.matmul(v.transpose(-2, -1));
   const Tensor ds = p * (dp - (dp * p).sum({-1}, true));
   std::array<Tensor, 3> out;
@@ -57,9 +63,9 @@ void attention_backward_fallback(FusedCall& call, Device) {
   auto& c = std::get<AttentionBackwardCall>(call);
   NoGradGuard no_grad;
   TensorImpl* dst[3] = {c.grad_q, c.grad_k, c.grad_v};
-  const std::array<Tensor, 3> grads =
-      attention_backward_composite(borrow(c.q), borrow(c.k), borrow(c.v), c.mask ? borrow(c.mask) : Tensor(), c.causal,
-                                   c.scale, borrow(c.g), {dst[0] != nullptr, dst[1] != nullptr, dst[2] != nullptr});
+  const std::array<Tensor, 3> grads = attention_backward_composite(
+      borrow(c.q), borrow(c.k), borrow(c.v), c.mask ? borrow(c.mask) : Tensor(), c.causal, c.scale, borrow(c.g),
+      {dst[0] != nullptr, dst[1] != nullptr, dst[2] != nullptr}, c.probs ? borrow(c.probs) : Tensor());
   for (int i = 0; i < 3; ++i)
     if (dst[i]) borrow(dst[i]).copy_(grads[i]);
 }

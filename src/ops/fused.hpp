@@ -390,7 +390,9 @@ struct LstmCellBackwardCall {
 // projection); mask null or an additive [N, H, L, S] view with a unit stride along S and any others (a mask shared
 // by batches, heads or queries is a broadcast view with stride 0 there, never expanded; a bool mask arrives as
 // 0 / -inf); causal keeps key j <= query i. Writes out = softmax(scale q k^T + mask) v and, unless lse is null, lse
-// [B, L] (contiguous) = the rows' logsumexp; a fully masked row gives NaN, as torch's softmax does.
+// [B, L] (contiguous) = the rows' logsumexp; a fully masked row gives NaN, as torch's softmax does. Unless probs is
+// null it also gets the weights P = softmax(scale q k^T + mask), [B, L, S] contiguous (0 at masked keys), for the
+// backward to read instead of recomputing them (small problems, where they cost little memory).
 struct AttentionCall {
   static constexpr FusedOp kOp = FusedOp::Attention;
   const TensorImpl* q = nullptr;
@@ -401,9 +403,11 @@ struct AttentionCall {
   double scale = 1;
   TensorImpl* out = nullptr;
   TensorImpl* lse = nullptr;
+  TensorImpl* probs = nullptr;
 };
 // Its gradient with the same q, k, v, mask, causal and scale and g = dL/dout ([N, H, L, Ev], a unit stride along the
-// last dim): the weights P = softmax(scale q k^T + mask) are recomputed, dS = P (g v^T - rowsum(P g v^T)), and
+// last dim): the weights P = softmax(scale q k^T + mask) are recomputed (or read from probs, the forward's, when not
+// null: the same values), dS = P (g v^T - rowsum(P g v^T)), and
 // grad_q [N, H, L, E] = scale dS k, grad_k [N, H, S, E] = scale dS^T q, grad_v [N, H, S, Ev] = P^T g are written
 // (views as q's; null: not wanted). A fully masked row makes the gradients NaN, as the composite's.
 struct AttentionBackwardCall {
@@ -418,6 +422,7 @@ struct AttentionBackwardCall {
   TensorImpl* grad_q = nullptr;
   TensorImpl* grad_k = nullptr;
   TensorImpl* grad_v = nullptr;
+  const TensorImpl* probs = nullptr;
 };
 
 // A fully connected layer's forward: out [M, N] (contiguous) = x [M, K] weight [N, K]^T + bias [N] (bias contiguous,

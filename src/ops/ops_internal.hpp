@@ -29,10 +29,11 @@ Tensor causal_mask(int64_t L, int64_t S, Device device);
 // The gradients of softmax(scale q k^T + mask) v by the composite's formulas (q, k, v, g 4-d [N, H, T, *]; mask
 // undefined or an additive [Bm, L, S], Bm = 1 or N H): recompute the weights P, dS = P (g v^T - rowsum(P g v^T)),
 // then scale dS k, scale dS^T q, P^T g, each only where `want` says (undefined otherwise). Differentiable under
-// grad mode; both the AttentionBackward fallback and the attention node's create_graph path.
+// grad mode; both the AttentionBackward fallback and the attention node's create_graph path. `probs` (the forward's
+// P, [N H, L, S], or undefined): read instead of recomputing P (the fallback only; not differentiable in q, k).
 std::array<Tensor, 3> attention_backward_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                                    const Tensor& mask, bool causal, double scale, const Tensor& g,
-                                                   const std::array<bool, 3>& want);
+                                                   const std::array<bool, 3>& want, const Tensor& probs = Tensor());
 // Reduction mask over `dims` (empty = all) of a rank-`rank` tensor; duplicate dims are an error.
 uint64_t reduce_mask(const Dims& dims, int64_t rank, const char* op);
 

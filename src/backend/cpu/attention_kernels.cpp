@@ -2,7 +2,8 @@
 // AttentionBackwardCall), compiled once per ISA level. Per (batch * head, block of 32 queries) the scores of the
 // block against every key it may see ([32, S], never a head's full [L, S] matrix) are one register-tiled product
 // into a per-thread buffer, the softmax runs on those rows in place, and the weighted sum is a second product. The
-// backward recomputes the same rows with the same code (so the same bits), forms dS = P (dP - rowsum(dP P)) and
+// backward reads the weights the forward kept (small problems) or recomputes the same rows with the same code (so the
+// same bits either way), forms dS = P (dP - rowsum(dP P)) and
 // accumulates dq, dk, dv head by head in a fixed order (deterministic; threads take whole heads; dk and dv are held
 // transposed, keys along the vectors). The products are small (k = E or a block of queries, n = the keys or E): one
 // loop nest of GCC vector types (GCC and clang both take them), 4 to 8 rows x up to 4 vectors of accumulators,
@@ -211,68 +212,98 @@ Head<T> head_of(const TensorImpl& q, const TensorImpl& k, const TensorImpl& v, c
   return h;
 }
 
+// Row r's reduction in lane r of one vector, for kLanes rows at once: the rows' lane vectors are combined pairwise
+// by exchanging half-groups (exchange_halves) and applying op, W - 1 steps in all, independent of each other, instead
+// of a log2(W)-deep shuffle chain per row that the next step of that row waits for.
+template <class T, int h = static_cast<int>(kLanes<T>) / 2, class Op>
+[[gnu::always_inline]] inline Vec<T> reduce_rows(Vec<T> (&v)[kLanes<T>], Op op) {
+  if constexpr (h >= 1) {
+#pragma GCC unroll 16
+    for (int r = 0; r < h; ++r) {
+      Vec<T> a = v[r], b = v[r + h];
+      exchange_halves<T, h>(a, b, std::make_index_sequence<static_cast<size_t>(kLanes<T>)>{});
+      v[r] = op(a, b);
+    }
+    return reduce_rows<T, h / 2>(v, op);
+  } else {
+    return v[0];
+  }
+}
+
 // The softmax rows of one query block in place: row i of `sc` (ld apart, n_pad columns computed) holds the raw
 // products q_i . k_j; on return it holds P_ij = softmax_j(scale q_i . k_j + mask_ij) for j < n_pad, 0 for masked
 // keys and the padding, and a fully masked row is all NaN (torch's softmax of all -inf). lse (may be null) gets
 // each row's logsumexp (-inf for a fully masked row). Whole vectors throughout; only the one vector holding a
-// row's last visible key is assembled lane by lane.
+// row's last visible key is assembled lane by lane. Rows go in groups of W: their maxima and sums are reduced
+// together (reduce_rows) and the group's reciprocals are one vector division.
 template <class T>
 void softmax_rows(const Head<T>& h, int64_t i0, int64_t ni, int64_t s_eff, int64_t n_pad, T* sc, int64_t ld, T* lse) {
   constexpr int64_t W = kLanes<T>;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const Vec<T> neg_inf = Vec<T>{} + kNegInf;
   const LaneIndex<T> iota = lane_iota<T>();
-  T inv[kQueryBlock];
-  for (int64_t i = 0; i < ni; ++i) {
-    T* row = sc + i * ld;
-    const int64_t qi = i0 + i;
-    const int64_t kept = h.causal ? std::min(s_eff, qi + 1) : s_eff;  // keys [0, kept) may count
-    const T* mrow = h.mask ? h.mask + qi * h.mask_row : nullptr;
-    const int64_t whole = kept / W * W;
-    Vec<T> lane_max = neg_inf;  // a NaN score never wins here; its exp makes the row NaN below
-    int64_t j = 0;
-    for (; j < whole; j += W) {
-      Vec<T> x = vload(row + j) * h.scale;
-      if (mrow) x += vload(mrow + j);
-      vstore(row + j, x);
-      lane_max = x > lane_max ? x : lane_max;
-    }
-    if (j < kept) {  // the partial vector (inside the buffer's row): lanes past `kept` are masked
-      Vec<T> x = vload(row + j) * h.scale;
-      if (mrow) {
-        if (j + W <= h.S) {
-          x += vload(mrow + j);
-        } else {
-          T m[W] = {};
-          std::copy(mrow + j, mrow + h.S, m);
-          x += vload(m);
-        }
+  for (int64_t g0 = 0; g0 < ni; g0 += W) {
+    const int64_t gn = std::min(W, ni - g0);
+    Vec<T> part[W];
+    for (int64_t i = 0; i < gn; ++i) {
+      T* row = sc + (g0 + i) * ld;
+      const int64_t qi = i0 + g0 + i;
+      const int64_t kept = h.causal ? std::min(s_eff, qi + 1) : s_eff;  // keys [0, kept) may count
+      const T* mrow = h.mask ? h.mask + qi * h.mask_row : nullptr;
+      const int64_t whole = kept / W * W;
+      Vec<T> lane_max = neg_inf;  // a NaN score never wins here; its exp makes the row NaN below
+      int64_t j = 0;
+      for (; j < whole; j += W) {
+        Vec<T> x = vload(row + j) * h.scale;
+        if (mrow) x += vload(mrow + j);
+        vstore(row + j, x);
+        lane_max = x > lane_max ? x : lane_max;
       }
-      x = iota < static_cast<LaneInt<T>>(kept - j) ? x : neg_inf;
-      vstore(row + j, x);
-      lane_max = x > lane_max ? x : lane_max;
-      j += W;
+      if (j < kept) {  // the partial vector (inside the buffer's row): lanes past `kept` are masked
+        Vec<T> x = vload(row + j) * h.scale;
+        if (mrow) {
+          if (j + W <= h.S) {
+            x += vload(mrow + j);
+          } else {
+            T m[W] = {};
+            std::copy(mrow + j, mrow + h.S, m);
+            x += vload(m);
+          }
+        }
+        x = iota < static_cast<LaneInt<T>>(kept - j) ? x : neg_inf;
+        vstore(row + j, x);
+        lane_max = x > lane_max ? x : lane_max;
+        j += W;
+      }
+      for (; j < n_pad; j += W) vstore(row + j, neg_inf);
+      part[i] = lane_max;
     }
-    for (; j < n_pad; j += W) vstore(row + j, neg_inf);
-    const T mx = reduce_lanes<T>(lane_max, [](Vec<T> a, Vec<T> b) { return a > b ? a : b; });
-    if (mx == kNegInf) {
-      std::fill(row, row + n_pad, std::numeric_limits<T>::quiet_NaN());
-      inv[i] = T(1);
-      if (lse) lse[i] = kNegInf;
-      continue;
+    for (int64_t i = gn; i < W; ++i) part[i] = neg_inf;
+    const Vec<T> mx = reduce_rows<T>(part, [](Vec<T> a, Vec<T> b) { return a > b ? a : b; });
+    for (int64_t i = 0; i < gn; ++i) {
+      T* row = sc + (g0 + i) * ld;
+      const T m = mx[i];
+      if (m == kNegInf) {  // fully masked: NaN, as torch's softmax of all -inf
+        std::fill(row, row + n_pad, std::numeric_limits<T>::quiet_NaN());
+        part[i] = Vec<T>{} + T(1);
+        continue;
+      }
+      for (int64_t t = 0; t < n_pad; ++t) row[t] = vm::exp(row[t] - m);  // vectorised; masked keys give 0
+      Vec<T> lane_sum = Vec<T>{};
+      for (int64_t t = 0; t < n_pad; t += W) lane_sum += vload(row + t);
+      part[i] = lane_sum;
     }
-    for (int64_t t = 0; t < n_pad; ++t) row[t] = vm::exp(row[t] - mx);  // vectorised; masked keys give 0
-    Vec<T> lane_sum = Vec<T>{};
-    for (int64_t t = 0; t < n_pad; t += W) lane_sum += vload(row + t);
-    const T sum = reduce_lanes<T>(lane_sum, [](Vec<T> a, Vec<T> b) { return a + b; });
-    inv[i] = T(1) / sum;
-    if (lse) lse[i] = mx + std::log(sum);
-  }
-  // normalised in a second pass: each row's division then overlaps the next rows' work instead of stalling its own
-  for (int64_t i = 0; i < ni; ++i) {
-    T* row = sc + i * ld;
-    const Vec<T> f = Vec<T>{} + inv[i];
-    for (int64_t t = 0; t < n_pad; t += W) vstore(row + t, vload(row + t) * f);
+    for (int64_t i = gn; i < W; ++i) part[i] = Vec<T>{} + T(1);
+    const Vec<T> sums = reduce_rows<T>(part, [](Vec<T> a, Vec<T> b) { return a + b; });
+    const Vec<T> inv = T(1) / sums;
+    if (lse)
+      for (int64_t i = 0; i < gn; ++i) lse[g0 + i] = mx[i] == kNegInf ? kNegInf : mx[i] + std::log(sums[i]);
+    for (int64_t i = 0; i < gn; ++i) {
+      if (mx[i] == kNegInf) continue;
+      T* row = sc + (g0 + i) * ld;
+      const Vec<T> f = Vec<T>{} + inv[i];
+      for (int64_t t = 0; t < n_pad; t += W) vstore(row + t, vload(row + t) * f);
+    }
   }
 }
 
@@ -302,17 +333,31 @@ void attention_t(const ops::AttentionCall& c) {
         loaded = b;
       }
       const int64_t s_eff = keys_seen(h.causal, h.S, i0, ni), n_pad = round_up(s_eff, kLanes<T>);
-      small_gemm<T, false>(ni, n_pad, h.E, h.q + i0 * h.q_row, h.q_row, 1, kt.data(), h.s_pad, sc.data(), h.s_pad);
-      softmax_rows(h, i0, ni, s_eff, n_pad, sc.data(), h.s_pad, c.lse ? c.lse->ptr<T>() + b * L + i0 : nullptr);
+      // The kept weights' rows take the scores directly where S is whole vectors (no padding to add); otherwise the
+      // block's rows are copied out after the softmax.
+      T* prows = c.probs ? c.probs->ptr<T>() + (b * L + i0) * h.S : nullptr;
+      const bool direct = prows && h.S == h.s_pad;
+      T* scr = direct ? prows : sc.data();
+      const int64_t sld = direct ? h.S : h.s_pad;
+      small_gemm<T, false>(ni, n_pad, h.E, h.q + i0 * h.q_row, h.q_row, 1, kt.data(), h.s_pad, scr, sld);
+      softmax_rows(h, i0, ni, s_eff, n_pad, scr, sld, c.lse ? c.lse->ptr<T>() + b * L + i0 : nullptr);
       const T* vrows = pad_v ? vp.data() : h.v;
       const int64_t vld = pad_v ? h.ev_pad : h.v_row;
       T* orows = out.rows_of(b) + i0 * out.row;
       if (!pad_out) {
-        small_gemm<T, false>(ni, h.Ev, s_eff, sc.data(), h.s_pad, 1, vrows, vld, orows, out.row);
+        small_gemm<T, false>(ni, h.Ev, s_eff, scr, sld, 1, vrows, vld, orows, out.row);
       } else {
-        small_gemm<T, false>(ni, h.ev_pad, s_eff, sc.data(), h.s_pad, 1, vrows, vld, ob.data(), h.ev_pad);
+        small_gemm<T, false>(ni, h.ev_pad, s_eff, scr, sld, 1, vrows, vld, ob.data(), h.ev_pad);
         for (int64_t i = 0; i < ni; ++i)
           std::copy(ob.data() + i * h.ev_pad, ob.data() + i * h.ev_pad + h.Ev, orows + i * out.row);
+      }
+      if (prows) {  // the keys past the block's computed columns (a causal block's later keys) weigh 0
+        const int64_t done = std::min(n_pad, h.S);
+        for (int64_t i = 0; i < ni; ++i) {
+          T* row = prows + i * h.S;
+          if (!direct) std::copy(sc.data() + i * h.s_pad, sc.data() + i * h.s_pad + done, row);
+          std::fill(row + done, row + h.S, T(0));
+        }
       }
     }
   });
@@ -330,14 +375,14 @@ void attention_backward_t(const ops::AttentionBackwardCall& c) {
     // keys padded (dS k, when E is not whole vectors); dkt [E][s_pad], dvt [Ev][s_pad]: the head's key and value
     // gradients transposed, accumulated over its query blocks with the keys along the vectors (the wide dim); sc: P,
     // ds: dP then dS; dq: a block's query gradient.
-    std::vector<T> kt(static_cast<size_t>(E * s_pad)), vt(static_cast<size_t>(Ev * s_pad)),
+    std::vector<T> kt(c.probs ? 0 : static_cast<size_t>(E * s_pad)), vt(static_cast<size_t>(Ev * s_pad)),
         kp(e_pad != E ? static_cast<size_t>(S * e_pad) : 0), dkt(static_cast<size_t>(E * s_pad)),
         dvt(static_cast<size_t>(Ev * s_pad)), sc(static_cast<size_t>(kQueryBlock * s_pad)),
         ds(static_cast<size_t>(kQueryBlock * s_pad)), dq(static_cast<size_t>(kQueryBlock * e_pad));
     for (int64_t b = begin; b < end; ++b) {
       const Head<T> h = head_of<T>(*c.q, *c.k, *c.v, c.mask, c.causal, c.scale, b);
       const T* g = gv.rows_of(b);
-      transpose_padded(h.k, h.k_row, S, E, kt.data(), s_pad);
+      if (!c.probs) transpose_padded(h.k, h.k_row, S, E, kt.data(), s_pad);
       transpose_padded(h.v, h.v_row, S, Ev, vt.data(), s_pad);
       // key rows used in place where they are whole vectors; copied into a padded buffer otherwise
       const bool pad_e = e_pad != E;
@@ -351,13 +396,26 @@ void attention_backward_t(const ops::AttentionBackwardCall& c) {
         const int64_t s_eff = keys_seen(h.causal, S, i0, ni), n_pad = round_up(s_eff, kLanes<T>);
         const T* qrows = h.q + i0 * h.q_row;
         const T* grows = g + i0 * gv.row;
-        // P, as the forward computed it (the same code on the same operands: the same bits)
-        small_gemm<T, false>(ni, n_pad, E, qrows, h.q_row, 1, kt.data(), s_pad, sc.data(), s_pad);
-        softmax_rows<T>(h, i0, ni, s_eff, n_pad, sc.data(), s_pad, nullptr);
+        // P: the forward's kept rows (read in place where S is whole vectors), or recomputed as the forward computed
+        // it (the same code on the same operands: the same bits)
+        const T* p_rows = sc.data();
+        int64_t pld = s_pad;
+        if (c.probs) {
+          const T* kept = c.probs->ptr<T>() + (b * L + i0) * S;
+          if (S == s_pad) {
+            p_rows = kept;
+            pld = S;
+          } else {
+            copy_padded(kept, S, ni, S, sc.data(), s_pad);
+          }
+        } else {
+          small_gemm<T, false>(ni, n_pad, E, qrows, h.q_row, 1, kt.data(), s_pad, sc.data(), s_pad);
+          softmax_rows<T>(h, i0, ni, s_eff, n_pad, sc.data(), s_pad, nullptr);
+        }
         // dP = g v^T, then dS = P (dP - rowsum(dP P)) in place
         small_gemm<T, false>(ni, n_pad, Ev, grows, gv.row, 1, vt.data(), s_pad, ds.data(), s_pad);
         for (int64_t i = 0; i < ni; ++i) {
-          const T* p = sc.data() + i * s_pad;
+          const T* p = p_rows + i * pld;
           T* d = ds.data() + i * s_pad;
           Vec<T> lanes = Vec<T>{};
           for (int64_t j = 0; j < n_pad; j += kLanes<T>) lanes += vload(p + j) * vload(d + j);
@@ -366,7 +424,7 @@ void attention_backward_t(const ops::AttentionBackwardCall& c) {
         }
         // dv^T += g^T P and dk^T += q^T dS (A: the block's g / q rows read transposed in place; the columns past
         // the visible keys add zeros)
-        small_gemm<T, true>(Ev, n_pad, ni, grows, 1, gv.row, sc.data(), s_pad, dvt.data(), s_pad);
+        small_gemm<T, true>(Ev, n_pad, ni, grows, 1, gv.row, p_rows, pld, dvt.data(), s_pad);
         small_gemm<T, true>(E, n_pad, ni, qrows, 1, h.q_row, ds.data(), s_pad, dkt.data(), s_pad);
         if (c.grad_q) {
           small_gemm<T, false>(ni, e_pad, s_eff, ds.data(), s_pad, 1, krows, kld, dq.data(), e_pad);

@@ -135,11 +135,11 @@ class CpuBackend final : public Backend {
       }
       case ops::FusedOp::Attention: {
         const auto& c = std::get<ops::AttentionCall>(call);
-        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.out, c.mask}, {c.lse});
+        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.out, c.mask}, {c.lse, c.probs});
       }
       case ops::FusedOp::AttentionBackward: {
         const auto& c = std::get<ops::AttentionBackwardCall>(call);
-        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.g, c.grad_q, c.grad_k, c.grad_v, c.mask}, {});
+        return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.g, c.grad_q, c.grad_k, c.grad_v, c.mask}, {c.probs});
       }
       case ops::FusedOp::Linear:
         return real(std::get<ops::LinearCall>(call).out->dtype);
