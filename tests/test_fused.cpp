@@ -252,6 +252,25 @@ TEST(FusedFallback, LinearMatchesTheCpuKernelAndTheReference) {
           }
         expect_close(values(y1), ref, 10 * tol(dt), 10 * tol(dt), "kernel " + what);
         expect_close(values(y2), ref, 10 * tol(dt), 10 * tol(dt), "fallback " + what);
+        {  // the GELU epilogue: out = gelu(u) and gelu_grad = gelu'(u) for u = x w^T (+ bias)
+          Tensor o1 = full({M, N}, 5.0, dt), d1 = full({M, N}, 5.0, dt), o2 = full({M, N}, -5.0, dt),
+                 d2 = full({M, N}, -5.0, dt);
+          ops::LinearCall kg{x.impl(), w.impl(), bp, o1.impl()}, fg{x.impl(), w.impl(), bp, o2.impl()};
+          kg.gelu_grad = d1.impl();
+          fg.gelu_grad = d2.impl();
+          ops::FusedCall kgc = kg, fgc = fg;
+          run_both(kgc, fgc);
+          std::vector<double> act(ref.size()), der(ref.size());
+          for (size_t i = 0; i < ref.size(); ++i) {
+            const double u = ref[i], cdf = 0.5 * std::erfc(-u / std::sqrt(2.0));
+            act[i] = u * cdf;
+            der[i] = cdf + u * std::exp(-0.5 * u * u) / std::sqrt(2.0 * M_PI);
+          }
+          expect_close(values(o1), act, 10 * tol(dt), 10 * tol(dt), "gelu kernel " + what);
+          expect_close(values(d1), der, 10 * tol(dt), 10 * tol(dt), "gelu' kernel " + what);
+          expect_close(values(o2), act, 10 * tol(dt), 10 * tol(dt), "gelu fallback " + what);
+          expect_close(values(d2), der, 10 * tol(dt), 10 * tol(dt), "gelu' fallback " + what);
+        }
         // accumulate: out += x w^T (+ bias) over what out holds.
         Tensor a1 = full({M, N}, 0.25, dt), a2 = full({M, N}, 0.25, dt);
         ops::FusedCall ka = ops::LinearCall{x.impl(), w.impl(), bp, a1.impl(), true};

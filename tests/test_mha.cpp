@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "nn/linear_gelu.hpp"
 #include "oxmera/nn.hpp"
 #include "test_util.hpp"
 
@@ -218,3 +219,45 @@ TEST(TransformerEncoderLayer, TorchNamesCloneAndErrors) {
 }
 
 }  // namespace
+
+// gelu(linear(x, w, b)) as one fused node (the transformer layers' "gelu" feed-forward): its values and gradients
+// are the separate ops' (f32 and f64, 2-d and 3-d inputs, with and without a bias), its gradient is gradchecked and
+// gradgradchecked in f64 (create_graph recomputes the pre-activation), and the layers take it.
+TEST(LinearGelu, MatchesTheSeparateOpsAndGradgradchecks) {
+  namespace F = oxmera::nn::functional;
+  for (DType dt : {DType::F32, DType::F64})
+    for (bool with_bias : {false, true})
+      for (const Shape& xs : {Shape{7, 5}, Shape{3, 4, 5}}) {
+        const Tensor x = randn(xs, 1, dt).requires_grad_(), w = randn({6, 5}, 2, dt).requires_grad_(),
+                     b = with_bias ? randn({6}, 3, dt).requires_grad_() : Tensor();
+        Shape gs = xs;
+        gs[gs.size() - 1] = 6;
+        const Tensor g = randn(gs, 4, dt);
+        const Tensor y1 = F::linear_gelu(x, w, b), y2 = F::gelu(F::linear(x, w, b));
+        EXPECT_EQ(y1.grad_fn_name(), xs.size() == 2 ? "linear_gelu" : "reshape");
+        const double tl = dt == DType::F64 ? 1e-12 : 2e-6;
+        expect_close(values(y1), values(y2), tl, tl, "values");
+        std::vector<Tensor> in{x, w};
+        if (with_bias) in.push_back(b);
+        const auto g1 = oxmera::autograd::grad({(y1 * g).sum()}, in), g2 = oxmera::autograd::grad({(y2 * g).sum()}, in);
+        for (size_t i = 0; i < in.size(); ++i)
+          expect_close(values(g1[i]), values(g2[i]), 10 * tl, 10 * tl, "gradient " + std::to_string(i));
+      }
+  const Tensor x = (rand({4, 3}, 5, DType::F64) * 4.0 - 2.0).requires_grad_(),
+               w = randn({5, 3}, 6, DType::F64).requires_grad_(), b = randn({5}, 7, DType::F64).requires_grad_();
+  auto f = [](const std::vector<Tensor>& v) { return F::linear_gelu(v[0], v[1], v[2]); };
+  GradcheckResult r1 = gradcheck(f, {x, w, b});
+  EXPECT_TRUE(r1.ok) << r1.message;
+  GradcheckResult r2 = gradgradcheck(f, {x, w, b});
+  EXPECT_TRUE(r2.ok) << r2.message;
+  // no graph to record: the plain ops (no derivative written)
+  {
+    oxmera::NoGradGuard ng;
+    EXPECT_EQ(F::linear_gelu(x, w, b).grad_fn_name(), "");
+  }
+  // the encoder layer's feed-forward takes the fused node: its gelu output is linear2's input
+  nn::TransformerEncoderLayer layer(8, 2, {.dim_feedforward = 16, .dropout = 0.0, .activation = "gelu"});
+  const Tensor h = randn({4, 8}, 8);
+  EXPECT_EQ(F::feed_forward_in(layer.linear1, "gelu", h).grad_fn_name(), "linear_gelu");
+  EXPECT_EQ(F::feed_forward_in(layer.linear1, "relu", h).grad_fn_name(), "relu");
+}

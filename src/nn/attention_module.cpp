@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/linear_gelu.hpp"
 #include "nn/packed_attention.hpp"
 #include "ops/ops_internal.hpp"
 #include "oxmera/error.hpp"
@@ -225,9 +226,7 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
         std::get<0>(self_attn->forward(x, x, x, src_key_padding_mask, false, src_mask, true, is_causal)));
   };
   auto ff = [&](const Tensor& x) {
-    Tensor y = linear1->forward(x);
-    y = options.activation == "gelu" ? F::gelu(y) : y.relu();
-    return dropout2->forward(linear2->forward(dropout->forward(y)));
+    return dropout2->forward(linear2->forward(dropout->forward(F::feed_forward_in(linear1, options.activation, x))));
   };
   Tensor x = src;
   if (options.norm_first) {

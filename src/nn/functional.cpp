@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "autograd/node.hpp"
+#include "nn/linear_gelu.hpp"
 #include "ops/fused.hpp"
 #include "ops/graph_capture.hpp"
 #include "ops/ops_internal.hpp"
@@ -388,6 +389,85 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             ") are above 2^31-1; split the batch");
   const Tensor x2 = x.dim() == 2 ? x : x.reshape({m, k});
   const Tensor out = fused_linear(x2, weight, bias, {m, n});
+  if (x.dim() == 2) return out;
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = n;
+  return out.view(out_shape);
+}
+
+namespace {
+// gelu(x W^T + b)'s node: saves x, the weight, the bias and the derivative gelu'(u) the fused forward wrote (in place
+// of the pre-activation u the separate GELU node would keep). Without create_graph the gradient is du = g gelu'(u),
+// then the linear's products; with create_graph u is recomputed from the re-attached inputs and the GELU's recorded
+// derivative formula used, so the gradient is itself differentiable.
+struct LinearGeluNode final : detail::Node {
+  detail::SavedTensor x, weight, bias;
+  Tensor dgelu;  // [M, N]; made from (not a view of) the saved inputs, whose version checks cover it
+  bool release_saved() override {
+    const bool had = x.defined() || dgelu.defined();
+    x.reset();
+    weight.reset();
+    bias.reset();
+    dgelu = Tensor();
+    return had;
+  }
+  const char* name() const override { return "linear_gelu"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(Tensor* gout, Tensor* gin) override {
+    const Tensor& g = gout[0];
+    const Tensor xv = x.get(name()), wv = weight.get(name());
+    Tensor du;
+    if (!grad_enabled()) {
+      OXM_CHECK(dgelu.defined(), InvalidArgument, name(), ": the saved GELU derivative was released (",
+                "backward through this graph a second time needs retain_graph = true)");
+      du = g * dgelu;
+    } else {
+      const Tensor u = linear(xv, wv, bias.defined() ? bias.get(name()) : Tensor());
+      du = ops::defs::Gelu::grad_graph(g, u, Tensor(), ops::OpParams{});
+    }
+    if (needs_grad(0)) gin[0] = du.matmul(wv);
+    if (needs_grad(1)) gin[1] = du.transpose(-1, -2).matmul(xv);
+    if (needs_grad(2)) gin[2] = du.sum({du.dim() - 2});
+  }
+};
+}  // namespace
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_defined(x, "linear");
+  detail::check_defined(weight, "linear", "weight");
+  const bool tape = detail::needs_tape(x, weight) || (bias.defined() && grad_enabled() && bias.requires_grad());
+  const bool fused = tape && weight.dim() == 2 && x.dim() >= 1 && x.shape().back() == weight.shape()[1] &&
+                     is_floating(x.dtype()) && weight.dtype() == x.dtype() && weight.device() == x.device() &&
+                     (!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == weight.shape()[0] &&
+                                          bias.dtype() == x.dtype() && bias.device() == x.device())) &&
+                     weight.shape()[0] <= INT_MAX && weight.shape()[1] <= INT_MAX;
+  if (!fused) return gelu(linear(x, weight, bias));
+  const int64_t n = weight.shape()[0], k = weight.shape()[1];
+  int64_t m = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.shape()[static_cast<size_t>(d)];
+  if (m > INT_MAX || m * n == 0) return gelu(linear(x, weight, bias));
+  const Tensor x2 = x.dim() == 2 ? x : x.reshape({m, k});
+  const Tensor xg = ops::gemm_compatible(x2), wg = ops::gemm_compatible(weight);
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor out = detail::make_empty({m, n}, x.dtype(), x.device(), "linear");
+  Tensor dgelu = detail::make_empty({m, n}, x.dtype(), x.device(), "linear");
+  ops::LinearCall c{xg.impl(), wg.impl(), b.defined() ? b.impl() : nullptr, out.impl()};
+  c.gelu_grad = dgelu.impl();
+  ops::FusedCall call = c;
+  if (!ops::fused_supported(call, x.device())) {
+    // the backend's fused linear without the epilogue, or the fallback: the same values through the plain ops
+    return gelu(linear(x, weight, bias));
+  }
+  ops::run_fused(call, x.device());
+  auto* node = new LinearGeluNode();
+  node->next.push_back(detail::edge_of(x2));
+  node->next.push_back(detail::edge_of(weight));
+  node->next.push_back(b.defined() ? detail::edge_of(b) : detail::Edge{});
+  node->x.save(x2, false);
+  node->weight.save(weight, false);
+  if (b.defined()) node->bias.save(b, false);
+  node->dgelu = std::move(dgelu);
+  detail::set_history(out, node);
   if (x.dim() == 2) return out;
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = n;

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "nn/linear_gelu.hpp"
 #include "oxmera/error.hpp"
 #include "oxmera/nn/functional.hpp"
 #include "oxmera/nn/init.hpp"
@@ -49,8 +50,6 @@ Tensor in_block(const char* op, const char* block, Fn&& fn) {
     throw Error(e.kind(), std::string(op) + ": " + block + ": " + e.message());
   }
 }
-
-Tensor activation(const std::string& name, const Tensor& y) { return name == "gelu" ? F::gelu(y) : y.relu(); }
 
 // num_layers deep copies of `layer` in a ModuleList, each copy's Dropouts reseeded from gen.
 std::shared_ptr<ModuleList> clones(const char* op, const Module& layer, int64_t num_layers, Generator& gen) {
@@ -131,7 +130,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
     }));
   };
   auto ff = [&](const Tensor& x) {
-    return dropout3->forward(linear2->forward(dropout->forward(activation(options.activation, linear1->forward(x)))));
+    return dropout3->forward(linear2->forward(dropout->forward(F::feed_forward_in(linear1, options.activation, x))));
   };
   Tensor x = tgt;
   if (options.norm_first) {

@@ -618,11 +618,24 @@ void rnn_cell_fallback(FusedCall& call, Device) {
 }
 
 // ---------------------------------------------------------------- linear
-// The product into out, then the bias added in place: the two passes the fused kernel makes one.
+// The product into out, then the bias added in place: the two passes the fused kernel makes one. With gelu_grad the
+// product goes there first and the GELU and its derivative are taken from it.
 void linear_fallback(FusedCall& call, Device device) {
   auto& c = std::get<LinearCall>(call);
   NoGradGuard no_grad;
   if (c.out->numel == 0) return;
+  if (c.gelu_grad) {
+    LinearCall pre = c;
+    pre.out = c.gelu_grad;
+    pre.gelu_grad = nullptr;
+    FusedCall pre_call = pre;
+    linear_fallback(pre_call, device);
+    const Tensor u = borrow(c.gelu_grad).clone();
+    borrow(c.out).copy_(u.gelu());
+    borrow(c.gelu_grad)
+        .copy_(0.5 * (1.0 + (u * 0.70710678118654752440).erf()) + u * (u * u * -0.5).exp() * 0.39894228040143267794);
+    return;
+  }
   const Tensor wt = borrow(c.weight).transpose(-1, -2);
   // A stacked bias [R, N] is added to every row of its replica's [M, N].
   const Tensor bias = !c.bias ? Tensor() : c.out->shape.size() == 3 ? borrow(c.bias).unsqueeze(1) : borrow(c.bias);

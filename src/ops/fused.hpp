@@ -431,6 +431,9 @@ struct AttentionBackwardCall {
 // out [R, M, N], one product per replica. A backend with a GEMM that accumulates (beta = 1) writes the bias rows first
 // and adds the product to them: no separate pass over the output for the bias. With `accumulate`, out already holds a
 // matrix and the product is added to it (out += x weight^T; bias null): the autograd's in-place gradient sums.
+// With gelu_grad (not with accumulate): out = gelu(u) for u = x weight^T + bias (the erf form) and gelu_grad (out's
+// shape, contiguous) = gelu'(u), the GELU's derivative its backward multiplies by: one pass over u after the product,
+// while it is in cache, instead of a GELU pass now and a transcendental one in the backward.
 struct LinearCall {
   static constexpr FusedOp kOp = FusedOp::Linear;
   const TensorImpl* x = nullptr;
@@ -438,6 +441,7 @@ struct LinearCall {
   const TensorImpl* bias = nullptr;
   TensorImpl* out = nullptr;
   bool accumulate = false;
+  TensorImpl* gelu_grad = nullptr;
 };
 
 // One GRU step's gate math after the two matrix products (torch's order r, z, n; contiguous, one float dtype):

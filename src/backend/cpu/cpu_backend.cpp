@@ -141,8 +141,11 @@ class CpuBackend final : public Backend {
         const auto& c = std::get<ops::AttentionBackwardCall>(call);
         return attention_operands(c.q->dtype, {c.q, c.k, c.v, c.g, c.grad_q, c.grad_k, c.grad_v, c.mask}, {c.probs});
       }
-      case ops::FusedOp::Linear:
-        return real(std::get<ops::LinearCall>(call).out->dtype);
+      case ops::FusedOp::Linear: {
+        const auto& c = std::get<ops::LinearCall>(call);
+        return real(c.out->dtype) && (!c.gelu_grad || (c.gelu_grad->dtype == c.out->dtype && c.gelu_grad->contiguous &&
+                                                       c.out->contiguous && !c.accumulate));
+      }
       case ops::FusedOp::GruCell:
         return real(std::get<ops::GruCellCall>(call).gi->dtype);
       case ops::FusedOp::GruCellBackward:
@@ -211,8 +214,15 @@ class CpuBackend final : public Backend {
         return k_->attention(std::get<ops::AttentionCall>(call));
       case ops::FusedOp::AttentionBackward:
         return k_->attention_backward(std::get<ops::AttentionBackwardCall>(call));
-      case ops::FusedOp::Linear:
-        return cpu_linear(std::get<ops::LinearCall>(call));
+      case ops::FusedOp::Linear: {
+        const auto& c = std::get<ops::LinearCall>(call);
+        if (!c.gelu_grad) return cpu_linear(c);
+        ops::LinearCall pre = c;  // the product into gelu_grad, then the GELU pass from it
+        pre.out = c.gelu_grad;
+        pre.gelu_grad = nullptr;
+        cpu_linear(pre);
+        return k_->gelu_with_grad(*c.gelu_grad, *c.out);
+      }
       case ops::FusedOp::GruCell:
         return k_->gru_cell(std::get<ops::GruCellCall>(call));
       case ops::FusedOp::GruCellBackward:

@@ -1199,6 +1199,29 @@ void matmul(const TensorImpl& a, const TensorImpl& b, TensorImpl& out) {
   }
 }
 
+// y = gelu(u) and u's storage overwritten with gelu'(u) = Phi(u) + u phi(u), one e^(-u^2/2) for both (the Gelu
+// entry's formulas, op_defs.hpp).
+template <class T>
+void gelu_with_grad_t(TensorImpl& ud, TensorImpl& y) {
+  T* d = ud.ptr<T>();
+  T* o = y.ptr<T>();
+  parallel_for(ud.numel, kGrainCostly, [&](int64_t begin, int64_t end) OXM_FLATTEN {
+    for (int64_t i = begin; i < end; ++i) {
+      const T u = d[i];
+      T gauss;
+      const T cdf = CpuMath::normal_cdf(u, gauss);
+      o[i] = u * cdf;
+      d[i] = cdf + u * (gauss * T(0.39894228040143267794));
+    }
+  });
+}
+void gelu_with_grad(TensorImpl& ud, TensorImpl& y) {
+  if (ud.dtype == DType::F32) return gelu_with_grad_t<float>(ud, y);
+  OXM_CHECK(ud.dtype == DType::F64, UnsupportedDType, "linear (gelu): dtype ", ud.dtype,
+            " is not supported (f32, f64)");
+  gelu_with_grad_t<double>(ud, y);
+}
+
 #define OXM_STR2(x) #x
 #define OXM_STR(x) OXM_STR2(x)
 const CpuKernels table = {OXM_STR(OXM_ISA),
@@ -1230,7 +1253,8 @@ const CpuKernels table = {OXM_STR(OXM_ISA),
                           attention,
                           attention_backward,
                           tensor_list_norm,
-                          tensor_list_scale};
+                          tensor_list_scale,
+                          gelu_with_grad};
 
 }  // namespace
 

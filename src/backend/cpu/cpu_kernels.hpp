@@ -71,6 +71,9 @@ struct CpuKernels {
   // tensors into an f32 or f64 out, and the list scaled in place (TensorListNormCall, TensorListScaleCall)
   void (*tensor_list_norm)(const ops::TensorListNormCall&);
   void (*tensor_list_scale)(const ops::TensorListScaleCall&);
+  // LinearCall's GELU epilogue: u_then_grad (contiguous f32 / f64) holds u on entry and gelu'(u) on return; y (the
+  // same shape, contiguous) gets gelu(u)
+  void (*gelu_with_grad)(TensorImpl& u_then_grad, TensorImpl& y);
 };
 
 namespace isa_base {
