@@ -429,6 +429,93 @@ TEST(LayerNormReplicas, EqualRSeparateLayers) {
   EXPECT_OXM_ERROR(nn::LayerNorm(Shape{3}, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
 }
 
+// BatchNorm1d / BatchNorm2d with stacked replicas: [R, C] parameters and running statistics initialised as torch's,
+// replica r normalised by its own batch's statistics and keeping its own running ones, equal to R separate layers
+// over two training steps and in eval mode (outputs, running statistics, input and parameter gradients); the
+// positional constructors unchanged; f64 gradcheck; typed errors.
+TEST(BatchNormReplicas, EqualRSeparateLayers) {
+  constexpr int64_t R = 3, C = 4;
+  for (int kind = 0; kind < 3; ++kind) {  // BatchNorm2d [R, N, C, H, W], BatchNorm1d [R, N, C, L], [R, N, C]
+    const Shape xs = kind == 0 ? Shape{R, 5, C, 2, 3} : kind == 1 ? Shape{R, 5, C, 6} : Shape{R, 7, C};
+    const std::string what = kind == 0 ? "2d" : kind == 1 ? "1d [N, C, L]" : "1d [N, C]";
+    auto make = [&](int64_t replicas) -> std::shared_ptr<nn::Module> {
+      const nn::BatchNormOptions o{.eps = 1e-3, .momentum = 0.2, .replicas = replicas};
+      if (kind == 0) return std::make_shared<nn::BatchNorm2d>(C, o);
+      return std::make_shared<nn::BatchNorm1d>(C, o);
+    };
+    auto stacked = make(R);
+    auto params = stacked->named_parameters();
+    auto buffers = stacked->named_buffers();
+    ASSERT_EQ(params.size(), 2u) << what;
+    EXPECT_EQ(params[0].second.shape(), Shape({R, C})) << what;
+    EXPECT_EQ(buffers[0].first, "running_mean");
+    EXPECT_EQ(buffers[0].second.shape(), Shape({R, C})) << what;
+    EXPECT_EQ(values(buffers[1].second), std::vector<double>(R * C, 1.0)) << what;  // running_var
+    {
+      NoGradGuard ng;
+      params[0].second.copy_(randn({R, C}, 1));
+      params[1].second.copy_(randn({R, C}, 2));
+    }
+    std::vector<std::shared_ptr<nn::Module>> ones;
+    for (int64_t r = 0; r < R; ++r) {
+      ones.push_back(make(0));
+      NoGradGuard ng;
+      ones[r]->named_parameters()[0].second.copy_(params[0].second.select(0, r));
+      ones[r]->named_parameters()[1].second.copy_(params[1].second.select(0, r));
+    }
+    for (int step = 0; step < 3; ++step) {  // two training steps, then eval (the running statistics)
+      const bool train = step < 2;
+      stacked->train(train);
+      const Tensor x = (randn(xs, 10 + step) * 2.0 + 1.0).requires_grad_();
+      const Tensor y = stacked->forward(x);
+      ASSERT_EQ(y.shape(), xs) << what;
+      const Tensor up = randn(xs, 20 + step);
+      const Tensor gx = autograd::grad({(y * up).sum()}, {x})[0];
+      for (int64_t r = 0; r < R; ++r) {
+        ones[r]->train(train);
+        const Tensor xr = x.detach().select(0, r).clone().requires_grad_();
+        const Tensor yr = ones[r]->forward(xr);
+        const std::string at = what + " step " + std::to_string(step) + " replica " + std::to_string(r);
+        oxt::expect_close(values(yr), values(y.select(0, r)), 1e-5, 1e-5, at + " output");
+        const Tensor gr = autograd::grad({(yr * up.select(0, r)).sum()}, {xr})[0];
+        oxt::expect_close(values(gr), values(gx.select(0, r)), 1e-5, 1e-5, at + " input grad");
+        oxt::expect_close(values(ones[r]->named_buffers()[0].second), values(buffers[0].second.select(0, r)), 1e-6,
+                          1e-6, at + " running_mean");
+        oxt::expect_close(values(ones[r]->named_buffers()[1].second), values(buffers[1].second.select(0, r)), 1e-6,
+                          1e-6, at + " running_var");
+      }
+    }
+    EXPECT_EQ(values(buffers[2].second), std::vector<double>{2.0}) << what;  // num_batches_tracked: one counter
+    // parameter gradients, replica by replica
+    stacked->train(true);
+    const Tensor x = randn(xs, 30);
+    const Tensor up = randn(xs, 31);
+    (stacked->forward(x) * up).sum().backward();
+    for (int64_t r = 0; r < R; ++r) {
+      ones[r]->train(true);
+      (ones[r]->forward(x.select(0, r)) * up.select(0, r)).sum().backward();
+      for (size_t p = 0; p < 2; ++p)
+        oxt::expect_close(values(ones[r]->named_parameters()[p].second.grad()),
+                          values(params[p].second.grad().select(0, r)), 1e-4, 1e-5, what + " parameter grad");
+    }
+  }
+  nn::BatchNorm2d bn(C, {.replicas = 2});
+  EXPECT_EQ(bn.replicas(), 2);
+  EXPECT_EQ(bn.extra_repr(), "4, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true, replicas=2");
+  nn::BatchNorm2d positional(C, 1e-3, 0.3, false);  // the positional constructor, unchanged
+  EXPECT_FALSE(positional.weight.defined());
+  EXPECT_EQ(positional.replicas(), 0);
+  nn::BatchNorm1d untracked(C, {.track_running_stats = false, .replicas = 2});
+  EXPECT_FALSE(untracked.running_mean.defined());
+  untracked.to(DType::F64);
+  GradcheckResult g =
+      gradcheck([&](const std::vector<Tensor>& in) { return untracked.forward(in[0]); }, {u64({2, 5, C}, 6)});
+  EXPECT_TRUE(g.ok) << g.message;
+  EXPECT_OXM_ERROR(bn.forward(randn({5, C, 2, 2}, 1)), ShapeMismatch, "replica dim first");
+  EXPECT_OXM_ERROR(bn.forward(randn({3, 5, C, 2, 2}, 1)), ShapeMismatch, "[2, N, 4, H, W]");
+  EXPECT_OXM_ERROR(nn::BatchNorm1d(C, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
+}
+
 // Embedding with stacked replicas: table r drawn from generator(r) (as Embedding(V, D, Generator(seed + r))), replica
 // r of the indices looks up in table r only; shared indices as a broadcast view; padding_idx per table (zero, no
 // gradient); an index valid for the stacked storage but not for its own table is an error, not another replica's row.

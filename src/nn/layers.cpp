@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "nn/stacked_batch_norm.hpp"
 #include "oxmera/autograd.hpp"
 #include "oxmera/nn/init.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -284,24 +285,38 @@ Tensor LayerNorm::forward(const Tensor& x) {
 }
 
 BatchNorm2d::BatchNorm2d(int64_t c, double e, double m, bool aff, bool track)
-    : eps(e), momentum(m), num_features(c), affine(aff), track_running_stats(track) {
+    : BatchNorm2d(c, BatchNormOptions{.eps = e, .momentum = m, .affine = aff, .track_running_stats = track}) {}
+BatchNorm2d::BatchNorm2d(int64_t c, BatchNormOptions opt)
+    : eps(opt.eps),
+      momentum(opt.momentum),
+      num_features(c),
+      affine(opt.affine),
+      track_running_stats(opt.track_running_stats),
+      replicas_(opt.replicas) {
   check_positive(c, "BatchNorm2d", "num_features");
-  register_parameter("weight", &BatchNorm2d::weight, affine ? ones({c}) : Tensor());
-  register_parameter("bias", &BatchNorm2d::bias, affine ? zeros({c}) : Tensor());
-  register_buffer("running_mean", &BatchNorm2d::running_mean, track ? zeros({c}) : Tensor());
-  register_buffer("running_var", &BatchNorm2d::running_var, track ? ones({c}) : Tensor());
-  register_buffer("num_batches_tracked", &BatchNorm2d::num_batches_tracked, track ? zeros({}, DType::I64) : Tensor());
+  F::register_batch_norm_state(*this, "BatchNorm2d", c, opt);
 }
 std::string BatchNorm2d::extra_repr() const {
-  return concat(num_features, ", eps=", py_float(eps), ", momentum=", py_float(momentum), ", affine=", affine,
-                ", track_running_stats=", track_running_stats);
+  std::string s = concat(num_features, ", eps=", py_float(eps), ", momentum=", py_float(momentum), ", affine=", affine,
+                         ", track_running_stats=", track_running_stats);
+  if (replicas_ > 0) s += concat(", replicas=", replicas_);
+  return s;
 }
 Tensor BatchNorm2d::forward(const Tensor& x) {
   check_f32_input(x);
+  const bool use_batch = is_training() || !running_mean.defined();
+  if (replicas_ > 0) {
+    OXM_CHECK(x.dim() == 5 && x.shape()[0] == replicas_ && x.shape()[2] == num_features, ShapeMismatch,
+              "BatchNorm2d with ", replicas_, " replicas: input ", x.shape(), " must be [", replicas_, ", N, ",
+              num_features, ", H, W] (replica dim first; to give every replica the same input, x.unsqueeze(0).expand({",
+              replicas_, ", ...}))");
+    Tensor y = F::stacked_batch_norm(x, replicas_, running_mean, running_var, weight, bias, use_batch, momentum, eps);
+    if (is_training() && num_batches_tracked.defined()) num_batches_tracked.add_(1.0);
+    return y;
+  }
   OXM_CHECK(x.dim() == 4, ShapeMismatch, "BatchNorm2d: expected [N, C, H, W], got ", x.shape());
   const int64_t c = running_mean.defined() ? running_mean.numel() : (weight.defined() ? weight.numel() : x.shape()[1]);
   OXM_CHECK(x.shape()[1] == c, ShapeMismatch, "BatchNorm2d: input has ", x.shape()[1], " channels, the layer ", c);
-  const bool use_batch = is_training() || !running_mean.defined();
   Tensor y = F::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps);
   // Counted once the statistics are updated (a failed forward changes no buffer).
   if (is_training() && num_batches_tracked.defined()) num_batches_tracked.add_(1.0);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "nn/repr.hpp"
+#include "nn/stacked_batch_norm.hpp"
 #include "oxmera/autograd.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -61,22 +62,37 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 namespace F = functional;
 
 BatchNorm1d::BatchNorm1d(int64_t c, double e, double m, bool aff, bool track)
-    : eps(e), momentum(m), num_features(c), affine(aff), track_running_stats(track) {
+    : BatchNorm1d(c, BatchNormOptions{.eps = e, .momentum = m, .affine = aff, .track_running_stats = track}) {}
+BatchNorm1d::BatchNorm1d(int64_t c, BatchNormOptions opt)
+    : eps(opt.eps),
+      momentum(opt.momentum),
+      num_features(c),
+      affine(opt.affine),
+      track_running_stats(opt.track_running_stats),
+      replicas_(opt.replicas) {
   OXM_CHECK(c > 0, InvalidArgument, "BatchNorm1d: num_features must be > 0, got ", c);
-  register_parameter("weight", &BatchNorm1d::weight, affine ? ones({c}) : Tensor());
-  register_parameter("bias", &BatchNorm1d::bias, affine ? zeros({c}) : Tensor());
-  register_buffer("running_mean", &BatchNorm1d::running_mean, track ? zeros({c}) : Tensor());
-  register_buffer("running_var", &BatchNorm1d::running_var, track ? ones({c}) : Tensor());
-  register_buffer("num_batches_tracked", &BatchNorm1d::num_batches_tracked, track ? zeros({}, DType::I64) : Tensor());
+  F::register_batch_norm_state(*this, "BatchNorm1d", c, opt);
 }
 std::string BatchNorm1d::extra_repr() const {
   std::ostringstream os;
   os << std::boolalpha << num_features << ", eps=" << py_float(eps) << ", momentum=" << py_float(momentum)
      << ", affine=" << affine << ", track_running_stats=" << track_running_stats;
+  if (replicas_ > 0) os << ", replicas=" << replicas_;
   return os.str();
 }
 Tensor BatchNorm1d::forward(const Tensor& x) {
   check_f32_input(x);
+  if (replicas_ > 0) {
+    OXM_CHECK((x.dim() == 3 || x.dim() == 4) && x.shape()[0] == replicas_ && x.shape()[2] == num_features,
+              ShapeMismatch, "BatchNorm1d with ", replicas_, " replicas: input ", x.shape(), " must be [", replicas_,
+              ", N, ", num_features, "] or [", replicas_, ", N, ", num_features,
+              ", L] (replica dim first; to give every replica the same input, x.unsqueeze(0).expand({", replicas_,
+              ", ...}))");
+    Tensor y = F::stacked_batch_norm(x, replicas_, running_mean, running_var, weight, bias,
+                                     is_training() || !running_mean.defined(), momentum, eps);
+    if (is_training() && num_batches_tracked.defined()) num_batches_tracked.add_(1.0);
+    return y;
+  }
   OXM_CHECK(x.dim() == 2 || x.dim() == 3, ShapeMismatch, "BatchNorm1d: expected [N, C] or [N, C, L], got ", x.shape());
   OXM_CHECK(x.shape()[1] == num_features, ShapeMismatch, "BatchNorm1d: input has ", x.shape()[1],
             " channels, the layer ", num_features);

@@ -185,11 +185,25 @@ class LayerNorm : public Module {
   int64_t replicas_ = 0;
 };
 
+// BatchNorm1d / BatchNorm2d's settings as options (the positional constructors' arguments), and stacked replicas.
+struct BatchNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool affine = true;
+  bool track_running_stats = true;
+  // 0: one layer. R >= 1: R independent replicas: weight, bias, running_mean and running_var [R, C] (each replica's
+  // row initialised as torch's), input [R, N, C, ...]; each replica normalises by its own batch's statistics and
+  // keeps its own running ones (num_batches_tracked is one counter: the replicas step together).
+  int64_t replicas = 0;
+};
+
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
                        bool track_running_stats = true);
-  Tensor forward(const Tensor& x) override;  // [N, C, H, W]
+  BatchNorm2d(int64_t num_features, BatchNormOptions options);
+  Tensor forward(const Tensor& x) override;                // [N, C, H, W], or [R, N, C, H, W] with replicas
+  int64_t replicas() const noexcept { return replicas_; }  // 0: not stacked
   std::string name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
 
@@ -202,6 +216,9 @@ class BatchNorm2d : public Module {
   double eps, momentum;
   int64_t num_features;
   bool affine, track_running_stats;
+
+ private:
+  int64_t replicas_ = 0;
 };
 
 class Dropout : public Module {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "oxmera/nn/functional.hpp"
+#include "oxmera/nn/layers.hpp"
 #include "oxmera/nn/module.hpp"
 
 namespace oxmera::nn {
@@ -22,7 +23,9 @@ class BatchNorm1d : public Module {
  public:
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
                        bool track_running_stats = true);
-  Tensor forward(const Tensor& x) override;  // [N, C] or [N, C, L]
+  BatchNorm1d(int64_t num_features, BatchNormOptions options);  // see BatchNormOptions (layers.hpp)
+  Tensor forward(const Tensor& x) override;  // [N, C] or [N, C, L]; [R, N, C] or [R, N, C, L] with replicas
+  int64_t replicas() const noexcept { return replicas_; }  // 0: not stacked
   std::string name() const override { return "BatchNorm1d"; }
   std::string extra_repr() const override;
 
@@ -35,6 +38,9 @@ class BatchNorm1d : public Module {
   double eps, momentum;
   int64_t num_features;
   bool affine, track_running_stats;
+
+ private:
+  int64_t replicas_ = 0;
 };
 
 class GroupNorm : public Module {
