@@ -516,6 +516,79 @@ TEST(BatchNormReplicas, EqualRSeparateLayers) {
   EXPECT_OXM_ERROR(nn::BatchNorm1d(C, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
 }
 
+// GroupNorm and RMSNorm with stacked replicas: [R, C] / [R, *normalized_shape] parameters initialised as torch's,
+// replica r normalised as the plain layer and scaled (and shifted) by its own parameters: outputs, input and
+// parameter gradients equal to R separate layers; the positional constructors unchanged; f64 gradcheck; typed errors.
+TEST(GroupNormRMSNormReplicas, EqualRSeparateLayers) {
+  constexpr int64_t R = 3;
+  for (int kind = 0; kind < 2; ++kind) {
+    const Shape xs = kind == 0 ? Shape{R, 4, 6, 5} : Shape{R, 4, 2, 5};
+    auto make = [&](int64_t replicas) -> std::shared_ptr<nn::Module> {
+      if (kind == 0)
+        return std::make_shared<nn::GroupNorm>(2, 6, nn::GroupNormOptions{.eps = 1e-3, .replicas = replicas});
+      return std::make_shared<nn::RMSNorm>(Shape{2, 5}, nn::RMSNormOptions{.eps = 1e-4, .replicas = replicas});
+    };
+    const std::string what = kind == 0 ? "GroupNorm" : "RMSNorm";
+    auto stacked = make(R);
+    auto params = stacked->named_parameters();
+    ASSERT_EQ(params.size(), kind == 0 ? 2u : 1u) << what;
+    EXPECT_EQ(params[0].second.shape(), kind == 0 ? Shape({R, 6}) : Shape({R, 2, 5})) << what;
+    EXPECT_EQ(values(params[0].second), std::vector<double>(kind == 0 ? 18 : 30, 1.0)) << what;
+    {
+      NoGradGuard ng;
+      for (size_t p = 0; p < params.size(); ++p) params[p].second.copy_(randn(params[p].second.shape(), 1 + p));
+    }
+    const Tensor x = (randn(xs, 10) * 2.0 + 0.5).requires_grad_();
+    const Tensor y = stacked->forward(x);
+    ASSERT_EQ(y.shape(), xs) << what;
+    const Tensor up = randn(xs, 11);
+    (y * up).sum().backward();
+    for (int64_t r = 0; r < R; ++r) {
+      auto one = make(0);
+      auto mine = one->named_parameters();
+      {
+        NoGradGuard ng;
+        for (size_t p = 0; p < mine.size(); ++p) mine[p].second.copy_(params[p].second.select(0, r));
+      }
+      const Tensor xr = x.detach().select(0, r).clone().requires_grad_();
+      const Tensor yr = one->forward(xr);
+      const std::string at = what + " replica " + std::to_string(r);
+      oxt::expect_close(values(yr), values(y.select(0, r)), 1e-5, 1e-5, at + " output");
+      (yr * up.select(0, r)).sum().backward();
+      oxt::expect_close(values(xr.grad()), values(x.grad().select(0, r)), 1e-5, 1e-5, at + " input grad");
+      for (size_t p = 0; p < mine.size(); ++p)
+        oxt::expect_close(values(mine[p].second.grad()), values(params[p].second.grad().select(0, r)), 1e-4, 1e-5,
+                          at + " parameter grad");
+    }
+  }
+  nn::GroupNorm gn(2, 6, {.replicas = 2});
+  EXPECT_EQ(gn.replicas(), 2);
+  EXPECT_EQ(gn.extra_repr(), "2, 6, eps=1e-05, affine=true, replicas=2");
+  nn::GroupNorm positional(2, 6, 1e-3, false);
+  EXPECT_FALSE(positional.weight.defined());
+  nn::RMSNorm rms(Shape{3}, {.replicas = 2});
+  EXPECT_EQ(rms.extra_repr(), "(3,), eps=None, elementwise_affine=true, replicas=2");
+  nn::RMSNorm rms_positional(Shape{3}, 1e-6);
+  EXPECT_EQ(rms_positional.replicas(), 0);
+  {
+    NoGradGuard ng;
+    gn.weight.copy_(randn({2, 6}, 3));
+    rms.weight.copy_(randn({2, 3}, 4));
+  }
+  gn.to(DType::F64);
+  rms.to(DType::F64);
+  GradcheckResult g1 =
+      gradcheck([&](const std::vector<Tensor>& in) { return gn.forward(in[0]); }, {u64({2, 3, 6, 2}, 5)});
+  EXPECT_TRUE(g1.ok) << g1.message;
+  GradcheckResult g2 =
+      gradcheck([&](const std::vector<Tensor>& in) { return rms.forward(in[0]); }, {u64({2, 4, 3}, 6)});
+  EXPECT_TRUE(g2.ok) << g2.message;
+  EXPECT_OXM_ERROR(gn.forward(u64({3, 6, 2}, 1, false)), ShapeMismatch, "replica dim first");
+  EXPECT_OXM_ERROR(rms.forward(u64({2, 4, 5}, 1, false)), ShapeMismatch, "[2, ..., *normalized_shape]");
+  EXPECT_OXM_ERROR(nn::GroupNorm(2, 6, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
+  EXPECT_OXM_ERROR(nn::RMSNorm(Shape{3}, {.replicas = -1}), InvalidArgument, "replicas must be >= 0");
+}
+
 // Embedding with stacked replicas: table r drawn from generator(r) (as Embedding(V, D, Generator(seed + r))), replica
 // r of the indices looks up in table r only; shared indices as a broadcast view; padding_idx per table (zero, no
 // gradient); an index valid for the stacked storage but not for its own table is an error, not another replica's row.

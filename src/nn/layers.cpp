@@ -277,11 +277,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
   // shift broadcast over its rows.
   const Tensor y = F::layer_norm(x, normalized_shape, Tensor(), Tensor(), eps);
   if (!weight.defined()) return y;
-  Shape param_view(static_cast<size_t>(x.dim()), 1);
-  param_view[0] = R;
-  for (int64_t i = 1; i <= k; ++i)
-    param_view[static_cast<size_t>(x.dim() - i)] = normalized_shape[static_cast<size_t>(k - i)];
-  return y * weight.view(param_view) + bias.view(param_view);
+  return y * F::replica_view(weight, x.dim()) + F::replica_view(bias, x.dim());
 }
 
 BatchNorm2d::BatchNorm2d(int64_t c, double e, double m, bool aff, bool track)

@@ -22,7 +22,8 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // Linear (not a subclass, no replicas) and an input of its parameters' dtype, linear_gelu; otherwise
 // linear1->forward(x) and the activation, as before.
 inline Tensor feed_forward_in(const std::shared_ptr<Linear>& linear1, const std::string& activation, const Tensor& x) {
-  if (activation == "gelu" && typeid(*linear1) == typeid(Linear) && linear1->replicas() == 0 && x.defined() &&
+  const Linear& layer = *linear1;
+  if (activation == "gelu" && typeid(layer) == typeid(Linear) && layer.replicas() == 0 && x.defined() &&
       x.dtype() == linear1->weight.dtype())
     return linear_gelu(x, linear1->weight, linear1->bias);
   const Tensor y = linear1->forward(x);

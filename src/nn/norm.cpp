@@ -108,28 +108,57 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
 }
 
 GroupNorm::GroupNorm(int64_t groups, int64_t channels, double e, bool affine)
-    : num_groups(groups), num_channels(channels), eps(e) {
+    : GroupNorm(groups, channels, GroupNormOptions{.eps = e, .affine = affine}) {}
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, GroupNormOptions opt)
+    : num_groups(groups), num_channels(channels), eps(opt.eps), replicas_(opt.replicas) {
   OXM_CHECK(groups > 0 && channels > 0 && channels % groups == 0, InvalidArgument, "GroupNorm: num_channels ", channels,
             " must be divisible by num_groups ", groups, " (both > 0)");
-  register_parameter("weight", &GroupNorm::weight, affine ? ones({channels}) : Tensor());
-  register_parameter("bias", &GroupNorm::bias, affine ? zeros({channels}) : Tensor());
+  OXM_CHECK(opt.replicas >= 0, InvalidArgument, "GroupNorm: replicas must be >= 0 (0: not stacked), got ",
+            opt.replicas);
+  const Shape s = replicas_ > 0 ? Shape{replicas_, channels} : Shape{channels};
+  register_parameter("weight", &GroupNorm::weight, opt.affine ? ones(s) : Tensor());
+  register_parameter("bias", &GroupNorm::bias, opt.affine ? zeros(s) : Tensor());
 }
 std::string GroupNorm::extra_repr() const {
   std::ostringstream os;
   os << std::boolalpha << num_groups << ", " << num_channels << ", eps=" << py_float(eps)
      << ", affine=" << weight.defined();
+  if (replicas_ > 0) os << ", replicas=" << replicas_;
   return os.str();
 }
 Tensor GroupNorm::forward(const Tensor& x) {
   check_f32_input(x);
+  if (replicas_ > 0) {
+    OXM_CHECK(x.dim() >= 3 && x.shape()[0] == replicas_ && x.shape()[2] == num_channels, ShapeMismatch,
+              "GroupNorm with ", replicas_, " replicas: input ", x.shape(), " must be [", replicas_, ", N, ",
+              num_channels, ", *] (replica dim first; to give every replica the same input, x.unsqueeze(0).expand({",
+              replicas_, ", ...}))");
+    // The replicas' samples side by side ([R N, C, *]: a view of a contiguous input) through one group norm, then
+    // replica r's scale and shift as broadcast ops.
+    Shape merged = x.shape();
+    merged.erase(0);
+    merged[0] = replicas_ * x.shape()[1];
+    const Tensor y = F::group_norm(x.reshape(merged), num_groups, Tensor(), Tensor(), eps).reshape(x.shape());
+    if (!weight.defined()) return y;
+    Shape channels(static_cast<size_t>(x.dim()), 1);  // [R, 1, C, 1, ...]
+    channels[0] = replicas_;
+    channels[2] = num_channels;
+    return y * weight.view(channels) + bias.view(channels);
+  }
   OXM_CHECK(x.dim() >= 2 && x.shape()[1] == num_channels, ShapeMismatch, "GroupNorm: expected [N, ", num_channels,
             ", *], got ", x.shape());
   return F::group_norm(x, num_groups, weight, bias, eps);
 }
 
-RMSNorm::RMSNorm(Shape shape, std::optional<double> e, bool affine) : normalized_shape(std::move(shape)), eps(e) {
+RMSNorm::RMSNorm(Shape shape, std::optional<double> e, bool affine)
+    : RMSNorm(std::move(shape), RMSNormOptions{.eps = e, .elementwise_affine = affine}) {}
+RMSNorm::RMSNorm(Shape shape, RMSNormOptions opt)
+    : normalized_shape(std::move(shape)), eps(opt.eps), replicas_(opt.replicas) {
   OXM_CHECK(!normalized_shape.empty(), InvalidArgument, "RMSNorm: normalized_shape must not be empty");
-  register_parameter("weight", &RMSNorm::weight, affine ? ones(normalized_shape) : Tensor());
+  OXM_CHECK(opt.replicas >= 0, InvalidArgument, "RMSNorm: replicas must be >= 0 (0: not stacked), got ", opt.replicas);
+  Shape s = normalized_shape;
+  if (replicas_ > 0) s.insert(0, replicas_);
+  register_parameter("weight", &RMSNorm::weight, opt.elementwise_affine ? ones(s) : Tensor());
 }
 std::string RMSNorm::extra_repr() const {
   std::ostringstream os;
@@ -137,10 +166,24 @@ std::string RMSNorm::extra_repr() const {
   for (size_t i = 0; i < normalized_shape.size(); ++i) os << (i ? ", " : "") << normalized_shape[i];
   os << (normalized_shape.size() == 1 ? ",)" : ")") << ", eps=" << (eps ? py_float(*eps) : "None")
      << ", elementwise_affine=" << weight.defined();
+  if (replicas_ > 0) os << ", replicas=" << replicas_;
   return os.str();
 }
 Tensor RMSNorm::forward(const Tensor& x) {
   check_f32_input(x);
+  if (replicas_ > 0) {
+    const int64_t k = static_cast<int64_t>(normalized_shape.size());
+    bool fits = x.dim() >= k + 1 && x.shape()[0] == replicas_;
+    for (int64_t i = 1; fits && i <= k; ++i)
+      fits = x.shape()[static_cast<size_t>(x.dim() - i)] == normalized_shape[static_cast<size_t>(k - i)];
+    OXM_CHECK(fits, ShapeMismatch, "RMSNorm with ", replicas_, " replicas and normalized_shape ", normalized_shape,
+              ": input ", x.shape(), " must be [", replicas_,
+              ", ..., *normalized_shape] (replica dim first; to give every replica the same input, "
+              "x.unsqueeze(0).expand({",
+              replicas_, ", ...}))");
+    const Tensor y = F::rms_norm(x, normalized_shape, Tensor(), eps);
+    return weight.defined() ? y * F::replica_view(weight, x.dim()) : y;
+  }
   return F::rms_norm(x, normalized_shape, weight, eps);
 }
 

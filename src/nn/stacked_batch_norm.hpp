@@ -1,6 +1,7 @@
 #pragma once
-// What BatchNorm1d and BatchNorm2d share: their registered state, and the forward of stacked replicas
-// (BatchNormOptions::replicas: x [R, N, C, *] through R independent batch norms). Internal (src/nn only).
+// What the normalisation layers with stacked replicas share: the parameters' broadcast view, BatchNorm1d and
+// BatchNorm2d's registered state, and their stacked forward (BatchNormOptions::replicas: x [R, N, C, *] through R
+// independent batch norms). Internal (src/nn only).
 #include <cstdint>
 
 #include "oxmera/error.hpp"
@@ -9,6 +10,15 @@
 #include "oxmera/tensor.hpp"
 
 namespace oxmera::nn::functional {
+
+// Stacked parameters [R, *trailing] as a view that broadcasts over an input of `dims` dims, [R, 1, ..., 1, *trailing]:
+// replica r's scale / shift for replica r's rows (the replicated LayerNorm, GroupNorm, RMSNorm).
+inline Tensor replica_view(const Tensor& p, int64_t dims) {
+  Shape s(static_cast<size_t>(dims), 1);
+  s[0] = p.shape()[0];
+  for (int64_t i = 1; i < p.dim(); ++i) s[static_cast<size_t>(dims - i)] = p.shape()[static_cast<size_t>(p.dim() - i)];
+  return p.view(s);
+}
 
 // The state BatchNorm1d and BatchNorm2d register, with torch's names and initial values: [C], or [R, C] with replicas.
 template <class M>

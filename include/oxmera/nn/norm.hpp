@@ -43,10 +43,21 @@ class BatchNorm1d : public Module {
   int64_t replicas_ = 0;
 };
 
+// GroupNorm's settings as options, and stacked replicas: R >= 1 gives weight and bias [R, C] (ones, zeros) and takes
+// input [R, N, C, *]; replica r's samples are normalised as GroupNorm does and scaled and shifted by replica r's
+// parameters.
+struct GroupNormOptions {
+  double eps = 1e-5;
+  bool affine = true;
+  int64_t replicas = 0;
+};
+
 class GroupNorm : public Module {
  public:
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
-  Tensor forward(const Tensor& x) override;  // [N, C, *]
+  GroupNorm(int64_t num_groups, int64_t num_channels, GroupNormOptions options);
+  Tensor forward(const Tensor& x) override;                // [N, C, *], or [R, N, C, *] with replicas
+  int64_t replicas() const noexcept { return replicas_; }  // 0: not stacked
   std::string name() const override { return "GroupNorm"; }
   std::string extra_repr() const override;
 
@@ -54,15 +65,28 @@ class GroupNorm : public Module {
   ModulePtr shallow_copy() const override { return std::make_shared<GroupNorm>(*this); }
 
  public:
-  Tensor weight, bias;  // [C] ones, zeros
+  Tensor weight, bias;  // [C] ones, zeros ([R, C] with replicas)
   int64_t num_groups, num_channels;
   double eps;
+
+ private:
+  int64_t replicas_ = 0;
+};
+
+// RMSNorm's settings as options, and stacked replicas: R >= 1 gives weight [R, *normalized_shape] (ones) and takes
+// input [R, ..., *normalized_shape]; replica r is scaled by replica r's weight.
+struct RMSNormOptions {
+  std::optional<double> eps = std::nullopt;  // unset: the input dtype's machine epsilon (torch's)
+  bool elementwise_affine = true;
+  int64_t replicas = 0;
 };
 
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt, bool elementwise_affine = true);
+  RMSNorm(Shape normalized_shape, RMSNormOptions options);
   Tensor forward(const Tensor& x) override;
+  int64_t replicas() const noexcept { return replicas_; }  // 0: not stacked
   std::string name() const override { return "RMSNorm"; }
   std::string extra_repr() const override;
 
@@ -70,9 +94,12 @@ class RMSNorm : public Module {
   ModulePtr shallow_copy() const override { return std::make_shared<RMSNorm>(*this); }
 
  public:
-  Tensor weight;  // normalized_shape, ones
+  Tensor weight;  // normalized_shape, ones ([R, *normalized_shape] with replicas)
   Shape normalized_shape;
   std::optional<double> eps;
+
+ private:
+  int64_t replicas_ = 0;
 };
 
 }  // namespace oxmera::nn
